@@ -1,0 +1,271 @@
+//! The daemon configuration: one TOML file, `SCOPEFS_*` environment overrides, embedded defaults.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Durability, Quota, StorageSettings};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("config file is invalid: {0}")]
+    Parse(String),
+    #[error("environment variable {key} has an invalid value: {reason}")]
+    Env { key: String, reason: String },
+    #[error("invalid configuration: {key}: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+/// Where file bytes live.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum StoreConfig {
+    /// A local object directory (embedded default: `<data_dir>/objects`).
+    Local { path: Option<PathBuf> },
+    /// An S3-compatible bucket.
+    S3 {
+        endpoint: Option<String>,
+        region: String,
+        bucket: String,
+        #[serde(default)]
+        prefix: String,
+        #[serde(default = "default_true")]
+        path_style: bool,
+        access_key_id: Option<String>,
+        secret_access_key: Option<String>,
+    },
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// FUSE mount settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FuseConfig {
+    /// Kernel entry/attribute cache lifetime in milliseconds (0 disables caching).
+    pub attr_ttl_ms: u64,
+    /// FUSE worker threads per mount.
+    pub threads: usize,
+    /// Let users other than the daemon's (containers) use the mounts.
+    pub allow_other: bool,
+}
+
+impl Default for FuseConfig {
+    fn default() -> Self {
+        FuseConfig { attr_ttl_ms: 60_000, threads: 4, allow_other: true }
+    }
+}
+
+/// The whole daemon configuration.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub deployment_id: String,
+    pub data_dir: PathBuf,
+    pub mount_root: PathBuf,
+    pub listen: String,
+    pub allow_remote: bool,
+    pub service_token: Option<String>,
+    pub admin_token: Option<String>,
+    pub durability: Durability,
+    pub block_size: u64,
+    pub cache_max_bytes: u64,
+    pub staging_max_bytes: u64,
+    pub upload_parallelism: usize,
+    pub store_timeout_ms: u64,
+    pub store_attempts: u32,
+    pub readahead_blocks: u64,
+    pub quota_bytes: u64,
+    pub quota_inodes: u64,
+    pub trash_retention_days: u64,
+    pub draft_ttl_hours: u64,
+    pub store: StoreConfig,
+    pub fuse: FuseConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let s = StorageSettings::default();
+        Config {
+            deployment_id: "default".into(),
+            data_dir: PathBuf::from("/var/lib/scopefs"),
+            mount_root: PathBuf::from("/run/scopefs/scopes"),
+            listen: "127.0.0.1:7070".into(),
+            allow_remote: false,
+            service_token: None,
+            admin_token: None,
+            durability: s.durability,
+            block_size: s.block_size,
+            cache_max_bytes: s.cache_max_bytes,
+            staging_max_bytes: s.staging_max_bytes,
+            upload_parallelism: s.upload_parallelism,
+            store_timeout_ms: s.store_timeout.as_millis() as u64,
+            store_attempts: s.store_attempts,
+            readahead_blocks: s.readahead_blocks,
+            quota_bytes: 10 * 1024 * 1024 * 1024,
+            quota_inodes: 1_000_000,
+            trash_retention_days: 7,
+            draft_ttl_hours: 24,
+            store: StoreConfig::Local { path: None },
+            fuse: FuseConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses TOML text (unknown keys are refused, naming the key).
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))
+    }
+
+    /// Loads `path` if given (else defaults), then applies `SCOPEFS_*` overrides from `env`, then validates.
+    pub fn load(path: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+        let mut cfg = match path {
+            Some(p) => Self::from_toml(&std::fs::read_to_string(p).map_err(ConfigError::Read)?)?,
+            None => Config::default(),
+        };
+        for (k, v) in env {
+            cfg.apply_env(&k, &v)?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn apply_env(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let Some(name) = key.strip_prefix("SCOPEFS_") else { return Ok(()) };
+        let bad = |reason: &str| ConfigError::Env { key: key.to_string(), reason: reason.to_string() };
+        let num = |v: &str| v.parse::<u64>().map_err(|_| bad("expected a non-negative integer"));
+        match name {
+            "DEPLOYMENT_ID" => self.deployment_id = value.into(),
+            "DATA_DIR" => self.data_dir = value.into(),
+            "MOUNT_ROOT" => self.mount_root = value.into(),
+            "LISTEN" => self.listen = value.into(),
+            "ALLOW_REMOTE" => self.allow_remote = value.parse().map_err(|_| bad("expected true or false"))?,
+            "SERVICE_TOKEN" => self.service_token = Some(value.into()),
+            "ADMIN_TOKEN" => self.admin_token = Some(value.into()),
+            "DURABILITY" => {
+                self.durability = match value {
+                    "writeback" => Durability::Writeback,
+                    "close" => Durability::Close,
+                    _ => return Err(bad("expected writeback or close")),
+                }
+            }
+            "CACHE_MAX_BYTES" => self.cache_max_bytes = num(value)?,
+            "STAGING_MAX_BYTES" => self.staging_max_bytes = num(value)?,
+            "STORE_TIMEOUT_MS" => self.store_timeout_ms = num(value)?,
+            "QUOTA_BYTES" => self.quota_bytes = num(value)?,
+            "QUOTA_INODES" => self.quota_inodes = num(value)?,
+            "ATTR_TTL_MS" => self.fuse.attr_ttl_ms = num(value)?,
+            "S3_ENDPOINT" | "S3_REGION" | "S3_BUCKET" | "S3_PREFIX" | "S3_ACCESS_KEY_ID" | "S3_SECRET_ACCESS_KEY" => {
+                self.apply_s3_env(name, value)
+            }
+            // Variables the daemon reads itself (e.g. SCOPEFS_CONFIG, SCOPEFS_LOG) are not config keys.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn apply_s3_env(&mut self, name: &str, value: &str) {
+        if !matches!(self.store, StoreConfig::S3 { .. }) {
+            self.store = StoreConfig::S3 {
+                endpoint: None,
+                region: "us-east-1".into(),
+                bucket: String::new(),
+                prefix: String::new(),
+                path_style: true,
+                access_key_id: None,
+                secret_access_key: None,
+            };
+        }
+        if let StoreConfig::S3 { endpoint, region, bucket, prefix, access_key_id, secret_access_key, .. } = &mut self.store {
+            match name {
+                "S3_ENDPOINT" => *endpoint = Some(value.into()),
+                "S3_REGION" => *region = value.into(),
+                "S3_BUCKET" => *bucket = value.into(),
+                "S3_PREFIX" => *prefix = value.into(),
+                "S3_ACCESS_KEY_ID" => *access_key_id = Some(value.into()),
+                _ => *secret_access_key = Some(value.into()),
+            }
+        }
+    }
+
+    /// Refuses values the daemon cannot run with, naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: &str| Err(ConfigError::Invalid { key, reason: reason.into() });
+        if self.block_size < 64 * 1024 || self.block_size > 64 * 1024 * 1024 {
+            return invalid("block_size", "must be between 64 KiB and 64 MiB");
+        }
+        if self.upload_parallelism == 0 {
+            return invalid("upload_parallelism", "must be at least 1");
+        }
+        if self.store_attempts == 0 {
+            return invalid("store_attempts", "must be at least 1");
+        }
+        if self.store_timeout_ms == 0 {
+            return invalid("store_timeout_ms", "must be at least 1");
+        }
+        if self.fuse.threads == 0 {
+            return invalid("fuse.threads", "must be at least 1");
+        }
+        if self.deployment_id.is_empty() || self.deployment_id.len() > 64 {
+            return invalid("deployment_id", "must be 1-64 characters");
+        }
+        if let StoreConfig::S3 { bucket, .. } = &self.store {
+            if bucket.is_empty() {
+                return invalid("store.bucket", "must be set for an s3 store");
+            }
+        }
+        Ok(())
+    }
+
+    /// The engine settings this configuration describes.
+    pub fn storage_settings(&self) -> StorageSettings {
+        StorageSettings {
+            block_size: self.block_size,
+            durability: self.durability,
+            cache_max_bytes: self.cache_max_bytes,
+            staging_max_bytes: self.staging_max_bytes,
+            upload_parallelism: self.upload_parallelism,
+            store_timeout: Duration::from_millis(self.store_timeout_ms),
+            store_attempts: self.store_attempts,
+            readahead_blocks: self.readahead_blocks,
+        }
+    }
+
+    /// The default quota of new scopes.
+    pub fn default_quota(&self) -> Quota {
+        Quota { bytes: self.quota_bytes, inodes: self.quota_inodes }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_unknown_keys_refused() {
+        Config::default().validate().unwrap();
+        let err = Config::from_toml("no_such_key = 1").unwrap_err().to_string();
+        assert!(err.contains("no_such_key"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides() {
+        let env = vec![
+            ("SCOPEFS_DURABILITY".to_string(), "close".to_string()),
+            ("SCOPEFS_S3_BUCKET".to_string(), "b".to_string()),
+            ("PATH".to_string(), "/bin".to_string()),
+        ];
+        let cfg = Config::load(None, env).unwrap();
+        assert_eq!(cfg.durability, Durability::Close);
+        assert!(matches!(cfg.store, StoreConfig::S3 { ref bucket, .. } if bucket == "b"));
+        let bad = vec![("SCOPEFS_QUOTA_BYTES".to_string(), "lots".to_string())];
+        let err = Config::load(None, bad).unwrap_err().to_string();
+        assert!(err.contains("SCOPEFS_QUOTA_BYTES"), "{err}");
+    }
+}

@@ -1,0 +1,173 @@
+//! Plain data types of the file engine's public API: attributes, entries, flags and settings.
+
+use std::time::{Duration, SystemTime};
+
+/// Inode number. `ROOT_INO` is the scope's root directory; numbers are never reused.
+pub type Ino = u64;
+/// Open-file handle number, unique within one engine.
+pub type Fh = u64;
+
+pub const ROOT_INO: Ino = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+}
+
+impl FileKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileKind::File => "file",
+            FileKind::Dir => "dir",
+            FileKind::Symlink => "symlink",
+        }
+    }
+}
+
+/// Attributes of one inode as the engine sees them (uncommitted writes included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: FileKind,
+    pub size: u64,
+    /// Permission bits only (07777).
+    pub perm: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    /// Changes whenever the file's committed content changes.
+    pub version: u64,
+}
+
+/// Who creates an inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// A time to set: a given instant or "now".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(SystemTime),
+}
+
+/// The attribute changes of one `setattr`; `None` leaves a field alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub perm: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+/// How a file is opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenFlags {
+    pub write: bool,
+    pub truncate: bool,
+    /// With `create`: fail with `Exists` if the name exists.
+    pub exclusive: bool,
+}
+
+/// The result of an open: the handle and whether the kernel may keep its page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    pub fh: Fh,
+    pub keep_cache: bool,
+}
+
+/// Rename behaviour (`renameat2` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RenameMode {
+    /// Replace an existing target of a compatible kind.
+    #[default]
+    Replace,
+    /// Fail with `Exists` if the target exists.
+    NoReplace,
+    /// Atomically swap source and target; both must exist.
+    Exchange,
+}
+
+/// One directory entry with the child's attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub attr: Attr,
+}
+
+/// Filesystem statistics derived from the scope's quota and usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub total_blocks: u64,
+    pub free_blocks: u64,
+    pub total_inodes: u64,
+    pub free_inodes: u64,
+    pub max_name_len: u32,
+}
+
+/// Exact usage of a scope: committed bytes (sum of file sizes) and inodes (root excluded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Usage {
+    pub files: u64,
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+/// Per-scope limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Quota {
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+/// When `close()` returns relative to the object store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Staged locally and journaled at close; uploaded in the background.
+    #[default]
+    Writeback,
+    /// Close returns after every dirty block is uploaded.
+    Close,
+}
+
+/// Settings shared by every scope's engine.
+#[derive(Debug, Clone)]
+pub struct StorageSettings {
+    pub block_size: u64,
+    pub durability: Durability,
+    pub cache_max_bytes: u64,
+    pub staging_max_bytes: u64,
+    pub upload_parallelism: usize,
+    /// Bound on one object-store request.
+    pub store_timeout: Duration,
+    /// Attempts of a foreground request (read miss, fsync) before `EIO`.
+    pub store_attempts: u32,
+    /// Blocks fetched ahead on sequential reads.
+    pub readahead_blocks: u64,
+}
+
+impl Default for StorageSettings {
+    fn default() -> Self {
+        StorageSettings {
+            block_size: 4 * 1024 * 1024,
+            durability: Durability::Writeback,
+            cache_max_bytes: 2 * 1024 * 1024 * 1024,
+            staging_max_bytes: 8 * 1024 * 1024 * 1024,
+            upload_parallelism: 8,
+            store_timeout: Duration::from_secs(10),
+            store_attempts: 3,
+            readahead_blocks: 2,
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! scopefs core: ids, configuration, registry, object stores and the file engine.
+//!
+//! Core knows nothing of FUSE, HTTP or Docker: adapters in `scopefs-fs` and
+//! `scopefs-daemon` call into it and map its errors in one place each.
+
+pub mod config;
+pub mod engine;
+pub mod ids;
+pub mod migrate;
+pub mod names;
+pub mod registry;
+pub mod store;

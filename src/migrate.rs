@@ -1,0 +1,88 @@
+//! Applies embedded SQL migrations to a SQLite database by `PRAGMA user_version`; refuses newer databases.
+
+use rusqlite::Connection;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error("database schema version {found} is newer than this binary supports ({supported}); refusing to open it")]
+    NewerDatabase { found: i64, supported: i64 },
+    #[error("migration {version} failed: {source}")]
+    Failed { version: i64, source: rusqlite::Error },
+    #[error("reading the schema version failed: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+/// One migration: its version (1, 2, ...) and its SQL.
+pub struct Migration {
+    pub version: i64,
+    pub sql: &'static str,
+}
+
+/// Registry (control database) migrations, from `migrations/registry/`.
+pub const REGISTRY: &[Migration] = &[Migration {
+    version: 1,
+    sql: include_str!("../migrations/registry/0001_scopes.sql"),
+}];
+
+/// Per-scope metadata migrations, from `migrations/scope/`.
+pub const SCOPE_META: &[Migration] = &[Migration {
+    version: 1,
+    sql: include_str!("../migrations/scope/0001_namespace.sql"),
+}];
+
+/// Brings `conn` up to the newest version in `migrations`, each step in its own transaction.
+pub fn apply(conn: &mut Connection, migrations: &[Migration]) -> Result<i64, MigrateError> {
+    let supported = migrations.last().map(|m| m.version).unwrap_or(0);
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found > supported {
+        return Err(MigrateError::NewerDatabase { found, supported });
+    }
+    for m in migrations.iter().filter(|m| m.version > found) {
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|source| MigrateError::Failed { version: m.version, source })?;
+        tx.execute_batch(m.sql)
+            .and_then(|_| tx.pragma_update(None, "user_version", m.version))
+            .and_then(|_| tx.commit())
+            .map_err(|source| MigrateError::Failed { version: m.version, source })?;
+    }
+    Ok(supported)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO: &[Migration] = &[
+        Migration { version: 1, sql: "CREATE TABLE a (x INTEGER);" },
+        Migration { version: 2, sql: "CREATE TABLE b (y INTEGER);" },
+    ];
+
+    #[test]
+    fn applies_in_order_and_is_idempotent() {
+        let mut c = Connection::open_in_memory().unwrap();
+        assert_eq!(apply(&mut c, &TWO[..1]).unwrap(), 1);
+        assert_eq!(apply(&mut c, TWO).unwrap(), 2);
+        assert_eq!(apply(&mut c, TWO).unwrap(), 2);
+        c.execute("INSERT INTO b VALUES (1)", []).unwrap();
+    }
+
+    #[test]
+    fn refuses_a_newer_database() {
+        let mut c = Connection::open_in_memory().unwrap();
+        apply(&mut c, TWO).unwrap();
+        match apply(&mut c, &TWO[..1]) {
+            Err(MigrateError::NewerDatabase { found: 2, supported: 1 }) => {}
+            other => panic!("expected NewerDatabase, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn failed_migration_leaves_version_unchanged() {
+        let mut c = Connection::open_in_memory().unwrap();
+        let bad = [Migration { version: 1, sql: "CREATE TABLE a (x); NOT SQL;" }];
+        assert!(apply(&mut c, &bad).is_err());
+        let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, 0);
+    }
+}

@@ -1,0 +1,1 @@
+//! The registry (control database): scopes and their state machine, in SQLite.

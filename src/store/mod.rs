@@ -1,0 +1,87 @@
+//! The object-store abstraction: the `ObjectStore` trait, its error type, block keys and the startup probe.
+
+pub mod local;
+pub mod memory;
+pub mod s3;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use local::LocalDirStore;
+pub use memory::MemoryStore;
+pub use s3::{S3Settings, S3Store};
+
+/// Errors of the object-store layer. Messages never carry credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("object not found: {key}")]
+    NotFound { key: String },
+    #[error("object store unavailable: {0}")]
+    Unavailable(String),
+    #[error("object store did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("object store refused the request: {0}")]
+    Rejected(String),
+    #[error("object store configuration is invalid: {0}")]
+    Config(String),
+    #[error("local object I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl StoreError {
+    /// Whether retrying the same request may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::Timeout(_) | StoreError::Io(_))
+    }
+}
+
+/// One listed object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub size: u64,
+}
+
+/// Byte storage for immutable objects addressed by key.
+///
+/// Keys are relative (`scopes/<scope>/blocks/<sha256>`); an implementation may
+/// add its own configured prefix. `delete` of a missing key succeeds.
+#[async_trait]
+pub trait ObjectStore: Send + Sync + 'static {
+    async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError>;
+    async fn get(&self, key: &str) -> Result<Bytes, StoreError>;
+    /// Size of the object, or `None` when it does not exist.
+    async fn head(&self, key: &str) -> Result<Option<u64>, StoreError>;
+    async fn delete(&self, key: &str) -> Result<(), StoreError>;
+    /// Every object whose key starts with `prefix`, keys relative as given to `put`.
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError>;
+    /// A short description for logs and `doctor`, never containing secrets.
+    fn describe(&self) -> String;
+}
+
+/// Key of a content-addressed block of one scope.
+pub fn block_key(scope_id: &str, sha256_hex: &str) -> String {
+    format!("scopes/{scope_id}/blocks/{sha256_hex}")
+}
+
+/// Prefix under which every object of one scope lives.
+pub fn scope_prefix(scope_id: &str) -> String {
+    format!("scopes/{scope_id}/")
+}
+
+/// Startup probe (seed 003 §12): put, get back, compare, delete a probe object.
+pub async fn probe(store: &dyn ObjectStore) -> Result<(), StoreError> {
+    let key = format!("probe/{}", uuid::Uuid::now_v7());
+    let body = Bytes::from(format!("scopefs probe {key}"));
+    store.put(&key, body.clone()).await?;
+    let got = store.get(&key).await;
+    let deleted = store.delete(&key).await;
+    let got = got?;
+    deleted?;
+    if got != body {
+        return Err(StoreError::Rejected("probe object came back with different bytes".into()));
+    }
+    Ok(())
+}
