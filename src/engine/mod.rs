@@ -2,13 +2,22 @@
 //!
 //! `Storage` is shared by every scope of a daemon (store, block cache, runtime,
 //! staging accounting); `ScopeEngine` is one scope's filesystem. Every method is
-//! synchronous and safe to call from many threads; object-store calls run on the
-//! storage's Tokio runtime with a timeout and bounded retries.
+//! synchronous and safe to call from many threads (never from inside async code:
+//! use `spawn_blocking`); object-store calls run on the storage's Tokio runtime
+//! with a timeout and bounded retries.
+//!
+//! Lock order: an open file's lock, then the metadata lock, then the open-file map.
 
+mod cache;
 mod error;
+mod fileio;
+mod meta;
+mod scope;
+mod storage;
 mod types;
+mod upload;
 
 pub use error::{EngineError, EngineResult};
+pub use scope::{FsckReport, GcReport, ScopeEngine};
+pub use storage::Storage;
 pub use types::*;
-mod api_stub;
-pub use api_stub::{FsckReport, GcReport, ScopeEngine, Storage};

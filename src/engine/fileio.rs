@@ -1,0 +1,516 @@
+//! File contents: open-file state, dirty blocks in staging, reads through staging/cache/store, truncate and commit of new versions.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+
+use super::error::{EngineError, EngineResult};
+use super::meta::{now_ns, BlockRef};
+use super::scope::{HandleInfo, ScopeEngine};
+use super::types::*;
+
+/// SHA-256 of the empty file.
+const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbfb4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/// An open file shared by all its handles.
+pub(crate) struct OpenEntry {
+    pub handles: u32,
+    pub file: Arc<Mutex<OpenFile>>,
+}
+
+/// A block being modified: a whole-block working file in staging. Bytes past `len` read as zeros.
+pub(crate) struct DirtyBlock {
+    file: File,
+    path: PathBuf,
+    len: u64,
+}
+
+pub(crate) struct OpenFile {
+    size: u64,
+    committed_size: u64,
+    /// The committed block list, minus blocks cut away by a pending truncate.
+    blocks: BTreeMap<u64, BlockRef>,
+    dirty: BTreeMap<u64, DirtyBlock>,
+    changed: bool,
+    mtime_ns: i64,
+    last_read_block: Option<u64>,
+}
+
+/// Where the bytes of one piece of a read come from.
+enum Piece {
+    Ready(Vec<u8>),
+    Block { block: BlockRef, offset: u64, len: u64 },
+}
+
+impl ScopeEngine {
+    fn block_size(&self) -> u64 {
+        self.storage.settings.block_size
+    }
+
+    /// Current size and pending mtime of an open file.
+    pub(crate) fn open_overlay(&self, ino: Ino) -> Option<(u64, Option<i64>)> {
+        let file = self.open_files.lock().get(&ino).map(|e| e.file.clone())?;
+        let f = file.lock();
+        Some((f.size, f.changed.then_some(f.mtime_ns)))
+    }
+
+    pub(crate) fn override_open_mtime(&self, ino: Ino, mtime_ns: i64) {
+        if let Some(file) = self.open_files.lock().get(&ino).map(|e| e.file.clone()) {
+            file.lock().mtime_ns = mtime_ns;
+        }
+    }
+
+    /// Registers one more handle on `ino`, loading its state on first open.
+    fn acquire(&self, ino: Ino) -> EngineResult<Arc<Mutex<OpenFile>>> {
+        if let Some(e) = self.open_files.lock().get_mut(&ino) {
+            e.handles += 1;
+            return Ok(e.file.clone());
+        }
+        let (row, blocks) = {
+            let meta = self.meta.lock();
+            let row = meta.inode(ino)?;
+            if row.kind != FileKind::File {
+                return Err(if row.kind == FileKind::Dir { EngineError::IsDir } else { EngineError::Invalid("not a regular file") });
+            }
+            (row.clone(), meta.blocks_of(ino)?)
+        };
+        let fresh = Arc::new(Mutex::new(OpenFile {
+            size: row.size,
+            committed_size: row.size,
+            blocks,
+            dirty: BTreeMap::new(),
+            changed: false,
+            mtime_ns: row.mtime_ns,
+            last_read_block: None,
+        }));
+        let mut map = self.open_files.lock();
+        let e = map.entry(ino).or_insert(OpenEntry { handles: 0, file: fresh });
+        e.handles += 1;
+        Ok(e.file.clone())
+    }
+
+    fn file_of(&self, ino: Ino, fh: Fh, write: bool) -> EngineResult<Arc<Mutex<OpenFile>>> {
+        let h = self.handles.lock().get(&fh).copied().ok_or(EngineError::BadHandle)?;
+        if h.ino != ino || (write && !h.write) {
+            return Err(EngineError::BadHandle);
+        }
+        self.open_files.lock().get(&ino).map(|e| e.file.clone()).ok_or(EngineError::BadHandle)
+    }
+
+    pub fn open(&self, ino: Ino, flags: OpenFlags) -> EngineResult<Opened> {
+        if flags.write || flags.truncate {
+            self.check_writable()?;
+        }
+        let file = self.acquire(ino)?;
+        if flags.truncate {
+            let mut f = file.lock();
+            if let Err(e) = self.truncate_locked(&mut f, 0).and_then(|_| self.commit_locked(ino, &mut f)) {
+                drop(f);
+                self.drop_handle_ref(ino);
+                return Err(e);
+            }
+        }
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, HandleInfo { ino, write: flags.write });
+        Ok(Opened { fh, keep_cache: true })
+    }
+
+    pub fn read(&self, ino: Ino, fh: Fh, offset: u64, size: u32) -> EngineResult<Vec<u8>> {
+        let file = self.file_of(ino, fh, false)?;
+        let bs = self.block_size();
+        let mut pieces = Vec::new();
+        let mut ahead = Vec::new();
+        {
+            let mut f = file.lock();
+            if offset >= f.size || size == 0 {
+                return Ok(Vec::new());
+            }
+            let end = f.size.min(offset + size as u64);
+            let mut pos = offset;
+            while pos < end {
+                let idx = pos / bs;
+                let in_off = pos % bs;
+                let n = (bs - in_off).min(end - pos);
+                if let Some(d) = f.dirty.get(&idx) {
+                    let mut buf = vec![0u8; n as usize];
+                    let avail = d.len.saturating_sub(in_off).min(n) as usize;
+                    if avail > 0 {
+                        d.file.read_exact_at(&mut buf[..avail], in_off)?;
+                    }
+                    pieces.push(Piece::Ready(buf));
+                } else if let Some(b) = f.blocks.get(&idx) {
+                    pieces.push(Piece::Block { block: b.clone(), offset: in_off, len: n });
+                } else {
+                    pieces.push(Piece::Ready(vec![0u8; n as usize]));
+                }
+                pos += n;
+            }
+            let first = offset / bs;
+            let last = (end - 1) / bs;
+            let sequential = first == 0 || f.last_read_block.is_some_and(|l| l + 1 >= first && l <= last);
+            f.last_read_block = Some(last);
+            if sequential {
+                for i in last + 1..=last + self.storage.settings.readahead_blocks {
+                    if let (Some(b), false) = (f.blocks.get(&i), f.dirty.contains_key(&i)) {
+                        ahead.push(b.sha256.clone());
+                    }
+                }
+            }
+        }
+        if !ahead.is_empty() {
+            self.storage.prefetch(self.scope_id.as_str(), ahead);
+        }
+        let mut out = Vec::with_capacity(size as usize);
+        for p in pieces {
+            match p {
+                Piece::Ready(b) => out.extend_from_slice(&b),
+                Piece::Block { block, offset, len } => self.read_block_range(&block, offset, len, &mut out)?,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Appends `len` bytes of a committed block from `offset` to `out` (zeros past the block's end).
+    fn read_block_range(&self, b: &BlockRef, offset: u64, len: u64, out: &mut Vec<u8>) -> EngineResult<()> {
+        let start = out.len();
+        out.resize(start + len as usize, 0);
+        let avail = b.len.saturating_sub(offset).min(len) as usize;
+        if avail == 0 {
+            return Ok(());
+        }
+        let buf = &mut out[start..start + avail];
+        let scope = self.scope_id.as_str();
+        let cache = &self.storage.cache;
+        let staged = self.blocks_dir.join(&b.sha256);
+        if let Ok(f) = File::open(&staged) {
+            f.read_exact_at(buf, offset)?;
+            return Ok(());
+        }
+        if cache.touch(scope, &b.sha256) {
+            if let Ok(f) = File::open(cache.path(scope, &b.sha256)) {
+                if f.read_exact_at(buf, offset).is_ok() {
+                    return Ok(());
+                }
+            }
+        }
+        let data = self.storage.fetch_block(scope, &b.sha256)?;
+        if (data.len() as u64) < offset + avail as u64 {
+            return Err(EngineError::Corrupt { sha256: b.sha256.clone() });
+        }
+        buf.copy_from_slice(&data[offset as usize..offset as usize + avail]);
+        Ok(())
+    }
+
+    /// Reads a whole committed block (for read-modify-write of a partially overwritten block).
+    fn read_block(&self, b: &BlockRef) -> EngineResult<Vec<u8>> {
+        let mut out = Vec::with_capacity(b.len as usize);
+        self.read_block_range(b, 0, b.len, &mut out)?;
+        Ok(out)
+    }
+
+    pub fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> EngineResult<u32> {
+        self.check_writable()?;
+        let file = self.file_of(ino, fh, true)?;
+        let mut f = file.lock();
+        let end = offset.checked_add(data.len() as u64).ok_or(EngineError::Invalid("offset overflow"))?;
+        if end > f.size {
+            self.reserve_growth(end - f.size)?;
+        }
+        let bs = self.block_size();
+        let mut pos = offset;
+        let result = (|| -> EngineResult<()> {
+            while pos < end {
+                let idx = pos / bs;
+                let in_off = pos % bs;
+                let n = (bs - in_off).min(end - pos);
+                let src = &data[(pos - offset) as usize..(pos - offset + n) as usize];
+                self.ensure_dirty(&mut f, ino, idx, in_off, n)?;
+                let d = f.dirty.get_mut(&idx).ok_or(EngineError::BadHandle)?;
+                let new_len = d.len.max(in_off + n);
+                if new_len > d.len {
+                    self.storage.staging_add(new_len - d.len)?;
+                }
+                d.file.write_all_at(src, in_off)?;
+                d.len = new_len;
+                pos += n;
+            }
+            Ok(())
+        })();
+        let reached = pos;
+        if end > f.size {
+            // Only what was written counts; release the rest of the reservation.
+            let grown = reached.saturating_sub(f.size);
+            *self.pending_growth.lock() -= (end - f.size - grown) as i64;
+            f.size = f.size.max(reached);
+        }
+        if reached > offset {
+            f.changed = true;
+            f.mtime_ns = now_ns();
+        }
+        result?;
+        Ok(data.len() as u32)
+    }
+
+    /// Checks the byte quota for `growth` more bytes and reserves them.
+    fn reserve_growth(&self, growth: u64) -> EngineResult<()> {
+        let committed = self.usage()?.bytes;
+        let limit = self.quota().bytes;
+        let mut pending = self.pending_growth.lock();
+        if committed as i64 + *pending + growth as i64 > limit as i64 {
+            return Err(EngineError::QuotaExceeded("bytes"));
+        }
+        *pending += growth as i64;
+        Ok(())
+    }
+
+    /// Makes block `idx` dirty, copying its committed bytes unless the coming write replaces them all.
+    fn ensure_dirty(&self, f: &mut OpenFile, ino: Ino, idx: u64, cover_off: u64, cover_len: u64) -> EngineResult<()> {
+        if f.dirty.contains_key(&idx) {
+            return Ok(());
+        }
+        let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let path = self.open_dir.join(format!("{ino}.{idx}.{n}"));
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        let mut len = 0;
+        if let Some(b) = f.blocks.get(&idx) {
+            if !(cover_off == 0 && cover_len >= b.len) {
+                let data = self.read_block(b)?;
+                self.storage.staging_add(data.len() as u64)?;
+                file.write_all_at(&data, 0)?;
+                len = data.len() as u64;
+            }
+        }
+        f.dirty.insert(idx, DirtyBlock { file, path, len });
+        Ok(())
+    }
+
+    fn discard_dirty(&self, d: DirtyBlock) {
+        self.storage.staging_sub(d.len);
+        let _ = std::fs::remove_file(&d.path);
+    }
+
+    /// Sets the size of a file (open or not) and commits the change.
+    pub(crate) fn truncate(&self, ino: Ino, size: u64) -> EngineResult<()> {
+        let file = self.acquire(ino)?;
+        let result = {
+            let mut f = file.lock();
+            self.truncate_locked(&mut f, size).and_then(|_| self.commit_locked(ino, &mut f))
+        };
+        self.drop_handle_ref(ino);
+        result.map(|_| ())
+    }
+
+    fn truncate_locked(&self, f: &mut OpenFile, size: u64) -> EngineResult<()> {
+        if size == f.size {
+            return Ok(());
+        }
+        if size > f.size {
+            self.reserve_growth(size - f.size)?;
+        } else {
+            *self.pending_growth.lock() -= (f.size - size) as i64;
+        }
+        let bs = self.block_size();
+        let first_gone = size.div_ceil(bs);
+        for (_, d) in f.dirty.split_off(&first_gone) {
+            self.discard_dirty(d);
+        }
+        f.blocks.split_off(&first_gone);
+        let tail = size % bs;
+        if tail > 0 && size < f.size {
+            let idx = size / bs;
+            let longer = f.blocks.get(&idx).is_some_and(|b| b.len > tail);
+            if longer && !f.dirty.contains_key(&idx) {
+                self.ensure_dirty(f, 0, idx, 0, 0)?;
+            }
+            if let Some(d) = f.dirty.get_mut(&idx) {
+                if d.len > tail {
+                    d.file.set_len(tail)?;
+                    self.storage.staging_sub(d.len - tail);
+                    d.len = tail;
+                }
+            }
+        }
+        f.size = size;
+        f.changed = true;
+        f.mtime_ns = now_ns();
+        Ok(())
+    }
+
+    /// Seals dirty blocks into the journal and commits the new version; queues new blocks for upload.
+    /// Returns the hashes new to the scope; they are queued for background upload unless `foreground`,
+    /// in which case the caller uploads them (and queues them if that fails).
+    fn commit_locked(&self, ino: Ino, f: &mut OpenFile) -> EngineResult<Vec<String>> {
+        self.commit_with(ino, f, false)
+    }
+
+    fn commit_with(&self, ino: Ino, f: &mut OpenFile, foreground: bool) -> EngineResult<Vec<String>> {
+        if !f.changed {
+            return Ok(Vec::new());
+        }
+        let bs = self.block_size();
+        let mut blocks = f.blocks.clone();
+        let mut sealed = Vec::new();
+        for (&idx, d) in f.dirty.iter_mut() {
+            if idx * bs >= f.size {
+                continue;
+            }
+            let len = bs.min(f.size - idx * bs);
+            if len != d.len {
+                d.file.set_len(len)?;
+                if len > d.len {
+                    self.storage.staging_add(len - d.len)?;
+                } else {
+                    self.storage.staging_sub(d.len - len);
+                }
+                d.len = len;
+            }
+            d.file.sync_data()?;
+            let sha = hash_file(&mut d.file, len)?;
+            let staged = self.blocks_dir.join(&sha);
+            if d.path != staged {
+                std::fs::rename(&d.path, &staged)?;
+                d.path = staged;
+            }
+            sealed.push(sha.clone());
+            blocks.insert(idx, BlockRef { sha256: sha, len });
+        }
+        if !sealed.is_empty() {
+            File::open(&self.blocks_dir)?.sync_all()?;
+        }
+        let content_sha = match blocks.values().next() {
+            None if f.size == 0 => Some(EMPTY_SHA256.to_string()),
+            Some(b) if blocks.len() == 1 && b.len == f.size && blocks.contains_key(&0) => Some(b.sha256.clone()),
+            _ => None,
+        };
+        let new = self.meta.lock().commit_file(ino, f.size, f.mtime_ns, &blocks, content_sha.as_deref())?;
+        // Sealed copies of blocks the scope already had uploaded are redundant.
+        for sha in sealed.iter().filter(|s| !new.contains(s)) {
+            if self.meta.lock().block_uploaded(sha)? == Some(true) {
+                let path = self.blocks_dir.join(sha);
+                if let Ok(m) = std::fs::metadata(&path) {
+                    if std::fs::remove_file(&path).is_ok() {
+                        self.storage.staging_sub(m.len());
+                    }
+                }
+            }
+        }
+        *self.pending_growth.lock() -= f.size as i64 - f.committed_size as i64;
+        f.committed_size = f.size;
+        f.blocks = blocks;
+        f.dirty.clear();
+        f.changed = false;
+        if !foreground {
+            for sha in &new {
+                self.enqueue_upload(sha.clone());
+            }
+        }
+        Ok(new)
+    }
+
+    /// Commits the file's dirty data (a new version); in `close` durability also uploads it.
+    pub fn flush(&self, ino: Ino, fh: Fh) -> EngineResult<()> {
+        let file = self.file_of(ino, fh, false)?;
+        if self.storage.settings.durability == Durability::Close {
+            self.commit_and_upload(ino, &file)
+        } else {
+            self.commit_locked(ino, &mut file.lock()).map(|_| ())
+        }
+    }
+
+    /// Commits and waits until every block of the file is in the object store.
+    pub fn fsync(&self, ino: Ino, fh: Option<Fh>) -> EngineResult<()> {
+        let file = match fh {
+            Some(fh) => self.file_of(ino, fh, false)?,
+            None => match self.open_files.lock().get(&ino) {
+                Some(e) => e.file.clone(),
+                None => return self.upload_now(&self.committed_shas(ino)?),
+            },
+        };
+        self.commit_and_upload(ino, &file)
+    }
+
+    /// Commits, then uploads every still-staged block of the file in the foreground; what fails stays journaled.
+    fn commit_and_upload(&self, ino: Ino, file: &Mutex<OpenFile>) -> EngineResult<()> {
+        let mut f = file.lock();
+        let new = self.commit_with(ino, &mut f, true)?;
+        let shas: Vec<String> = f.blocks.values().map(|b| b.sha256.clone()).collect();
+        drop(f);
+        let result = self.upload_now(&shas);
+        if result.is_err() {
+            for sha in new {
+                self.enqueue_upload(sha);
+            }
+        }
+        result
+    }
+
+    fn committed_shas(&self, ino: Ino) -> EngineResult<Vec<String>> {
+        Ok(self.meta.lock().blocks_of(ino)?.into_values().map(|b| b.sha256).collect())
+    }
+
+    pub fn release(&self, ino: Ino, fh: Fh) -> EngineResult<()> {
+        let h = self.handles.lock().remove(&fh).ok_or(EngineError::BadHandle)?;
+        let result = match self.open_files.lock().get(&h.ino).map(|e| e.file.clone()) {
+            Some(file) => {
+                let mut f = file.lock();
+                self.commit_locked(ino, &mut f).map(|_| ())
+            }
+            None => Ok(()),
+        };
+        self.drop_handle_ref(h.ino);
+        result
+    }
+
+    /// Drops one handle reference; the last one forgets the open state and deletes a detached inode.
+    fn drop_handle_ref(&self, ino: Ino) {
+        let last = {
+            let mut map = self.open_files.lock();
+            match map.get_mut(&ino) {
+                Some(e) if e.handles > 1 => {
+                    e.handles -= 1;
+                    None
+                }
+                Some(_) => map.remove(&ino),
+                None => None,
+            }
+        };
+        let Some(entry) = last else { return };
+        let mut f = entry.file.lock();
+        // Uncommitted data of a failed commit is given up with the last handle.
+        *self.pending_growth.lock() -= f.size as i64 - f.committed_size as i64;
+        for (_, d) in std::mem::take(&mut f.dirty) {
+            self.discard_dirty(d);
+        }
+        drop(f);
+        let detached = matches!(self.meta.lock().inode(ino), Ok(row) if row.parent.is_none());
+        if detached {
+            if let Err(e) = self.meta.lock().delete_detached(ino) {
+                tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");
+            }
+        }
+    }
+}
+
+fn hash_file(file: &mut File, len: u64) -> std::io::Result<String> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut left = len;
+    let mut reader = file.take(len);
+    while left > 0 {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "staging block shorter than recorded"));
+        }
+        h.update(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(hex::encode(h.finalize()))
+}

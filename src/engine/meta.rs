@@ -1,0 +1,633 @@
+//! `MetaDb`: every SQL statement of a scope's metadata database (namespace, block lists, refcounts, usage).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+
+use super::error::{EngineError, EngineResult};
+use super::types::{FileKind, Ino, RenameMode, TimeSet, Usage, ROOT_INO};
+use crate::migrate;
+
+/// A block of a file version: its content hash and length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BlockRef {
+    pub sha256: String,
+    pub len: u64,
+}
+
+/// One row of `inodes`.
+#[derive(Debug, Clone)]
+pub(crate) struct InodeRow {
+    pub ino: Ino,
+    pub parent: Option<Ino>,
+    pub name: Option<Vec<u8>>,
+    pub kind: FileKind,
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub symlink_target: Option<Vec<u8>>,
+    pub version: u64,
+}
+
+/// What a namespace change did to an inode that lost its last name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dropped {
+    /// Nothing lost a name.
+    None,
+    /// The inode was deleted with its blocks.
+    Deleted(Ino),
+    /// The inode is still open: it lives on without a name until released.
+    Detached(Ino),
+}
+
+/// Attribute changes applied by `set_attrs`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AttrChanges {
+    pub perm: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+pub(crate) fn now_ns() -> i64 {
+    to_ns(SystemTime::now())
+}
+
+pub(crate) fn to_ns(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+pub(crate) fn from_ns(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn kind_from(s: &str) -> FileKind {
+    match s {
+        "dir" => FileKind::Dir,
+        "symlink" => FileKind::Symlink,
+        _ => FileKind::File,
+    }
+}
+
+const INODE_COLS: &str =
+    "ino, parent, name, kind, perm, uid, gid, size, atime_ns, mtime_ns, ctime_ns, symlink_target, version";
+
+fn row_to_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<InodeRow> {
+    Ok(InodeRow {
+        ino: r.get::<_, i64>(0)? as Ino,
+        parent: r.get::<_, Option<i64>>(1)?.map(|p| p as Ino),
+        name: r.get(2)?,
+        kind: kind_from(&r.get::<_, String>(3)?),
+        perm: r.get::<_, i64>(4)? as u32,
+        uid: r.get::<_, i64>(5)? as u32,
+        gid: r.get::<_, i64>(6)? as u32,
+        size: r.get::<_, i64>(7)? as u64,
+        atime_ns: r.get(8)?,
+        mtime_ns: r.get(9)?,
+        ctime_ns: r.get(10)?,
+        symlink_target: r.get(11)?,
+        version: r.get::<_, i64>(12)? as u64,
+    })
+}
+
+/// The metadata database of one scope. Callers serialize access (one `Mutex`).
+pub(crate) struct MetaDb {
+    conn: Connection,
+}
+
+impl MetaDb {
+    /// Opens (creating and migrating) the database; creates the root directory on first open.
+    pub fn open(path: &Path, root_uid: u32, root_gid: u32) -> EngineResult<MetaDb> {
+        let mut conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(Duration::from_secs(30))?;
+        migrate::apply(&mut conn, migrate::SCOPE_META)?;
+        let now = now_ns();
+        conn.execute(
+            "INSERT OR IGNORE INTO inodes (ino, parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns)
+             VALUES (?1, NULL, NULL, 'dir', 493, ?2, ?3, ?4, ?4, ?4)",
+            params![ROOT_INO as i64, root_uid, root_gid, now],
+        )?;
+        Ok(MetaDb { conn })
+    }
+
+    fn tx(&mut self) -> EngineResult<Transaction<'_>> {
+        Ok(self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?)
+    }
+
+    pub fn inode(&self, ino: Ino) -> EngineResult<InodeRow> {
+        inode_in(&self.conn, ino)?.ok_or(EngineError::NotFound)
+    }
+
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> EngineResult<InodeRow> {
+        lookup_in(&self.conn, parent, name)?.ok_or(EngineError::NotFound)
+    }
+
+    pub fn children(&self, parent: Ino) -> EngineResult<Vec<InodeRow>> {
+        let mut st = self
+            .conn
+            .prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE parent = ?1 ORDER BY name"))?;
+        let rows = st.query_map([parent as i64], row_to_inode)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Number of subdirectories (for a directory's link count).
+    pub fn subdir_count(&self, ino: Ino) -> EngineResult<u64> {
+        let n: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM inodes WHERE parent = ?1 AND kind = 'dir'",
+            [ino as i64],
+            |r| r.get(0),
+        )?;
+        Ok(n as u64)
+    }
+
+    /// Depth of a directory below the root (root = 0).
+    pub fn depth(&self, mut ino: Ino) -> EngineResult<usize> {
+        let mut depth = 0;
+        while ino != ROOT_INO {
+            ino = self.inode(ino)?.parent.ok_or(EngineError::NotFound)?;
+            depth += 1;
+        }
+        Ok(depth)
+    }
+
+    /// The virtual path of an inode (`/a/b`), or `None` if it has no name any more.
+    pub fn path_of(&self, mut ino: Ino) -> EngineResult<Option<String>> {
+        let mut parts = Vec::new();
+        while ino != ROOT_INO {
+            let row = self.inode(ino)?;
+            let (Some(parent), Some(name)) = (row.parent, row.name) else { return Ok(None) };
+            parts.push(String::from_utf8_lossy(&name).into_owned());
+            ino = parent;
+        }
+        parts.reverse();
+        Ok(Some(format!("/{}", parts.join("/"))))
+    }
+
+    pub fn usage(&self) -> EngineResult<Usage> {
+        Ok(usage_in(&self.conn)?)
+    }
+
+    /// Inserts a new inode under `parent`; checks the inode quota and updates the parent's times.
+    #[allow(clippy::too_many_arguments)]
+    pub fn insert(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        target: Option<&[u8]>,
+        max_inodes: u64,
+    ) -> EngineResult<InodeRow> {
+        let tx = self.tx()?;
+        let parent_row = inode_in(&tx, parent)?.ok_or(EngineError::NotFound)?;
+        if parent_row.kind != FileKind::Dir || parent_row.parent.is_none() && parent != ROOT_INO {
+            return Err(if parent_row.kind != FileKind::Dir { EngineError::NotDir } else { EngineError::NotFound });
+        }
+        if lookup_in(&tx, parent, name)?.is_some() {
+            return Err(EngineError::Exists);
+        }
+        let usage = usage_in(&tx)?;
+        if usage.inodes >= max_inodes {
+            return Err(EngineError::QuotaExceeded("inodes"));
+        }
+        let now = now_ns();
+        let size = target.map(|t| t.len() as i64).unwrap_or(0);
+        tx.execute(
+            "INSERT INTO inodes (parent, name, kind, perm, uid, gid, size, atime_ns, mtime_ns, ctime_ns, symlink_target)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, ?9)",
+            params![parent as i64, name, kind.as_str(), perm & 0o7777, uid, gid, size, now, target],
+        )?;
+        let ino = tx.last_insert_rowid() as Ino;
+        let is_file = i64::from(kind == FileKind::File);
+        tx.execute("UPDATE usage SET inodes = inodes + 1, files = files + ?1 WHERE id = 1", [is_file])?;
+        touch_dir(&tx, parent, now)?;
+        let row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;
+        tx.commit()?;
+        Ok(row)
+    }
+
+    pub fn set_attrs(&mut self, ino: Ino, ch: &AttrChanges) -> EngineResult<InodeRow> {
+        let tx = self.tx()?;
+        let mut row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;
+        let now = now_ns();
+        let resolve = |t: TimeSet| match t {
+            TimeSet::Now => now,
+            TimeSet::At(at) => to_ns(at),
+        };
+        if let Some(p) = ch.perm {
+            row.perm = p & 0o7777;
+        }
+        if let Some(u) = ch.uid {
+            row.uid = u;
+        }
+        if let Some(g) = ch.gid {
+            row.gid = g;
+        }
+        if let Some(t) = ch.atime {
+            row.atime_ns = resolve(t);
+        }
+        if let Some(t) = ch.mtime {
+            row.mtime_ns = resolve(t);
+        }
+        row.ctime_ns = now;
+        tx.execute(
+            "UPDATE inodes SET perm = ?2, uid = ?3, gid = ?4, atime_ns = ?5, mtime_ns = ?6, ctime_ns = ?7 WHERE ino = ?1",
+            params![ino as i64, row.perm, row.uid, row.gid, row.atime_ns, row.mtime_ns, row.ctime_ns],
+        )?;
+        tx.commit()?;
+        Ok(row)
+    }
+
+    /// The committed block list of a file.
+    pub fn blocks_of(&self, ino: Ino) -> EngineResult<BTreeMap<u64, BlockRef>> {
+        let mut st = self.conn.prepare_cached("SELECT idx, sha256, len FROM file_blocks WHERE ino = ?1")?;
+        let rows = st.query_map([ino as i64], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, BlockRef { sha256: r.get(1)?, len: r.get::<_, i64>(2)? as u64 }))
+        })?;
+        Ok(rows.collect::<Result<BTreeMap<_, _>, _>>()?)
+    }
+
+    /// Commits a new version of a file: its full block list, size and mtime, in one transaction.
+    /// Returns the hashes that are new to the scope (to be uploaded from staging).
+    pub fn commit_file(
+        &mut self,
+        ino: Ino,
+        size: u64,
+        mtime_ns: i64,
+        blocks: &BTreeMap<u64, BlockRef>,
+        content_sha256: Option<&str>,
+    ) -> EngineResult<Vec<String>> {
+        let tx = self.tx()?;
+        let row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;
+        let old = {
+            let mut st = tx.prepare_cached("SELECT idx, sha256, len FROM file_blocks WHERE ino = ?1")?;
+            let rows = st.query_map([ino as i64], |r| {
+                Ok((r.get::<_, i64>(0)? as u64, BlockRef { sha256: r.get(1)?, len: r.get::<_, i64>(2)? as u64 }))
+            })?;
+            rows.collect::<Result<BTreeMap<_, _>, _>>()?
+        };
+        let mut new_shas = Vec::new();
+        for (idx, b) in blocks {
+            if old.get(idx) == Some(b) {
+                continue;
+            }
+            if add_ref(&tx, b)? {
+                new_shas.push(b.sha256.clone());
+            }
+            tx.execute(
+                "INSERT OR REPLACE INTO file_blocks (ino, idx, sha256, len) VALUES (?1, ?2, ?3, ?4)",
+                params![ino as i64, *idx as i64, b.sha256, b.len as i64],
+            )?;
+        }
+        for (idx, b) in &old {
+            if blocks.get(idx) == Some(b) {
+                continue;
+            }
+            drop_ref(&tx, &b.sha256)?;
+            if !blocks.contains_key(idx) {
+                tx.execute("DELETE FROM file_blocks WHERE ino = ?1 AND idx = ?2", params![ino as i64, *idx as i64])?;
+            }
+        }
+        let now = now_ns();
+        tx.execute(
+            "UPDATE inodes SET size = ?2, mtime_ns = ?3, ctime_ns = ?4, version = version + 1, content_sha256 = ?5
+             WHERE ino = ?1",
+            params![ino as i64, size as i64, mtime_ns, now, content_sha256],
+        )?;
+        tx.execute(
+            "UPDATE usage SET bytes = bytes + ?1 WHERE id = 1",
+            [size as i64 - row.size as i64],
+        )?;
+        tx.commit()?;
+        Ok(new_shas)
+    }
+
+    /// Removes the name `parent/name` of a non-directory. `is_open` says whether an inode is still open.
+    pub fn unlink(&mut self, parent: Ino, name: &[u8], is_open: &dyn Fn(Ino) -> bool) -> EngineResult<Dropped> {
+        let tx = self.tx()?;
+        let row = lookup_in(&tx, parent, name)?.ok_or(EngineError::NotFound)?;
+        if row.kind == FileKind::Dir {
+            return Err(EngineError::IsDir);
+        }
+        let now = now_ns();
+        let dropped = drop_name(&tx, &row, is_open(row.ino), now)?;
+        touch_dir(&tx, parent, now)?;
+        tx.commit()?;
+        Ok(dropped)
+    }
+
+    pub fn rmdir(&mut self, parent: Ino, name: &[u8]) -> EngineResult<()> {
+        let tx = self.tx()?;
+        let row = lookup_in(&tx, parent, name)?.ok_or(EngineError::NotFound)?;
+        if row.kind != FileKind::Dir {
+            return Err(EngineError::NotDir);
+        }
+        if has_children(&tx, row.ino)? {
+            return Err(EngineError::NotEmpty);
+        }
+        let now = now_ns();
+        drop_name(&tx, &row, false, now)?;
+        touch_dir(&tx, parent, now)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Renames atomically with `renameat2` semantics.
+    pub fn rename(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        new_parent: Ino,
+        new_name: &[u8],
+        mode: RenameMode,
+        is_open: &dyn Fn(Ino) -> bool,
+    ) -> EngineResult<Dropped> {
+        let tx = self.tx()?;
+        let src = lookup_in(&tx, parent, name)?.ok_or(EngineError::NotFound)?;
+        let np = inode_in(&tx, new_parent)?.ok_or(EngineError::NotFound)?;
+        if np.kind != FileKind::Dir {
+            return Err(EngineError::NotDir);
+        }
+        let dst = lookup_in(&tx, new_parent, new_name)?;
+        let now = now_ns();
+        let mut dropped = Dropped::None;
+        if src.kind == FileKind::Dir && is_within(&tx, new_parent, src.ino)? {
+            return Err(EngineError::Invalid("cannot move a directory into itself"));
+        }
+        match (mode, &dst) {
+            (RenameMode::NoReplace, Some(_)) => return Err(EngineError::Exists),
+            (RenameMode::Exchange, None) => return Err(EngineError::NotFound),
+            (RenameMode::Exchange, Some(d)) => {
+                if d.kind == FileKind::Dir && is_within(&tx, parent, d.ino)? {
+                    return Err(EngineError::Invalid("cannot move a directory into itself"));
+                }
+                // Swap names through a temporary detach to respect the unique index.
+                tx.execute("UPDATE inodes SET parent = NULL WHERE ino = ?1", [d.ino as i64])?;
+                set_name(&tx, src.ino, new_parent, new_name, now)?;
+                set_name(&tx, d.ino, parent, name, now)?;
+            }
+            (_, Some(d)) if d.ino == src.ino => return Ok(Dropped::None),
+            (_, Some(d)) => {
+                match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
+                    (true, false) => return Err(EngineError::NotDir),
+                    (false, true) => return Err(EngineError::IsDir),
+                    (true, true) if has_children(&tx, d.ino)? => return Err(EngineError::NotEmpty),
+                    _ => {}
+                }
+                dropped = drop_name(&tx, d, is_open(d.ino), now)?;
+                set_name(&tx, src.ino, new_parent, new_name, now)?;
+            }
+            (_, None) => set_name(&tx, src.ino, new_parent, new_name, now)?,
+        }
+        touch_dir(&tx, parent, now)?;
+        if new_parent != parent {
+            touch_dir(&tx, new_parent, now)?;
+        }
+        tx.commit()?;
+        Ok(dropped)
+    }
+
+    /// Deletes an inode that has no name any more (after its last release, or an orphan at startup).
+    pub fn delete_detached(&mut self, ino: Ino) -> EngineResult<()> {
+        let tx = self.tx()?;
+        if let Some(row) = inode_in(&tx, ino)? {
+            if row.parent.is_none() && ino != ROOT_INO {
+                delete_inode(&tx, &row)?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Inodes without a name (unlinked while open when the daemon stopped).
+    pub fn detached_inodes(&self) -> EngineResult<Vec<Ino>> {
+        let mut st = self.conn.prepare("SELECT ino FROM inodes WHERE parent IS NULL AND ino <> ?1")?;
+        let rows = st.query_map([ROOT_INO as i64], |r| r.get::<_, i64>(0))?;
+        Ok(rows.map(|r| r.map(|i| i as Ino)).collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Hashes of blocks still waiting for upload (the journal).
+    pub fn staged_blocks(&self) -> EngineResult<Vec<String>> {
+        let mut st = self.conn.prepare("SELECT sha256 FROM blocks WHERE state = 'staged'")?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// `Some(true)` uploaded, `Some(false)` staged, `None` unknown.
+    pub fn block_uploaded(&self, sha: &str) -> EngineResult<Option<bool>> {
+        let st: Option<String> = self
+            .conn
+            .query_row("SELECT state FROM blocks WHERE sha256 = ?1", [sha], |r| r.get(0))
+            .optional()?;
+        Ok(st.map(|s| s == "uploaded"))
+    }
+
+    pub fn mark_uploaded(&mut self, sha: &str) -> EngineResult<()> {
+        self.conn.execute("UPDATE blocks SET state = 'uploaded' WHERE sha256 = ?1", [sha])?;
+        Ok(())
+    }
+
+    /// Every block row: hash, length, state uploaded?
+    pub fn all_blocks(&self) -> EngineResult<Vec<(String, u64, bool)>> {
+        let mut st = self.conn.prepare("SELECT sha256, len, state = 'uploaded' FROM blocks")?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get(2)?)))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Files (inode numbers) that reference a block.
+    pub fn files_with_block(&self, sha: &str) -> EngineResult<Vec<Ino>> {
+        let mut st = self.conn.prepare("SELECT DISTINCT ino FROM file_blocks WHERE sha256 = ?1")?;
+        let rows = st.query_map([sha], |r| r.get::<_, i64>(0))?;
+        Ok(rows.map(|r| r.map(|i| i as Ino)).collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Blocks with no reference since before `cutoff_unix`: returns (sha, was uploaded) and deletes their rows.
+    pub fn take_unreferenced(&mut self, cutoff_unix: i64, limit: usize) -> EngineResult<Vec<(String, bool)>> {
+        let tx = self.tx()?;
+        let found = {
+            let mut st = tx.prepare(
+                "SELECT sha256, state = 'uploaded' FROM blocks
+                 WHERE refcount = 0 AND unreferenced_since <= ?1 LIMIT ?2",
+            )?;
+            let rows = st.query_map(params![cutoff_unix, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<Result<Vec<(String, bool)>, _>>()?
+        };
+        for (sha, _) in &found {
+            tx.execute("DELETE FROM blocks WHERE sha256 = ?1 AND refcount = 0", [sha])?;
+        }
+        tx.commit()?;
+        Ok(found)
+    }
+
+    pub fn integrity_check(&self) -> EngineResult<String> {
+        let mut st = self.conn.prepare("PRAGMA integrity_check")?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?.join("; "))
+    }
+
+    /// Checks the stored counters against a recount; returns a description of each mismatch.
+    pub fn consistency_problems(&self) -> EngineResult<Vec<String>> {
+        let mut problems = Vec::new();
+        let bad_refs: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM blocks b WHERE refcount <> (SELECT COUNT(*) FROM file_blocks f WHERE f.sha256 = b.sha256)",
+            [],
+            |r| r.get(0),
+        )?;
+        if bad_refs > 0 {
+            problems.push(format!("{bad_refs} block reference counts disagree with the block lists"));
+        }
+        let missing: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM file_blocks f WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.sha256 = f.sha256)",
+            [],
+            |r| r.get(0),
+        )?;
+        if missing > 0 {
+            problems.push(format!("{missing} file blocks point at no block row"));
+        }
+        let u = usage_in(&self.conn)?;
+        let (files, bytes, inodes): (i64, i64, i64) = self.conn.query_row(
+            "SELECT COALESCE(SUM(kind = 'file'), 0), COALESCE(SUM(CASE WHEN kind = 'file' THEN size ELSE 0 END), 0), COUNT(*)
+             FROM inodes WHERE ino <> 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        if (files as u64, bytes as u64, inodes as u64) != (u.files, u.bytes, u.inodes) {
+            problems.push(format!(
+                "usage counters ({}, {}, {}) disagree with a recount ({files}, {bytes}, {inodes})",
+                u.files, u.bytes, u.inodes
+            ));
+        }
+        Ok(problems)
+    }
+}
+
+fn inode_in(conn: &Connection, ino: Ino) -> rusqlite::Result<Option<InodeRow>> {
+    conn.prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE ino = ?1"))?
+        .query_row([ino as i64], row_to_inode)
+        .optional()
+}
+
+fn lookup_in(conn: &Connection, parent: Ino, name: &[u8]) -> rusqlite::Result<Option<InodeRow>> {
+    conn.prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE parent = ?1 AND name = ?2"))?
+        .query_row(params![parent as i64, name], row_to_inode)
+        .optional()
+}
+
+fn usage_in(conn: &Connection) -> rusqlite::Result<Usage> {
+    conn.query_row("SELECT files, bytes, inodes FROM usage WHERE id = 1", [], |r| {
+        Ok(Usage {
+            files: r.get::<_, i64>(0)? as u64,
+            bytes: r.get::<_, i64>(1)? as u64,
+            inodes: r.get::<_, i64>(2)? as u64,
+        })
+    })
+}
+
+fn has_children(conn: &Connection, ino: Ino) -> rusqlite::Result<bool> {
+    conn.query_row("SELECT EXISTS (SELECT 1 FROM inodes WHERE parent = ?1)", [ino as i64], |r| r.get(0))
+}
+
+fn touch_dir(conn: &Connection, ino: Ino, now: i64) -> rusqlite::Result<()> {
+    conn.execute("UPDATE inodes SET mtime_ns = ?2, ctime_ns = ?2 WHERE ino = ?1", params![ino as i64, now])?;
+    Ok(())
+}
+
+fn set_name(conn: &Connection, ino: Ino, parent: Ino, name: &[u8], now: i64) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE inodes SET parent = ?2, name = ?3, ctime_ns = ?4 WHERE ino = ?1",
+        params![ino as i64, parent as i64, name, now],
+    )?;
+    Ok(())
+}
+
+/// Whether `ino` is `ancestor` or lies below it.
+fn is_within(conn: &Connection, mut ino: Ino, ancestor: Ino) -> EngineResult<bool> {
+    loop {
+        if ino == ancestor {
+            return Ok(true);
+        }
+        if ino == ROOT_INO {
+            return Ok(false);
+        }
+        ino = inode_in(conn, ino)?.and_then(|r| r.parent).ok_or(EngineError::NotFound)?;
+    }
+}
+
+/// Takes the only name of an inode away: detaches it if open, else deletes it.
+fn drop_name(conn: &Connection, row: &InodeRow, open: bool, now: i64) -> EngineResult<Dropped> {
+    if open {
+        conn.execute(
+            "UPDATE inodes SET parent = NULL, name = NULL, ctime_ns = ?2 WHERE ino = ?1",
+            params![row.ino as i64, now],
+        )?;
+        Ok(Dropped::Detached(row.ino))
+    } else {
+        delete_inode(conn, row)?;
+        Ok(Dropped::Deleted(row.ino))
+    }
+}
+
+fn delete_inode(conn: &Connection, row: &InodeRow) -> EngineResult<()> {
+    let shas = {
+        let mut st = conn.prepare_cached("SELECT sha256 FROM file_blocks WHERE ino = ?1")?;
+        let rows = st.query_map([row.ino as i64], |r| r.get::<_, String>(0))?;
+        rows.collect::<Result<Vec<_>, _>>()?
+    };
+    conn.execute("DELETE FROM file_blocks WHERE ino = ?1", [row.ino as i64])?;
+    for sha in shas {
+        drop_ref(conn, &sha)?;
+    }
+    conn.execute("DELETE FROM inodes WHERE ino = ?1", [row.ino as i64])?;
+    let (files, bytes) = if row.kind == FileKind::File { (1, row.size as i64) } else { (0, 0) };
+    conn.execute(
+        "UPDATE usage SET inodes = inodes - 1, files = files - ?1, bytes = bytes - ?2 WHERE id = 1",
+        params![files, bytes],
+    )?;
+    Ok(())
+}
+
+/// Adds a reference to a block; returns true when the block is new to the scope (must be uploaded).
+fn add_ref(conn: &Connection, b: &BlockRef) -> rusqlite::Result<bool> {
+    let updated = conn.execute(
+        "UPDATE blocks SET refcount = refcount + 1, unreferenced_since = NULL WHERE sha256 = ?1",
+        [&b.sha256],
+    )?;
+    if updated == 1 {
+        return Ok(false);
+    }
+    conn.execute(
+        "INSERT INTO blocks (sha256, len, refcount, state) VALUES (?1, ?2, 1, 'staged')",
+        params![b.sha256, b.len as i64],
+    )?;
+    Ok(true)
+}
+
+fn drop_ref(conn: &Connection, sha: &str) -> rusqlite::Result<()> {
+    let unix_now = now_ns() / 1_000_000_000;
+    conn.execute(
+        "UPDATE blocks SET refcount = refcount - 1,
+                unreferenced_since = CASE WHEN refcount = 1 THEN ?2 ELSE unreferenced_since END
+         WHERE sha256 = ?1",
+        params![sha, unix_now],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,456 @@
+//! `ScopeEngine`: one scope's filesystem — opening and recovery, namespace operations, attributes, statfs, gc and fsck.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::error::{EngineError, EngineResult};
+use super::fileio::OpenEntry;
+use super::meta::{from_ns, AttrChanges, Dropped, InodeRow, MetaDb};
+use super::storage::Storage;
+use super::types::*;
+use super::upload::UploadQueue;
+use crate::ids::ScopeId;
+use crate::names;
+
+/// Result of a garbage collection pass of one scope.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    pub blocks_deleted: u64,
+    pub bytes_deleted: u64,
+}
+
+/// Result of `fsck` of one scope.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FsckReport {
+    pub files_checked: u64,
+    pub blocks_checked: u64,
+    /// Virtual paths of files with a missing or corrupt block.
+    pub damaged_files: Vec<String>,
+    /// Objects under the scope prefix no block row refers to.
+    pub orphan_objects: Vec<String>,
+    /// Metadata inconsistencies (counters, references).
+    pub metadata_problems: Vec<String>,
+}
+
+/// A handle returned by open/create.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HandleInfo {
+    pub ino: Ino,
+    pub write: bool,
+}
+
+/// One scope's filesystem.
+pub struct ScopeEngine {
+    pub(crate) scope_id: ScopeId,
+    pub(crate) storage: Arc<Storage>,
+    pub(crate) meta: Mutex<MetaDb>,
+    pub(crate) blocks_dir: PathBuf,
+    pub(crate) open_dir: PathBuf,
+    pub(crate) self_ref: Weak<ScopeEngine>,
+    read_only: AtomicBool,
+    quota: Mutex<Quota>,
+    /// Bytes by which open files exceed their committed sizes (counts against the quota).
+    pub(crate) pending_growth: Mutex<i64>,
+    pub(crate) open_files: Mutex<HashMap<Ino, OpenEntry>>,
+    pub(crate) handles: Mutex<HashMap<Fh, HandleInfo>>,
+    pub(crate) next_fh: AtomicU64,
+    pub(crate) uploads: UploadQueue,
+}
+
+impl ScopeEngine {
+    pub(crate) fn open_new(storage: Arc<Storage>, scope_id: ScopeId, quota: Quota) -> EngineResult<Arc<ScopeEngine>> {
+        let id = scope_id.as_str().to_string();
+        let meta_dir = storage.scope_meta_dir(&id);
+        let staging = storage.scope_staging_dir(&id);
+        let blocks_dir = staging.join("blocks");
+        let open_dir = staging.join("open");
+        for d in [&meta_dir, &blocks_dir, &open_dir] {
+            std::fs::create_dir_all(d)?;
+        }
+        let meta = MetaDb::open(&meta_dir.join("meta.sqlite3"), 0, 0)?;
+        let engine = Arc::new_cyclic(|me| ScopeEngine {
+            scope_id,
+            storage,
+            meta: Mutex::new(meta),
+            blocks_dir,
+            open_dir,
+            self_ref: me.clone(),
+            read_only: AtomicBool::new(false),
+            quota: Mutex::new(quota),
+            pending_growth: Mutex::new(0),
+            open_files: Mutex::new(HashMap::new()),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            uploads: UploadQueue::default(),
+        });
+        engine.recover()?;
+        Ok(engine)
+    }
+
+    /// Startup recovery: drop uncommitted write buffers and orphans, replay the upload journal.
+    fn recover(&self) -> EngineResult<()> {
+        for entry in std::fs::read_dir(&self.open_dir)?.flatten() {
+            let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            if std::fs::remove_file(entry.path()).is_ok() {
+                self.storage.staging_sub(len);
+            }
+        }
+        let mut meta = self.meta.lock();
+        for ino in meta.detached_inodes()? {
+            meta.delete_detached(ino)?;
+        }
+        let staged = meta.staged_blocks()?;
+        drop(meta);
+        let staged_set: std::collections::HashSet<&str> = staged.iter().map(String::as_str).collect();
+        for entry in std::fs::read_dir(&self.blocks_dir)?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !staged_set.contains(name.as_str()) {
+                let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                if std::fs::remove_file(entry.path()).is_ok() {
+                    self.storage.staging_sub(len);
+                }
+            }
+        }
+        let mut missing = 0;
+        for sha in staged {
+            if self.blocks_dir.join(&sha).exists() {
+                self.enqueue_upload(sha);
+            } else {
+                missing += 1;
+            }
+        }
+        if missing > 0 {
+            tracing::error!(scope = %self.scope_id, missing, "journaled blocks missing from staging; run fsck");
+        }
+        Ok(())
+    }
+
+    pub fn scope_id(&self) -> &ScopeId {
+        &self.scope_id
+    }
+
+    /// Read-only (deleting) scopes answer `ReadOnly` to every change.
+    pub fn set_read_only(&self, read_only: bool) {
+        self.read_only.store(read_only, Ordering::SeqCst);
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn check_writable(&self) -> EngineResult<()> {
+        if self.is_read_only() {
+            Err(EngineError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn set_quota(&self, quota: Quota) {
+        *self.quota.lock() = quota;
+    }
+
+    pub fn quota(&self) -> Quota {
+        *self.quota.lock()
+    }
+
+    pub fn usage(&self) -> EngineResult<Usage> {
+        self.meta.lock().usage()
+    }
+
+    pub(crate) fn is_open(&self, ino: Ino) -> bool {
+        self.open_files.lock().contains_key(&ino)
+    }
+
+    /// Attributes of a row, with uncommitted size and mtime of an open file applied.
+    pub(crate) fn attr_of(&self, row: &InodeRow, subdirs: u64) -> Attr {
+        let (mut size, mut mtime_ns) = (row.size, row.mtime_ns);
+        if row.kind == FileKind::File {
+            if let Some((s, m)) = self.open_overlay(row.ino) {
+                size = s;
+                mtime_ns = m.unwrap_or(mtime_ns);
+            }
+        }
+        Attr {
+            ino: row.ino,
+            kind: row.kind,
+            size,
+            perm: row.perm,
+            nlink: match row.kind {
+                FileKind::Dir => 2 + subdirs as u32,
+                _ if row.parent.is_none() => 0,
+                _ => 1,
+            },
+            uid: row.uid,
+            gid: row.gid,
+            atime: from_ns(row.atime_ns),
+            mtime: from_ns(mtime_ns),
+            ctime: from_ns(row.ctime_ns),
+            version: row.version,
+        }
+    }
+
+    fn attr_with_meta(&self, meta: &MetaDb, row: &InodeRow) -> EngineResult<Attr> {
+        let subdirs = if row.kind == FileKind::Dir { meta.subdir_count(row.ino)? } else { 0 };
+        Ok(self.attr_of(row, subdirs))
+    }
+
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> EngineResult<Attr> {
+        names::check_lookup_name(name)?;
+        let meta = self.meta.lock();
+        let row = meta.lookup(parent, name)?;
+        self.attr_with_meta(&meta, &row)
+    }
+
+    pub fn getattr(&self, ino: Ino) -> EngineResult<Attr> {
+        let meta = self.meta.lock();
+        let row = meta.inode(ino)?;
+        self.attr_with_meta(&meta, &row)
+    }
+
+    pub fn setattr(&self, ino: Ino, changes: &SetAttr) -> EngineResult<Attr> {
+        self.check_writable()?;
+        if let Some(size) = changes.size {
+            self.truncate(ino, size)?;
+        }
+        let ch = AttrChanges {
+            perm: changes.perm,
+            uid: changes.uid,
+            gid: changes.gid,
+            atime: changes.atime,
+            mtime: changes.mtime,
+        };
+        let touches = ch.perm.is_some() || ch.uid.is_some() || ch.gid.is_some() || ch.atime.is_some() || ch.mtime.is_some();
+        if touches {
+            let row = self.meta.lock().set_attrs(ino, &ch)?;
+            if changes.mtime.is_some() {
+                self.override_open_mtime(ino, row.mtime_ns);
+            }
+        }
+        self.getattr(ino)
+    }
+
+    pub fn readlink(&self, ino: Ino) -> EngineResult<Vec<u8>> {
+        let row = self.meta.lock().inode(ino)?;
+        match (row.kind, row.symlink_target) {
+            (FileKind::Symlink, Some(t)) => Ok(t),
+            _ => Err(EngineError::Invalid("not a symlink")),
+        }
+    }
+
+    fn insert(&self, parent: Ino, name: &[u8], kind: FileKind, perm: u32, owner: Owner, target: Option<&[u8]>) -> EngineResult<Attr> {
+        self.check_writable()?;
+        names::check_new_name(name, parent == ROOT_INO)?;
+        let max_inodes = self.quota().inodes;
+        let mut meta = self.meta.lock();
+        if let Some(t) = target {
+            names::check_symlink_target(t, meta.depth(parent)?)?;
+        }
+        let row = meta.insert(parent, name, kind, perm, owner.uid, owner.gid, target, max_inodes)?;
+        self.attr_with_meta(&meta, &row)
+    }
+
+    pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> EngineResult<Attr> {
+        self.insert(parent, name, FileKind::Dir, perm, owner, None)
+    }
+
+    pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], owner: Owner) -> EngineResult<Attr> {
+        self.insert(parent, name, FileKind::Symlink, 0o777, owner, Some(target))
+    }
+
+    /// Creates a regular file and opens it (an existing file is opened unless `exclusive`).
+    pub fn create(&self, parent: Ino, name: &[u8], perm: u32, flags: OpenFlags, owner: Owner) -> EngineResult<(Attr, Opened)> {
+        let attr = match self.insert(parent, name, FileKind::File, perm, owner, None) {
+            Err(EngineError::Exists) if !flags.exclusive => {
+                let attr = self.lookup(parent, name)?;
+                if attr.kind == FileKind::Dir {
+                    return Err(EngineError::IsDir);
+                }
+                attr
+            }
+            other => other?,
+        };
+        let opened = self.open(attr.ino, flags)?;
+        Ok((self.getattr(attr.ino)?, opened))
+    }
+
+    pub fn unlink(&self, parent: Ino, name: &[u8]) -> EngineResult<()> {
+        self.check_writable()?;
+        names::check_lookup_name(name)?;
+        let dropped = self.meta.lock().unlink(parent, name, &|ino| self.is_open(ino))?;
+        self.after_drop(dropped);
+        Ok(())
+    }
+
+    pub fn rmdir(&self, parent: Ino, name: &[u8]) -> EngineResult<()> {
+        self.check_writable()?;
+        names::check_lookup_name(name)?;
+        self.meta.lock().rmdir(parent, name)
+    }
+
+    pub fn rename(&self, parent: Ino, name: &[u8], new_parent: Ino, new_name: &[u8], mode: RenameMode) -> EngineResult<()> {
+        self.check_writable()?;
+        names::check_lookup_name(name)?;
+        names::check_new_name(new_name, new_parent == ROOT_INO)?;
+        let dropped = self.meta.lock().rename(parent, name, new_parent, new_name, mode, &|ino| self.is_open(ino))?;
+        self.after_drop(dropped);
+        Ok(())
+    }
+
+    /// A detached inode may have been released between the namespace change and now.
+    fn after_drop(&self, dropped: Dropped) {
+        if let Dropped::Detached(ino) = dropped {
+            if !self.is_open(ino) {
+                if let Err(e) = self.meta.lock().delete_detached(ino) {
+                    tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");
+                }
+            }
+        }
+    }
+
+    /// Children of a directory (without `.` and `..`).
+    pub fn readdir(&self, ino: Ino) -> EngineResult<Vec<DirEntry>> {
+        let meta = self.meta.lock();
+        let dir = meta.inode(ino)?;
+        if dir.kind != FileKind::Dir {
+            return Err(EngineError::NotDir);
+        }
+        let rows = meta.children(ino)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let attr = self.attr_with_meta(&meta, &row)?;
+            out.push(DirEntry { name: row.name.unwrap_or_default(), attr });
+        }
+        Ok(out)
+    }
+
+    /// The parent directory of a directory (root is its own parent).
+    pub fn parent_of(&self, ino: Ino) -> EngineResult<Ino> {
+        if ino == ROOT_INO {
+            return Ok(ROOT_INO);
+        }
+        self.meta.lock().inode(ino)?.parent.ok_or(EngineError::NotFound)
+    }
+
+    /// The virtual path of an inode, if it still has a name.
+    pub fn path_of(&self, ino: Ino) -> EngineResult<Option<String>> {
+        self.meta.lock().path_of(ino)
+    }
+
+    pub fn statfs(&self) -> EngineResult<StatFs> {
+        const BSIZE: u64 = 4096;
+        let q = self.quota();
+        let used = self.usage()?;
+        let pending = (*self.pending_growth.lock()).max(0) as u64;
+        let used_bytes = used.bytes + pending;
+        Ok(StatFs {
+            block_size: BSIZE as u32,
+            total_blocks: q.bytes / BSIZE,
+            free_blocks: q.bytes.saturating_sub(used_bytes) / BSIZE,
+            total_inodes: q.inodes,
+            free_inodes: q.inodes.saturating_sub(used.inodes),
+            max_name_len: names::MAX_NAME_LEN as u32,
+        })
+    }
+
+    /// Deletes blocks unreferenced for longer than `grace` from staging, cache and the object store.
+    /// Holds the metadata lock while deleting so no commit can re-reference a block mid-delete.
+    pub fn collect_garbage(&self, grace: Duration) -> EngineResult<GcReport> {
+        let cutoff = super::meta::now_ns() / 1_000_000_000 - grace.as_secs() as i64;
+        let mut report = GcReport::default();
+        let scope = self.scope_id.as_str();
+        let mut meta = self.meta.lock();
+        loop {
+            let batch = meta.take_unreferenced(cutoff, 256)?;
+            if batch.is_empty() {
+                break;
+            }
+            for (sha, uploaded) in batch {
+                let staged = self.blocks_dir.join(&sha);
+                if let Ok(m) = std::fs::metadata(&staged) {
+                    if std::fs::remove_file(&staged).is_ok() {
+                        self.storage.staging_sub(m.len());
+                    }
+                }
+                self.storage.cache.remove(scope, &sha);
+                if uploaded {
+                    let key = crate::store::block_key(scope, &sha);
+                    let st = &self.storage;
+                    st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&key)))?;
+                }
+                report.blocks_deleted += 1;
+            }
+        }
+        drop(meta);
+        report.bytes_deleted = 0;
+        Ok(report)
+    }
+
+    /// Verifies that every referenced block exists in the store with the right hash (downloading each),
+    /// lists orphan objects, and checks metadata counters. With `repair`, orphan objects are deleted.
+    pub fn fsck(&self, repair: bool) -> EngineResult<FsckReport> {
+        let scope = self.scope_id.as_str().to_string();
+        let mut report = FsckReport::default();
+        let (blocks, usage, problems) = {
+            let meta = self.meta.lock();
+            (meta.all_blocks()?, meta.usage()?, meta.consistency_problems()?)
+        };
+        report.metadata_problems = problems;
+        report.files_checked = usage.files;
+        let st = &self.storage;
+        let mut damaged_inos = std::collections::BTreeSet::new();
+        for (sha, _len, uploaded) in &blocks {
+            report.blocks_checked += 1;
+            let ok = if *uploaded {
+                let key = crate::store::block_key(&scope, sha);
+                match st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.get(&key))) {
+                    Ok(data) => {
+                        use sha2::Digest;
+                        hex::encode(sha2::Sha256::digest(&data)) == *sha
+                    }
+                    Err(crate::store::StoreError::NotFound { .. }) => false,
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                self.blocks_dir.join(sha).exists()
+            };
+            if !ok {
+                st.cache.remove(&scope, sha);
+                damaged_inos.extend(self.meta.lock().files_with_block(sha)?);
+            }
+        }
+        for ino in damaged_inos {
+            let path = self.path_of(ino)?.unwrap_or_else(|| format!("(unlinked inode {ino})"));
+            report.damaged_files.push(path);
+        }
+        let known: std::collections::HashSet<String> = blocks.iter().map(|b| b.0.clone()).collect();
+        let prefix = format!("{}blocks/", crate::store::scope_prefix(&scope));
+        let listed = st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.list(&prefix)))?;
+        for obj in listed {
+            let sha = obj.key.rsplit('/').next().unwrap_or_default().to_string();
+            if !known.contains(&sha) {
+                if repair {
+                    st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&obj.key)))?;
+                }
+                report.orphan_objects.push(obj.key);
+            }
+        }
+        Ok(report)
+    }
+
+    /// `PRAGMA integrity_check` of the scope's metadata database ("ok" when healthy).
+    pub fn integrity_check(&self) -> EngineResult<String> {
+        self.meta.lock().integrity_check()
+    }
+
+    /// Counter and reference mismatches in the metadata (empty when consistent).
+    pub fn consistency_problems(&self) -> EngineResult<Vec<String>> {
+        self.meta.lock().consistency_problems()
+    }
+
+}

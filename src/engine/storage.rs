@@ -1,0 +1,199 @@
+//! `Storage`: what all scopes of one daemon share — the object store (with timeout and retries), block cache, runtime and staging accounting.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+
+use super::cache::BlockCache;
+use super::error::{EngineError, EngineResult};
+use super::scope::ScopeEngine;
+use super::types::{Quota, StorageSettings};
+use crate::ids::ScopeId;
+use crate::store::{ObjectStore, StoreError};
+
+pub struct Storage {
+    pub(crate) store: Arc<dyn ObjectStore>,
+    pub(crate) settings: StorageSettings,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) rt: tokio::runtime::Handle,
+    pub(crate) cache: BlockCache,
+    pub(crate) upload_slots: Arc<tokio::sync::Semaphore>,
+    staging_bytes: AtomicU64,
+    prefetching: Mutex<HashSet<(String, String)>>,
+    scopes: Mutex<HashMap<ScopeId, Weak<ScopeEngine>>>,
+}
+
+impl Storage {
+    /// Opens the shared storage rooted at `data_dir` (`staging/`, `cache/`, `scopes/` below it).
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        settings: StorageSettings,
+        data_dir: &Path,
+        runtime: tokio::runtime::Handle,
+    ) -> EngineResult<Arc<Storage>> {
+        for sub in ["staging", "cache", "scopes"] {
+            std::fs::create_dir_all(data_dir.join(sub))?;
+        }
+        let cache = BlockCache::open(data_dir.join("cache"), settings.cache_max_bytes)?;
+        let staging_bytes = dir_size(&data_dir.join("staging"));
+        Ok(Arc::new(Storage {
+            store,
+            upload_slots: Arc::new(tokio::sync::Semaphore::new(settings.upload_parallelism)),
+            settings,
+            data_dir: data_dir.to_path_buf(),
+            rt: runtime,
+            cache,
+            staging_bytes: AtomicU64::new(staging_bytes),
+            prefetching: Mutex::new(HashSet::new()),
+            scopes: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    pub fn settings(&self) -> &StorageSettings {
+        &self.settings
+    }
+
+    /// Opens (creating if needed) one scope's engine; replays its upload journal and drops orphans.
+    /// Opening a scope that is already open returns the same engine.
+    pub fn open_scope(self: &Arc<Self>, scope_id: &ScopeId, quota: Quota) -> EngineResult<Arc<ScopeEngine>> {
+        let mut scopes = self.scopes.lock();
+        if let Some(engine) = scopes.get(scope_id).and_then(Weak::upgrade) {
+            engine.set_quota(quota);
+            return Ok(engine);
+        }
+        let engine = ScopeEngine::open_new(self.clone(), scope_id.clone(), quota)?;
+        scopes.insert(scope_id.clone(), Arc::downgrade(&engine));
+        Ok(engine)
+    }
+
+    /// Forgets a closed scope and deletes its local metadata, staging and cache (objects stay in the store).
+    pub fn remove_scope_local(&self, scope_id: &ScopeId) -> EngineResult<()> {
+        self.scopes.lock().remove(scope_id);
+        let id = scope_id.as_str();
+        self.cache.remove_scope(id);
+        let staging = self.scope_staging_dir(id);
+        self.staging_sub(dir_size(&staging));
+        for dir in [staging, self.scope_meta_dir(id)] {
+            match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes currently held in staging across all scopes.
+    pub fn staging_bytes(&self) -> u64 {
+        self.staging_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes held by the block cache.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache.total_bytes()
+    }
+
+    /// Cache hits and misses so far.
+    pub fn cache_counts(&self) -> (u64, u64) {
+        (self.cache.stats.hits.load(Ordering::Relaxed), self.cache.stats.misses.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn scope_meta_dir(&self, scope: &str) -> PathBuf {
+        self.data_dir.join("scopes").join(scope)
+    }
+
+    pub(crate) fn scope_staging_dir(&self, scope: &str) -> PathBuf {
+        self.data_dir.join("staging").join(scope)
+    }
+
+    /// Claims `n` more bytes of staging; `NoSpace` past `staging_max_bytes`.
+    pub(crate) fn staging_add(&self, n: u64) -> EngineResult<()> {
+        let max = self.settings.staging_max_bytes;
+        self.staging_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| (cur + n <= max).then_some(cur + n))
+            .map(|_| ())
+            .map_err(|_| EngineError::NoSpace)
+    }
+
+    pub(crate) fn staging_sub(&self, n: u64) {
+        let _ = self
+            .staging_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| Some(cur.saturating_sub(n)));
+    }
+
+    /// Runs one store request with the configured timeout, retrying transient failures `attempts` times.
+    pub(crate) async fn with_retry<T, F, Fut>(&self, attempts: u32, mut op: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let timeout = self.settings.store_timeout;
+        let mut last = StoreError::Timeout(timeout);
+        for attempt in 0..attempts.max(1) {
+            if attempt > 0 {
+                let backoff = Duration::from_millis(100u64 << attempt.min(5)).min(Duration::from_secs(2));
+                tokio::time::sleep(backoff).await;
+            }
+            match tokio::time::timeout(timeout, op()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if !e.is_transient() => return Err(e),
+                Ok(Err(e)) => last = e,
+                Err(_) => last = StoreError::Timeout(timeout),
+            }
+        }
+        Err(last)
+    }
+
+    /// Downloads one block, verifies its SHA-256 and caches it; foreground (bounded attempts).
+    pub(crate) fn fetch_block(&self, scope: &str, sha: &str) -> EngineResult<Vec<u8>> {
+        let key = crate::store::block_key(scope, sha);
+        let attempts = self.settings.store_attempts;
+        let data = self.rt.block_on(self.with_retry(attempts, || self.store.get(&key)))?;
+        if hex::encode(Sha256::digest(&data)) != sha {
+            return Err(EngineError::Corrupt { sha256: sha.to_string() });
+        }
+        self.cache.insert_bytes(scope, sha, &data)?;
+        Ok(data.to_vec())
+    }
+
+    /// Starts background downloads of blocks a sequential reader will want next.
+    pub(crate) fn prefetch(self: &Arc<Self>, scope: &str, shas: Vec<String>) {
+        for sha in shas {
+            let key = (scope.to_string(), sha.clone());
+            if self.cache.path(scope, &sha).exists() || !self.prefetching.lock().insert(key.clone()) {
+                continue;
+            }
+            let this = self.clone();
+            self.rt.spawn(async move {
+                let obj = crate::store::block_key(&key.0, &key.1);
+                if let Ok(data) = this.with_retry(1, || this.store.get(&obj)).await {
+                    if hex::encode(Sha256::digest(&data)) == key.1 {
+                        let _ = this.cache.insert_bytes(&key.0, &key.1, &data);
+                    }
+                }
+                this.prefetching.lock().remove(&key);
+            });
+        }
+    }
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            Ok(_) => e.metadata().map(|m| m.len()).unwrap_or(0),
+            Err(_) => 0,
+        })
+        .sum()
+}
