@@ -1,1 +1,193 @@
-//! (being written)
+//! Acceptance g (engine half) and journal replay: the engine over a failing, stalling or corrupting in-memory store.
+
+mod engine_support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine_support::*;
+use scopefs::engine::*;
+use scopefs::ids::ScopeId;
+use scopefs::store::{block_key, ObjectStore};
+
+/// Copies a scope's metadata database into a fresh data directory: a new daemon with empty cache and staging.
+fn fresh_daemon(h: &Harness, scope: &ScopeId, rt: &tokio::runtime::Runtime) -> (tempfile::TempDir, Arc<Storage>) {
+    let dir = tempfile::tempdir().unwrap();
+    let meta_dir = dir.path().join("scopes").join(scope.as_str());
+    std::fs::create_dir_all(&meta_dir).unwrap();
+    let src = h.data_dir().join("scopes").join(scope.as_str()).join("meta.sqlite3");
+    // A checkpointed copy: the WAL of the running database is folded in by SQLite's backup.
+    let conn = rusqlite::Connection::open(&src).unwrap();
+    conn.execute("VACUUM INTO ?1", [meta_dir.join("meta.sqlite3").to_str().unwrap()]).unwrap();
+    let store: Arc<dyn ObjectStore> = h.store.clone();
+    let storage = Storage::new(store, h.settings.clone(), dir.path(), rt.handle().clone()).unwrap();
+    (dir, storage)
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn uncached_reads_fail_with_a_store_error_within_the_bound_when_the_store_is_down_or_stalls() {
+    let h = Harness::small_blocks();
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    write_file(&e, "f", &pattern(1000, 1)).unwrap();
+    assert!(e.wait_uploads(Duration::from_secs(5)));
+    let (_dir, fresh) = fresh_daemon(&h, e.scope_id(), &h.rt);
+    let e2 = fresh.open_scope(e.scope_id(), big_quota()).unwrap();
+
+    // Bound: attempts × timeout plus backoff (2 × 300 ms + 200 ms here).
+    let bound = Duration::from_secs(3);
+    h.store.set_unavailable(true);
+    let t = Instant::now();
+    let err = read_file(&e2, "f").unwrap_err();
+    assert!(matches!(err, EngineError::Store(_)), "{err:?}");
+    assert!(t.elapsed() < bound, "unavailable store answered after {:?}", t.elapsed());
+    h.store.set_unavailable(false);
+
+    h.store.set_stall(Some(Duration::from_secs(30)));
+    let t = Instant::now();
+    let err = read_file(&e2, "f").unwrap_err();
+    assert!(matches!(err, EngineError::Store(scopefs::store::StoreError::Timeout(_))), "{err:?}");
+    assert!(t.elapsed() < bound, "stalled store answered after {:?}", t.elapsed());
+    h.store.set_stall(None);
+
+    assert_eq!(read_file(&e2, "f").unwrap(), pattern(1000, 1), "reads work again once the store is back");
+}
+
+#[test]
+fn a_corrupt_object_is_refused_never_served() {
+    let h = Harness::small_blocks();
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    write_file(&e, "f", &pattern(64, 2)).unwrap();
+    assert!(e.wait_uploads(Duration::from_secs(5)));
+    let key = h.store.keys().into_iter().find(|k| k.contains("/blocks/")).unwrap();
+    assert!(h.store.corrupt(&key));
+    let (_dir, fresh) = fresh_daemon(&h, e.scope_id(), &h.rt);
+    let e2 = fresh.open_scope(e.scope_id(), big_quota()).unwrap();
+    assert!(matches!(read_file(&e2, "f"), Err(EngineError::Corrupt { .. })));
+    let report = e2.fsck(false).unwrap();
+    assert_eq!(report.damaged_files, vec!["/f".to_string()]);
+}
+
+#[test]
+fn failed_uploads_are_retried_without_corruption() {
+    let h = Harness::small_blocks();
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    h.store.fail_next_puts(5);
+    let data = pattern(64 * 7 + 5, 3);
+    write_file(&e, "f", &data).unwrap();
+    assert!(e.wait_uploads(Duration::from_secs(20)), "background retries finish");
+    let (_dir, fresh) = fresh_daemon(&h, e.scope_id(), &h.rt);
+    let e2 = fresh.open_scope(e.scope_id(), big_quota()).unwrap();
+    assert_eq!(read_file(&e2, "f").unwrap(), data);
+    assert!(e2.fsck(false).unwrap().damaged_files.is_empty());
+}
+
+#[test]
+fn fsync_and_close_durability_report_an_unavailable_store_and_keep_the_data_journaled() {
+    let mut settings = Harness::small_blocks().settings;
+    settings.durability = Durability::Close;
+    let h = Harness::new(settings);
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    h.store.set_unavailable(true);
+    let data = pattern(200, 4);
+    let t = Instant::now();
+    let err = write_file(&e, "f", &data).unwrap_err();
+    assert!(matches!(err, EngineError::Store(_)), "{err:?}");
+    assert!(t.elapsed() < Duration::from_secs(3));
+    assert!(e.pending_uploads() > 0, "the committed version waits in the journal");
+    assert_eq!(read_file(&e, "f").unwrap(), data, "visible locally at once");
+    h.store.set_unavailable(false);
+    assert!(e.wait_uploads(Duration::from_secs(20)));
+    let (_dir, fresh) = fresh_daemon(&h, e.scope_id(), &h.rt);
+    let e2 = fresh.open_scope(e.scope_id(), big_quota()).unwrap();
+    assert_eq!(read_file(&e2, "f").unwrap(), data);
+}
+
+#[test]
+fn the_journal_is_replayed_by_a_restarted_daemon() {
+    let h = Harness::small_blocks();
+    let scope = ScopeId::generate();
+    let data = pattern(64 * 5 + 9, 5);
+    {
+        // First daemon: the store is down, close() returns (writeback), then the daemon dies.
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store: Arc<dyn ObjectStore> = h.store.clone();
+        let storage = Storage::new(store, h.settings.clone(), &h.data_dir(), rt.handle().clone()).unwrap();
+        let e = storage.open_scope(&scope, big_quota()).unwrap();
+        h.store.set_unavailable(true);
+        write_file(&e, "f", &data).unwrap();
+        assert!(e.pending_uploads() > 0);
+        rt.shutdown_background();
+    }
+    h.store.set_unavailable(false);
+    assert!(h.store.keys().is_empty(), "nothing reached the store before the crash");
+    let storage = h.storage();
+    let e = storage.open_scope(&scope, big_quota()).unwrap();
+    assert!(e.wait_uploads(Duration::from_secs(10)), "the journal replays on open");
+    let blocks = h.store.keys().iter().filter(|k| k.starts_with(&format!("scopes/{scope}/blocks/"))).count();
+    use sha2::Digest;
+    let distinct: std::collections::HashSet<String> =
+        data.chunks(64).map(|c| hex::encode(sha2::Sha256::digest(c))).collect();
+    assert_eq!(blocks, distinct.len(), "every distinct block uploaded once");
+    let (_dir, fresh) = fresh_daemon(&h, &scope, &h.rt);
+    assert_eq!(read_file(&fresh.open_scope(&scope, big_quota()).unwrap(), "f").unwrap(), data);
+    assert_eq!(e.integrity_check().unwrap(), "ok");
+}
+
+#[test]
+fn quotas_are_exact_after_overwrites_and_deletes() {
+    let h = Harness::small_blocks();
+    let storage = h.storage();
+    let e = storage.open_scope(&ScopeId::generate(), Quota { bytes: 1000, inodes: 3 }).unwrap();
+    write_file(&e, "a", &[1; 600]).unwrap();
+    assert!(matches!(write_file(&e, "b", &[1; 500]), Err(EngineError::QuotaExceeded("bytes"))));
+    assert_eq!(e.usage().unwrap().bytes, 600, "the refused write left no bytes behind");
+    write_file(&e, "a", &[2; 100]).unwrap();
+    write_file(&e, "b", &[1; 500]).unwrap();
+    assert_eq!(e.usage().unwrap(), Usage { files: 2, bytes: 600, inodes: 2 });
+    e.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
+    assert!(matches!(e.mkdir(ROOT_INO, b"e", 0o755, OWNER), Err(EngineError::QuotaExceeded("inodes"))));
+    e.unlink(ROOT_INO, b"a").unwrap();
+    assert_eq!(e.usage().unwrap(), Usage { files: 1, bytes: 500, inodes: 2 });
+    let st = e.statfs().unwrap();
+    assert_eq!((st.total_inodes, st.free_inodes), (3, 1));
+    assert!(matches!(
+        e.setattr(resolve(&e, "b").unwrap(), &SetAttr { size: Some(2000), ..Default::default() }),
+        Err(EngineError::QuotaExceeded("bytes"))
+    ));
+    assert!(e.consistency_problems().unwrap().is_empty());
+}
+
+#[test]
+fn staging_exhaustion_is_no_space_and_read_only_scopes_refuse_changes() {
+    let mut settings = Harness::small_blocks().settings;
+    settings.staging_max_bytes = 256;
+    let h = Harness::new(settings);
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    h.store.set_unavailable(true);
+    assert!(matches!(write_file(&e, "big", &[9; 1024]), Err(EngineError::NoSpace)));
+    h.store.set_unavailable(false);
+    e.set_read_only(true);
+    assert!(matches!(e.mkdir(ROOT_INO, b"d", 0o755, OWNER), Err(EngineError::ReadOnly)));
+    assert!(matches!(write_file(&e, "x", b"1"), Err(EngineError::ReadOnly)));
+}
+
+#[test]
+fn blocks_are_content_addressed_under_the_scope_prefix() {
+    let h = Harness::small_blocks();
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    write_file(&e, "f", &pattern(64, 6)).unwrap();
+    assert!(e.wait_uploads(Duration::from_secs(5)));
+    use sha2::Digest;
+    let sha = hex::encode(sha2::Sha256::digest(pattern(64, 6)));
+    assert_eq!(h.store.keys(), vec![block_key(e.scope_id().as_str(), &sha)]);
+}
