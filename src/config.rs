@@ -182,7 +182,9 @@ impl Config {
                 secret_access_key: None,
             };
         }
-        if let StoreConfig::S3 { endpoint, region, bucket, prefix, access_key_id, secret_access_key, .. } = &mut self.store {
+        if let StoreConfig::S3 { endpoint, region, bucket, prefix, access_key_id, secret_access_key, .. } =
+            &mut self.store
+        {
             match name {
                 "S3_ENDPOINT" => *endpoint = Some(value.into()),
                 "S3_REGION" => *region = value.into(),

@@ -19,16 +19,12 @@ pub struct Migration {
 }
 
 /// Registry (control database) migrations, from `migrations/registry/`.
-pub const REGISTRY: &[Migration] = &[Migration {
-    version: 1,
-    sql: include_str!("../migrations/registry/0001_scopes.sql"),
-}];
+pub const REGISTRY: &[Migration] =
+    &[Migration { version: 1, sql: include_str!("../migrations/registry/0001_scopes.sql") }];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.
-pub const SCOPE_META: &[Migration] = &[Migration {
-    version: 1,
-    sql: include_str!("../migrations/scope/0001_namespace.sql"),
-}];
+pub const SCOPE_META: &[Migration] =
+    &[Migration { version: 1, sql: include_str!("../migrations/scope/0001_namespace.sql") }];
 
 /// Brings `conn` up to the newest version in `migrations`, each step in its own transaction.
 pub fn apply(conn: &mut Connection, migrations: &[Migration]) -> Result<i64, MigrateError> {

@@ -77,7 +77,11 @@ impl ScopeEngine {
             let meta = self.meta.lock();
             let row = meta.inode(ino)?;
             if row.kind != FileKind::File {
-                return Err(if row.kind == FileKind::Dir { EngineError::IsDir } else { EngineError::Invalid("not a regular file") });
+                return Err(if row.kind == FileKind::Dir {
+                    EngineError::IsDir
+                } else {
+                    EngineError::Invalid("not a regular file")
+                });
             }
             (row.clone(), meta.blocks_of(ino)?)
         };

@@ -140,9 +140,8 @@ impl MetaDb {
     }
 
     pub fn children(&self, parent: Ino) -> EngineResult<Vec<InodeRow>> {
-        let mut st = self
-            .conn
-            .prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE parent = ?1 ORDER BY name"))?;
+        let mut st =
+            self.conn.prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE parent = ?1 ORDER BY name"))?;
         let rows = st.query_map([parent as i64], row_to_inode)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
@@ -313,10 +312,7 @@ impl MetaDb {
              WHERE ino = ?1",
             params![ino as i64, size as i64, mtime_ns, now, content_sha256],
         )?;
-        tx.execute(
-            "UPDATE usage SET bytes = bytes + ?1 WHERE id = 1",
-            [size as i64 - row.size as i64],
-        )?;
+        tx.execute("UPDATE usage SET bytes = bytes + ?1 WHERE id = 1", [size as i64 - row.size as i64])?;
         tx.commit()?;
         Ok(new_shas)
     }
@@ -434,10 +430,8 @@ impl MetaDb {
 
     /// `Some(true)` uploaded, `Some(false)` staged, `None` unknown.
     pub fn block_uploaded(&self, sha: &str) -> EngineResult<Option<bool>> {
-        let st: Option<String> = self
-            .conn
-            .query_row("SELECT state FROM blocks WHERE sha256 = ?1", [sha], |r| r.get(0))
-            .optional()?;
+        let st: Option<String> =
+            self.conn.query_row("SELECT state FROM blocks WHERE sha256 = ?1", [sha], |r| r.get(0)).optional()?;
         Ok(st.map(|s| s == "uploaded"))
     }
 

@@ -225,7 +225,8 @@ impl ScopeEngine {
             atime: changes.atime,
             mtime: changes.mtime,
         };
-        let touches = ch.perm.is_some() || ch.uid.is_some() || ch.gid.is_some() || ch.atime.is_some() || ch.mtime.is_some();
+        let touches =
+            ch.perm.is_some() || ch.uid.is_some() || ch.gid.is_some() || ch.atime.is_some() || ch.mtime.is_some();
         if touches {
             let row = self.meta.lock().set_attrs(ino, &ch)?;
             if changes.mtime.is_some() {
@@ -243,7 +244,15 @@ impl ScopeEngine {
         }
     }
 
-    fn insert(&self, parent: Ino, name: &[u8], kind: FileKind, perm: u32, owner: Owner, target: Option<&[u8]>) -> EngineResult<Attr> {
+    fn insert(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        owner: Owner,
+        target: Option<&[u8]>,
+    ) -> EngineResult<Attr> {
         self.check_writable()?;
         names::check_new_name(name, parent == ROOT_INO)?;
         let max_inodes = self.quota().inodes;
@@ -264,7 +273,14 @@ impl ScopeEngine {
     }
 
     /// Creates a regular file and opens it (an existing file is opened unless `exclusive`).
-    pub fn create(&self, parent: Ino, name: &[u8], perm: u32, flags: OpenFlags, owner: Owner) -> EngineResult<(Attr, Opened)> {
+    pub fn create(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        perm: u32,
+        flags: OpenFlags,
+        owner: Owner,
+    ) -> EngineResult<(Attr, Opened)> {
         let attr = match self.insert(parent, name, FileKind::File, perm, owner, None) {
             Err(EngineError::Exists) if !flags.exclusive => {
                 let attr = self.lookup(parent, name)?;
@@ -293,7 +309,14 @@ impl ScopeEngine {
         self.meta.lock().rmdir(parent, name)
     }
 
-    pub fn rename(&self, parent: Ino, name: &[u8], new_parent: Ino, new_name: &[u8], mode: RenameMode) -> EngineResult<()> {
+    pub fn rename(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        new_parent: Ino,
+        new_name: &[u8],
+        mode: RenameMode,
+    ) -> EngineResult<()> {
         self.check_writable()?;
         names::check_lookup_name(name)?;
         names::check_new_name(new_name, new_parent == ROOT_INO)?;
@@ -452,5 +475,4 @@ impl ScopeEngine {
     pub fn consistency_problems(&self) -> EngineResult<Vec<String>> {
         self.meta.lock().consistency_problems()
     }
-
 }

@@ -125,9 +125,7 @@ impl Storage {
     }
 
     pub(crate) fn staging_sub(&self, n: u64) {
-        let _ = self
-            .staging_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| Some(cur.saturating_sub(n)));
+        let _ = self.staging_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| Some(cur.saturating_sub(n)));
     }
 
     /// Runs one store request with the configured timeout, retrying transient failures `attempts` times.

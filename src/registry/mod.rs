@@ -1,1 +1,185 @@
-//! The registry (control database): scopes and their state machine, in SQLite.
+//! The registry (control database): scopes and their state machine, provisioning operations, in SQLite.
+//!
+//! One connection guarded by a mutex is the single writer. Every state change
+//! runs in `BEGIN IMMEDIATE` and is checked against the transition tables of
+//! the schema (`scope_state_transitions`, `operation_state_transitions`), so the
+//! state machines are data, not code. All SQL of the registry lives in this module.
+
+mod operations;
+mod scopes;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use rusqlite::{Connection, OpenFlags};
+
+use crate::engine::Quota;
+use crate::ids::{ScopeId, ThreadId};
+use crate::migrate::{self, MigrateError};
+
+pub use operations::{OperationRecord, OperationState, Provisioned};
+
+/// How long a statement waits for a lock held by another connection.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Every failure of the registry. Messages never contain physical paths.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("no such scope")]
+    NotFound,
+    #[error(
+        "scope changed concurrently or transition refused: expected revision {expected_revision}, \
+         current revision {current_revision}, current state {current_state}, requested {requested}"
+    )]
+    Conflict { expected_revision: u64, current_revision: u64, current_state: ScopeState, requested: ScopeState },
+    #[error("thread is already bound to scope {0}")]
+    ThreadAlreadyBound(ScopeId),
+    #[error("operation id was already used for a different request")]
+    OperationConflict,
+    #[error("registry contains an invalid value: {0}")]
+    Corrupt(String),
+    #[error("preparing the registry file failed: {0}")]
+    Io(#[source] std::io::Error),
+    #[error("registry database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("registry migration: {0}")]
+    Migrate(#[from] MigrateError),
+}
+
+impl RegistryError {
+    /// For a `Conflict`: whether the revision was stale (else the transition itself is not allowed).
+    pub fn is_stale_revision(&self) -> bool {
+        matches!(self, RegistryError::Conflict { expected_revision, current_revision, .. } if expected_revision != current_revision)
+    }
+}
+
+/// Lifecycle state of a scope: `provisioning → draft → active → deleting → deleted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeState {
+    Provisioning,
+    Draft,
+    Active,
+    Deleting,
+    Deleted,
+}
+
+impl ScopeState {
+    pub const ALL: [ScopeState; 5] =
+        [ScopeState::Provisioning, ScopeState::Draft, ScopeState::Active, ScopeState::Deleting, ScopeState::Deleted];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScopeState::Provisioning => "provisioning",
+            ScopeState::Draft => "draft",
+            ScopeState::Active => "active",
+            ScopeState::Deleting => "deleting",
+            ScopeState::Deleted => "deleted",
+        }
+    }
+
+    /// Whether a scope in this state has a filesystem that should be mounted.
+    pub fn is_mountable(self) -> bool {
+        matches!(self, ScopeState::Draft | ScopeState::Active)
+    }
+}
+
+impl fmt::Display for ScopeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ScopeState {
+    type Err = RegistryError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ScopeState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| RegistryError::Corrupt(format!("unknown scope state {s:?}")))
+    }
+}
+
+/// One row of `scopes`. Times are Unix milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeRecord {
+    pub deployment_id: String,
+    pub scope_id: ScopeId,
+    pub primary_thread_id: ThreadId,
+    pub state: ScopeState,
+    pub revision: u64,
+    /// `None`: the deployment's default quota applies.
+    pub quota: Option<Quota>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub deleted_at: Option<i64>,
+}
+
+impl ScopeRecord {
+    /// The scope's quota, or `default` when none is recorded.
+    pub fn quota_or(&self, default: Quota) -> Quota {
+        self.quota.unwrap_or(default)
+    }
+}
+
+/// The control database of one daemon.
+pub struct Registry {
+    conn: Mutex<Connection>,
+    schema_version: i64,
+}
+
+impl Registry {
+    /// Opens (creating if needed) the registry at `path`: missing parent directories 0700, file 0600,
+    /// WAL, `foreign_keys`, `busy_timeout`, `synchronous=FULL`, migrations applied; refuses a newer schema.
+    pub fn open(path: &Path) -> Result<Registry, RegistryError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent).map_err(RegistryError::Io)?;
+        }
+        // Create the file ourselves so it is never readable by others, even for a moment.
+        std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(RegistryError::Io)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(RegistryError::Io)?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)?;
+        Self::from_connection(conn)
+    }
+
+    /// An in-memory registry (tests and dry runs).
+    pub fn open_in_memory() -> Result<Registry, RegistryError> {
+        Self::from_connection(Connection::open_in_memory()?)
+    }
+
+    fn from_connection(mut conn: Connection) -> Result<Registry, RegistryError> {
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", true)?;
+        let schema_version = migrate::apply(&mut conn, migrate::REGISTRY)?;
+        Ok(Registry { conn: Mutex::new(conn), schema_version })
+    }
+
+    /// The schema version the database is at (after migrations).
+    pub fn schema_version(&self) -> i64 {
+        self.schema_version
+    }
+}
+
+/// Current time in Unix milliseconds.
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// Converts a stored non-negative integer.
+fn to_u64(v: i64, what: &str) -> Result<u64, RegistryError> {
+    u64::try_from(v).map_err(|_| RegistryError::Corrupt(format!("negative {what}")))
+}
+
+/// Converts a count to the stored integer type.
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}

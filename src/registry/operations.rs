@@ -1,0 +1,206 @@
+//! SQL of `scope_operations`: idempotent provisioning keyed by `operation_id`, completion and failure.
+//!
+//! Provisioning is a saga: `provision` records the scope (`provisioning`) and an
+//! `applying` operation in one transaction; the caller then creates the scope's
+//! filesystem and mount and calls `complete_provision`, which moves the scope to
+//! `draft` and the operation to `completed` together. A crash in between leaves
+//! an open operation and a `provisioning` scope, which the daemon finishes at
+//! startup (or on the next request for the same operation or thread).
+
+use std::fmt;
+use std::str::FromStr;
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use super::scopes::{find_by_thread_in, get_in, insert_in, transition_in};
+use super::{now_ms, Registry, RegistryError, ScopeRecord, ScopeState};
+use crate::engine::Quota;
+use crate::ids::{ScopeId, ThreadId};
+
+/// State of an operation: `reserved → applying → completed`, or `… → compensating → compensated`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OperationState {
+    Reserved,
+    Applying,
+    Completed,
+    Failed,
+    Compensating,
+    Compensated,
+}
+
+impl OperationState {
+    pub const ALL: [OperationState; 6] = [
+        OperationState::Reserved,
+        OperationState::Applying,
+        OperationState::Completed,
+        OperationState::Failed,
+        OperationState::Compensating,
+        OperationState::Compensated,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationState::Reserved => "reserved",
+            OperationState::Applying => "applying",
+            OperationState::Completed => "completed",
+            OperationState::Failed => "failed",
+            OperationState::Compensating => "compensating",
+            OperationState::Compensated => "compensated",
+        }
+    }
+
+    /// Whether nothing further happens to an operation in this state.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, OperationState::Completed | OperationState::Compensated)
+    }
+}
+
+impl fmt::Display for OperationState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OperationState {
+    type Err = RegistryError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        OperationState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| RegistryError::Corrupt(format!("unknown operation state {s:?}")))
+    }
+}
+
+/// One row of `scope_operations`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationRecord {
+    pub operation_id: String,
+    pub scope_id: ScopeId,
+    pub kind: String,
+    pub state: OperationState,
+    pub last_error_code: Option<String>,
+}
+
+/// The outcome of `provision`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provisioned {
+    pub scope: ScopeRecord,
+    /// Whether this call created the scope (else it existed for this operation or thread).
+    pub created: bool,
+}
+
+/// Moves every open provision operation of `scope` to `to`, where the transition table allows it.
+fn set_provision_ops_in(
+    conn: &Connection,
+    deployment: &str,
+    scope: &ScopeId,
+    to: OperationState,
+    error_code: Option<&str>,
+) -> Result<usize, RegistryError> {
+    Ok(conn.execute(
+        "UPDATE scope_operations SET state = ?1, updated_at = ?2, last_error_code = ?3
+         WHERE deployment_id = ?4 AND scope_id = ?5 AND kind = 'provision'
+           AND EXISTS (SELECT 1 FROM operation_state_transitions
+                       WHERE from_state = scope_operations.state AND to_state = ?1)",
+        params![to.as_str(), now_ms(), error_code, deployment, scope.as_str()],
+    )?)
+}
+
+impl Registry {
+    /// Idempotent provisioning: the same `operation_id` always yields the same scope (a different
+    /// thread under a used `operation_id` is `OperationConflict`); a thread that already has a scope
+    /// yields that scope. A new scope starts in `provisioning` with an `applying` operation.
+    pub fn provision(
+        &self,
+        deployment: &str,
+        operation_id: &str,
+        thread: &ThreadId,
+        quota: Option<Quota>,
+    ) -> Result<Provisioned, RegistryError> {
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let existing_op: Option<String> = tx
+            .query_row(
+                "SELECT scope_id FROM scope_operations WHERE deployment_id = ?1 AND operation_id = ?2",
+                params![deployment, operation_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(scope_id) = existing_op {
+            let scope_id = ScopeId::parse(&scope_id)
+                .map_err(|_| RegistryError::Corrupt("invalid scope_id in scope_operations".into()))?;
+            let scope = get_in(&tx, deployment, &scope_id)?.ok_or(RegistryError::NotFound)?;
+            if &scope.primary_thread_id != thread {
+                return Err(RegistryError::OperationConflict);
+            }
+            return Ok(Provisioned { scope, created: false });
+        }
+        let (scope, created) = match find_by_thread_in(&tx, deployment, thread)? {
+            Some(scope) => (scope, false),
+            None => (insert_in(&tx, deployment, thread, quota)?, true),
+        };
+        let op_state =
+            if scope.state == ScopeState::Provisioning { OperationState::Applying } else { OperationState::Completed };
+        let now = now_ms();
+        tx.execute(
+            "INSERT INTO scope_operations (deployment_id, operation_id, scope_id, kind, expected_revision,
+                                           state, created_at, updated_at)
+             VALUES (?1, ?2, ?3, 'provision', ?4, ?5, ?6, ?6)",
+            params![deployment, operation_id, scope.scope_id.as_str(), scope.revision as i64, op_state.as_str(), now],
+        )?;
+        tx.commit()?;
+        Ok(Provisioned { scope, created })
+    }
+
+    /// Finishes provisioning: a `provisioning` scope becomes `draft` and its open provision
+    /// operations `completed`, in one transaction. A scope already past `provisioning` is returned
+    /// as is (its open operations are completed too), so finishing twice is harmless.
+    pub fn complete_provision(&self, deployment: &str, scope: &ScopeId) -> Result<ScopeRecord, RegistryError> {
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let current = get_in(&tx, deployment, scope)?.ok_or(RegistryError::NotFound)?;
+        let rec = match current.state {
+            ScopeState::Provisioning => transition_in(&tx, deployment, scope, current.revision, ScopeState::Draft)?,
+            _ => current,
+        };
+        set_provision_ops_in(&tx, deployment, scope, OperationState::Completed, None)?;
+        tx.commit()?;
+        Ok(rec)
+    }
+
+    /// Records that finishing a scope's provisioning failed (`error_code` is a snake_case code);
+    /// the scope stays `provisioning` and is retried later.
+    pub fn fail_provision(&self, deployment: &str, scope: &ScopeId, error_code: &str) -> Result<(), RegistryError> {
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        set_provision_ops_in(&tx, deployment, scope, OperationState::Failed, Some(error_code))?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Operations of the deployment that are not terminal (`completed`/`compensated`), oldest first.
+    pub fn open_operations(&self, deployment: &str) -> Result<Vec<OperationRecord>, RegistryError> {
+        let conn = self.conn.lock();
+        let mut stmt = conn.prepare(
+            "SELECT operation_id, scope_id, kind, state, last_error_code FROM scope_operations
+             WHERE deployment_id = ?1 AND state NOT IN ('completed', 'compensated')
+             ORDER BY created_at, operation_id",
+        )?;
+        let rows = stmt.query_map(params![deployment], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get::<_, String>(3)?, r.get(4)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (operation_id, scope_id, kind, state, last_error_code) = row?;
+            out.push(OperationRecord {
+                operation_id,
+                scope_id: ScopeId::parse(&scope_id)
+                    .map_err(|_| RegistryError::Corrupt("invalid scope_id in scope_operations".into()))?,
+                kind,
+                state: state.parse()?,
+                last_error_code,
+            });
+        }
+        Ok(out)
+    }
+}

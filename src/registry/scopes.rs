@@ -1,0 +1,219 @@
+//! SQL of the `scopes` table: create, look up, list and compare-and-set state transitions.
+
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
+
+use super::{now_ms, to_i64, to_u64, Registry, RegistryError, ScopeRecord, ScopeState};
+use crate::engine::Quota;
+use crate::ids::{ScopeId, ThreadId};
+
+const COLUMNS: &str = "deployment_id, scope_id, primary_thread_id, state, revision, quota_bytes, quota_inodes, \
+                       created_at, updated_at, deleted_at";
+
+/// The one statement every scope state change goes through: revision CAS plus the transition table.
+const TRANSITION_SQL: &str = "UPDATE scopes
+    SET state = ?1, revision = revision + 1, updated_at = ?2,
+        deleted_at = CASE WHEN ?1 = 'deleted' THEN ?2 ELSE deleted_at END
+    WHERE deployment_id = ?3 AND scope_id = ?4 AND revision = ?5
+      AND EXISTS (SELECT 1 FROM scope_state_transitions
+                  WHERE from_state = scopes.state AND to_state = ?1)";
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<RawScope> {
+    Ok(RawScope {
+        deployment_id: row.get(0)?,
+        scope_id: row.get(1)?,
+        primary_thread_id: row.get(2)?,
+        state: row.get(3)?,
+        revision: row.get(4)?,
+        quota_bytes: row.get(5)?,
+        quota_inodes: row.get(6)?,
+        created_at: row.get(7)?,
+        updated_at: row.get(8)?,
+        deleted_at: row.get(9)?,
+    })
+}
+
+/// A row as stored, before validation.
+struct RawScope {
+    deployment_id: String,
+    scope_id: String,
+    primary_thread_id: String,
+    state: String,
+    revision: i64,
+    quota_bytes: Option<i64>,
+    quota_inodes: Option<i64>,
+    created_at: i64,
+    updated_at: i64,
+    deleted_at: Option<i64>,
+}
+
+impl RawScope {
+    fn validate(self) -> Result<ScopeRecord, RegistryError> {
+        let bad = |what: &str| RegistryError::Corrupt(format!("invalid {what} in scopes"));
+        let quota = match (self.quota_bytes, self.quota_inodes) {
+            (Some(b), Some(i)) => Some(Quota { bytes: to_u64(b, "quota_bytes")?, inodes: to_u64(i, "quota_inodes")? }),
+            (None, None) => None,
+            _ => return Err(bad("partial quota")),
+        };
+        Ok(ScopeRecord {
+            deployment_id: self.deployment_id,
+            scope_id: ScopeId::parse(&self.scope_id).map_err(|_| bad("scope_id"))?,
+            primary_thread_id: ThreadId::parse(&self.primary_thread_id).map_err(|_| bad("primary_thread_id"))?,
+            state: self.state.parse()?,
+            revision: to_u64(self.revision, "revision")?,
+            quota,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            deleted_at: self.deleted_at,
+        })
+    }
+}
+
+/// Reads one scope by id.
+pub(super) fn get_in(
+    conn: &Connection,
+    deployment: &str,
+    scope: &ScopeId,
+) -> Result<Option<ScopeRecord>, RegistryError> {
+    let sql = format!("SELECT {COLUMNS} FROM scopes WHERE deployment_id = ?1 AND scope_id = ?2");
+    let raw = conn.query_row(&sql, params![deployment, scope.as_str()], from_row).optional()?;
+    raw.map(RawScope::validate).transpose()
+}
+
+/// Reads the scope bound to a thread.
+pub(super) fn find_by_thread_in(
+    conn: &Connection,
+    deployment: &str,
+    thread: &ThreadId,
+) -> Result<Option<ScopeRecord>, RegistryError> {
+    let sql = format!("SELECT {COLUMNS} FROM scopes WHERE deployment_id = ?1 AND primary_thread_id = ?2");
+    let raw = conn.query_row(&sql, params![deployment, thread.as_str()], from_row).optional()?;
+    raw.map(RawScope::validate).transpose()
+}
+
+/// Inserts a new scope in `provisioning`; a thread that already has a scope is refused.
+pub(super) fn insert_in(
+    conn: &Connection,
+    deployment: &str,
+    thread: &ThreadId,
+    quota: Option<Quota>,
+) -> Result<ScopeRecord, RegistryError> {
+    if let Some(existing) = find_by_thread_in(conn, deployment, thread)? {
+        return Err(RegistryError::ThreadAlreadyBound(existing.scope_id));
+    }
+    let scope = ScopeId::generate();
+    let now = now_ms();
+    let inserted = conn.execute(
+        "INSERT INTO scopes (deployment_id, scope_id, primary_thread_id, state, revision,
+                             quota_bytes, quota_inodes, created_at, updated_at)
+         VALUES (?1, ?2, ?3, 'provisioning', 1, ?4, ?5, ?6, ?6)",
+        params![
+            deployment,
+            scope.as_str(),
+            thread.as_str(),
+            quota.map(|q| to_i64(q.bytes)),
+            quota.map(|q| to_i64(q.inodes)),
+            now
+        ],
+    );
+    match inserted {
+        Ok(_) => {}
+        Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == ErrorCode::ConstraintViolation => {
+            let existing = find_by_thread_in(conn, deployment, thread)?.ok_or(RegistryError::NotFound)?;
+            return Err(RegistryError::ThreadAlreadyBound(existing.scope_id));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    get_in(conn, deployment, &scope)?.ok_or(RegistryError::NotFound)
+}
+
+/// Applies one state transition (revision CAS + transition table) inside the caller's transaction.
+pub(super) fn transition_in(
+    conn: &Connection,
+    deployment: &str,
+    scope: &ScopeId,
+    expected_revision: u64,
+    to: ScopeState,
+) -> Result<ScopeRecord, RegistryError> {
+    let changed = conn.execute(
+        TRANSITION_SQL,
+        params![to.as_str(), now_ms(), deployment, scope.as_str(), to_i64(expected_revision)],
+    )?;
+    let current = get_in(conn, deployment, scope)?.ok_or(RegistryError::NotFound)?;
+    if changed != 1 {
+        return Err(RegistryError::Conflict {
+            expected_revision,
+            current_revision: current.revision,
+            current_state: current.state,
+            requested: to,
+        });
+    }
+    Ok(current)
+}
+
+impl Registry {
+    /// Creates a scope for `thread` in state `provisioning` (revision 1).
+    pub fn create_scope(
+        &self,
+        deployment: &str,
+        thread: &ThreadId,
+        quota: Option<Quota>,
+    ) -> Result<ScopeRecord, RegistryError> {
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let rec = insert_in(&tx, deployment, thread, quota)?;
+        tx.commit()?;
+        Ok(rec)
+    }
+
+    /// The scope bound to `thread`, if any.
+    pub fn find_by_thread(&self, deployment: &str, thread: &ThreadId) -> Result<Option<ScopeRecord>, RegistryError> {
+        find_by_thread_in(&self.conn.lock(), deployment, thread)
+    }
+
+    /// The scope with id `scope`, if any.
+    pub fn get(&self, deployment: &str, scope: &ScopeId) -> Result<Option<ScopeRecord>, RegistryError> {
+        get_in(&self.conn.lock(), deployment, scope)
+    }
+
+    /// Every scope of the deployment, oldest first.
+    pub fn list(&self, deployment: &str) -> Result<Vec<ScopeRecord>, RegistryError> {
+        let conn = self.conn.lock();
+        let sql = format!("SELECT {COLUMNS} FROM scopes WHERE deployment_id = ?1 ORDER BY created_at, scope_id");
+        let mut stmt = conn.prepare(&sql)?;
+        let rows = stmt.query_map(params![deployment], from_row)?;
+        let mut out = Vec::new();
+        for raw in rows {
+            out.push(raw?.validate()?);
+        }
+        Ok(out)
+    }
+
+    /// Compare-and-set state change: succeeds only if the scope is at `expected_revision` and
+    /// `current → to` is an allowed transition; then the revision is incremented.
+    pub fn transition(
+        &self,
+        deployment: &str,
+        scope: &ScopeId,
+        expected_revision: u64,
+        to: ScopeState,
+    ) -> Result<ScopeRecord, RegistryError> {
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let rec = transition_in(&tx, deployment, scope, expected_revision, to)?;
+        tx.commit()?;
+        Ok(rec)
+    }
+
+    /// Whether `from → to` is in the transition table.
+    pub fn transition_allowed(&self, from: ScopeState, to: ScopeState) -> Result<bool, RegistryError> {
+        let conn = self.conn.lock();
+        let found = conn
+            .query_row(
+                "SELECT 1 FROM scope_state_transitions WHERE from_state = ?1 AND to_state = ?2",
+                params![from.as_str(), to.as_str()],
+                |_| Ok(()),
+            )
+            .optional()?;
+        Ok(found.is_some())
+    }
+}
