@@ -341,3 +341,43 @@ fn deduplicated_blocks_are_collected_only_when_unreferenced() {
     assert_eq!(e.collect_garbage(std::time::Duration::ZERO).unwrap().blocks_deleted, 1);
     assert!(h.store.keys().is_empty());
 }
+
+#[test]
+fn concurrent_writers_readers_and_stat_callers_do_not_deadlock() {
+    let h = Harness::small_blocks();
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    write_file(&e, "shared", &[0u8; 1000]).unwrap();
+    let ino = resolve(&e, "shared").unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    for t in 0..4u8 {
+        let (e, done) = (e.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            for i in 0..150u32 {
+                match t {
+                    0 | 1 => {
+                        let h = e.open(ino, OpenFlags { write: true, ..Default::default() }).unwrap();
+                        e.write(ino, h.fh, u64::from(i % 7) * 100, &[t; 300]).unwrap();
+                        e.release(ino, h.fh).unwrap();
+                    }
+                    2 => {
+                        e.getattr(ino).unwrap();
+                        e.readdir(ROOT_INO).unwrap();
+                        e.lookup(ROOT_INO, b"shared").unwrap();
+                    }
+                    _ => {
+                        let h = e.open(ino, OpenFlags::default()).unwrap();
+                        e.read(ino, h.fh, 0, 4096).unwrap();
+                        e.fsync(ino, Some(h.fh)).unwrap();
+                        e.release(ino, h.fh).unwrap();
+                    }
+                }
+            }
+            done.send(()).unwrap();
+        });
+    }
+    for _ in 0..4 {
+        done_rx.recv_timeout(std::time::Duration::from_secs(120)).expect("a worker is stuck: deadlock");
+    }
+    assert!(e.consistency_problems().unwrap().is_empty());
+}

@@ -195,22 +195,35 @@ impl ScopeEngine {
         }
     }
 
-    fn attr_with_meta(&self, meta: &MetaDb, row: &InodeRow) -> EngineResult<Attr> {
-        let subdirs = if row.kind == FileKind::Dir { meta.subdir_count(row.ino)? } else { 0 };
-        Ok(self.attr_of(row, subdirs))
+    /// Link-count input of a row, read under the metadata lock; the attribute itself is finished
+    /// with `attr_of` after that lock is released (an open file's lock is never taken under it).
+    fn subdirs(meta: &MetaDb, row: &InodeRow) -> EngineResult<u64> {
+        if row.kind == FileKind::Dir {
+            meta.subdir_count(row.ino)
+        } else {
+            Ok(0)
+        }
     }
 
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> EngineResult<Attr> {
         names::check_lookup_name(name)?;
-        let meta = self.meta.lock();
-        let row = meta.lookup(parent, name)?;
-        self.attr_with_meta(&meta, &row)
+        let (row, subdirs) = {
+            let meta = self.meta.lock();
+            let row = meta.lookup(parent, name)?;
+            let n = Self::subdirs(&meta, &row)?;
+            (row, n)
+        };
+        Ok(self.attr_of(&row, subdirs))
     }
 
     pub fn getattr(&self, ino: Ino) -> EngineResult<Attr> {
-        let meta = self.meta.lock();
-        let row = meta.inode(ino)?;
-        self.attr_with_meta(&meta, &row)
+        let (row, subdirs) = {
+            let meta = self.meta.lock();
+            let row = meta.inode(ino)?;
+            let n = Self::subdirs(&meta, &row)?;
+            (row, n)
+        };
+        Ok(self.attr_of(&row, subdirs))
     }
 
     pub fn setattr(&self, ino: Ino, changes: &SetAttr) -> EngineResult<Attr> {
@@ -261,7 +274,8 @@ impl ScopeEngine {
             names::check_symlink_target(t, meta.depth(parent)?)?;
         }
         let row = meta.insert(parent, name, kind, perm, owner.uid, owner.gid, target, max_inodes)?;
-        self.attr_with_meta(&meta, &row)
+        drop(meta);
+        Ok(self.attr_of(&row, 0))
     }
 
     pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> EngineResult<Attr> {
@@ -338,18 +352,26 @@ impl ScopeEngine {
 
     /// Children of a directory (without `.` and `..`).
     pub fn readdir(&self, ino: Ino) -> EngineResult<Vec<DirEntry>> {
-        let meta = self.meta.lock();
-        let dir = meta.inode(ino)?;
-        if dir.kind != FileKind::Dir {
-            return Err(EngineError::NotDir);
-        }
-        let rows = meta.children(ino)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let attr = self.attr_with_meta(&meta, &row)?;
-            out.push(DirEntry { name: row.name.unwrap_or_default(), attr });
-        }
-        Ok(out)
+        let rows = {
+            let meta = self.meta.lock();
+            let dir = meta.inode(ino)?;
+            if dir.kind != FileKind::Dir {
+                return Err(EngineError::NotDir);
+            }
+            let mut rows = Vec::new();
+            for row in meta.children(ino)? {
+                let n = Self::subdirs(&meta, &row)?;
+                rows.push((row, n));
+            }
+            rows
+        };
+        Ok(rows
+            .into_iter()
+            .map(|(row, subdirs)| {
+                let attr = self.attr_of(&row, subdirs);
+                DirEntry { name: row.name.unwrap_or_default(), attr }
+            })
+            .collect())
     }
 
     /// The parent directory of a directory (root is its own parent).

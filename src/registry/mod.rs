@@ -92,7 +92,7 @@ impl ScopeState {
 
 impl fmt::Display for ScopeState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
