@@ -69,16 +69,20 @@ impl fmt::Debug for S3Store {
 
 /// Picks static credentials from the settings, else from the standard environment variables.
 fn credentials(settings: &S3Settings) -> Result<Credentials, StoreError> {
+    credentials_with(settings, |name| std::env::var(name).ok())
+}
+
+fn credentials_with(settings: &S3Settings, env: impl Fn(&str) -> Option<String>) -> Result<Credentials, StoreError> {
     match (&settings.access_key_id, &settings.secret_access_key) {
         (Some(id), Some(secret)) if !id.is_empty() && !secret.is_empty() => {
             Ok(Credentials::new(id.clone(), secret.clone(), None, None, "scopefs-config"))
         }
         (None, None) => {
-            let id = std::env::var("AWS_ACCESS_KEY_ID").ok().filter(|v| !v.is_empty());
-            let secret = std::env::var("AWS_SECRET_ACCESS_KEY").ok().filter(|v| !v.is_empty());
-            let token = std::env::var("AWS_SESSION_TOKEN").ok().filter(|v| !v.is_empty());
-            match (id, secret) {
-                (Some(id), Some(secret)) => Ok(Credentials::new(id, secret, token, None, "scopefs-env")),
+            let var = |name: &str| env(name).filter(|v| !v.is_empty());
+            match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
+                (Some(id), Some(secret)) => {
+                    Ok(Credentials::new(id, secret, var("AWS_SESSION_TOKEN"), None, "scopefs-env"))
+                }
                 _ => Err(StoreError::Config(
                     "s3 credentials missing: set access_key_id and secret_access_key, \
                      or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
@@ -339,5 +343,26 @@ mod tests {
         let mut s = settings();
         s.prefix = "/a/b/".into();
         assert_eq!(S3Store::new(s).unwrap().prefix, "a/b/");
+    }
+
+    #[test]
+    fn credentials_fall_back_to_standard_env_vars() {
+        let mut s = settings();
+        s.access_key_id = None;
+        s.secret_access_key = None;
+        let env = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("GKfromenv".to_string()),
+            "AWS_SECRET_ACCESS_KEY" => Some("env-secret".to_string()),
+            _ => None,
+        };
+        let creds = credentials_with(&s, env).unwrap();
+        assert_eq!(creds.access_key_id(), "GKfromenv");
+        assert_eq!(creds.secret_access_key(), "env-secret");
+        assert!(matches!(credentials_with(&s, |_| None), Err(StoreError::Config(_))));
+        let only_id = |name: &str| (name == "AWS_ACCESS_KEY_ID").then(|| "GK".to_string());
+        assert!(matches!(credentials_with(&s, only_id), Err(StoreError::Config(_))));
+        // Settings win over the environment.
+        let creds = credentials_with(&settings(), env).unwrap();
+        assert_eq!(creds.access_key_id(), "GKexample");
     }
 }
