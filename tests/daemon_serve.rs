@@ -1,1 +1,326 @@
-//! (being written)
+//! End-to-end tests of the `scopefs` binary: `serve` (health, readiness, auth, provisioning, mounts,
+//! SIGTERM, restart/remount) and `doctor`.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::Client;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_scopefs");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Writes a config for a local-store daemon under `dir` and returns its path.
+fn local_config(dir: &Path, port: u16) -> PathBuf {
+    let text = format!(
+        "data_dir = {data:?}\nmount_root = {mnt:?}\nlisten = \"127.0.0.1:{port}\"\nfuse.attr_ttl_ms = 0\n\n[store]\nkind = \"local\"\n",
+        data = dir.join("data"),
+        mnt = dir.join("mnt"),
+    );
+    let path = dir.join("scopefs.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A running `scopefs serve`; killed and its mounts detached if a test fails midway.
+struct Daemon {
+    child: Option<Child>,
+    log: PathBuf,
+    mount_root: PathBuf,
+    base: String,
+}
+
+impl Daemon {
+    fn start(dir: &Path, config: &Path, port: u16, log_name: &str, notify_socket: Option<&Path>) -> Daemon {
+        let log = dir.join(log_name);
+        let mut cmd = Command::new(BIN);
+        cmd.env_remove("SCOPEFS_SERVICE_TOKEN").env_remove("NOTIFY_SOCKET");
+        if let Some(sock) = notify_socket {
+            cmd.env("NOTIFY_SOCKET", sock);
+        }
+        let child = cmd
+            .arg("--config")
+            .arg(config)
+            .arg("serve")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting scopefs serve");
+        Daemon { child: Some(child), log, mount_root: dir.join("mnt"), base: format!("http://127.0.0.1:{port}") }
+    }
+
+    fn log_text(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// Polls `/ready` until 200; fails with the daemon's log if it exits or takes too long.
+    fn wait_ready(&mut self, client: &Client) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("scopefs serve exited early ({status}); log:\n{}", self.log_text());
+            }
+            if let Ok(resp) = client.get(format!("{}/ready", self.base)).send() {
+                if resp.status() == StatusCode::OK {
+                    return;
+                }
+                assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE, "unexpected /ready status");
+            }
+            assert!(Instant::now() < deadline, "daemon not ready within 60 s; log:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit status.
+    fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        // SAFETY: plain kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("daemon did not exit within 60 s of SIGTERM; log:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for mp in mounts_under(&self.mount_root) {
+            let _ = Command::new("umount").arg("-l").arg(&mp).status();
+        }
+    }
+}
+
+/// Mountpoints in this process's mount table at or below `root`.
+fn mounts_under(root: &Path) -> Vec<String> {
+    let root = root.to_str().unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+        .filter(|mp| mp == root || mp.starts_with(&format!("{root}/")))
+        .collect()
+}
+
+fn client() -> Client {
+    Client::builder().timeout(Duration::from_secs(60)).build().unwrap()
+}
+
+/// Sends a request and returns its status and JSON body (every answer of the API is JSON).
+fn call(req: reqwest::blocking::RequestBuilder) -> (StatusCode, Value) {
+    let resp = req.send().expect("request failed");
+    let status = resp.status();
+    let text = resp.text().unwrap();
+    let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("non-JSON body ({e}): {text}"));
+    (status, body)
+}
+
+fn error_code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or_else(|| panic!("not an error body: {body}"))
+}
+
+#[test]
+fn serve_provisions_mounts_stops_and_remounts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = local_config(tmp.path(), port);
+    let http = client();
+    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve-1.log", None);
+    daemon.wait_ready(&http);
+    let base = daemon.base.clone();
+
+    let (status, body) = call(http.get(format!("{base}/health")));
+    assert_eq!((status, body), (StatusCode::OK, json!({"status": "ok"})));
+
+    // The service token was generated on first start, private to root.
+    let token_file = tmp.path().join("data/control/service-token");
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let token = std::fs::read_to_string(&token_file).unwrap().trim().to_owned();
+    assert_eq!(token.len(), 64);
+
+    // Authentication: none or a wrong token is 401 with a JSON error.
+    let by_thread = |t: &str| format!("{base}/internal/workspace-scopes/by-thread/{t}");
+    let (status, body) = call(http.get(by_thread("thread-1")));
+    assert_eq!((status, error_code(&body)), (StatusCode::UNAUTHORIZED, "unauthorized"));
+    let (status, body) = call(http.get(by_thread("thread-1")).bearer_auth(format!("{token}x")));
+    assert_eq!((status, error_code(&body)), (StatusCode::UNAUTHORIZED, "unauthorized"));
+
+    // Unknown thread: 404; invalid thread id: 400.
+    let (status, body) = call(http.get(by_thread("thread-1")).bearer_auth(&token));
+    assert_eq!((status, error_code(&body)), (StatusCode::NOT_FOUND, "scope_not_found"));
+    let (status, body) = call(http.get(by_thread("bad%20id")).bearer_auth(&token));
+    assert_eq!((status, error_code(&body)), (StatusCode::BAD_REQUEST, "invalid_thread_id"));
+
+    // Provisioning is idempotent on operation_id and on the thread.
+    let provision = |op: &str, thread: &str| {
+        call(
+            http.post(format!("{base}/internal/workspace-scopes/provision"))
+                .bearer_auth(&token)
+                .json(&json!({"operation_id": op, "primary_thread_id": thread})),
+        )
+    };
+    let (status, first) = provision("op-1", "thread-1");
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert_eq!((first["state"].as_str(), first["created"].as_bool()), (Some("draft"), Some(true)));
+    let scope_id = first["scope_id"].as_str().unwrap().to_owned();
+    let (status, again) = provision("op-1", "thread-1");
+    assert_eq!((status, again["scope_id"].as_str()), (StatusCode::OK, Some(scope_id.as_str())));
+    let (status, other_op) = provision("op-2", "thread-1");
+    assert_eq!((status, other_op["scope_id"].as_str()), (StatusCode::OK, Some(scope_id.as_str())));
+    let (status, body) = provision("op-1", "thread-2");
+    assert_eq!((status, error_code(&body)), (StatusCode::CONFLICT, "idempotency_key_conflict"));
+    let (status, body) = provision("op-3", "no/slash");
+    assert_eq!((status, error_code(&body)), (StatusCode::BAD_REQUEST, "invalid_thread_id"));
+
+    // The mount route returns a real mountpoint.
+    let (status, mount) =
+        call(http.get(format!("{base}/internal/workspace-scopes/{scope_id}/mount")).bearer_auth(&token));
+    assert_eq!(status, StatusCode::OK, "{mount}");
+    let mountpoint = PathBuf::from(mount["mountpoint"].as_str().unwrap());
+    assert_eq!(mountpoint, tmp.path().join("mnt").join(&scope_id));
+    assert!(mounts_under(&daemon.mount_root).contains(&mountpoint.to_str().unwrap().to_owned()));
+    let content = b"scopefs end-to-end content\n".repeat(100);
+    std::fs::write(mountpoint.join("hello.txt"), &content).unwrap();
+    assert_eq!(std::fs::read(mountpoint.join("hello.txt")).unwrap(), content);
+    let (status, body) =
+        call(http.get(format!("{base}/internal/workspace-scopes/{}/mount", uuid_like())).bearer_auth(&token));
+    assert_eq!((status, error_code(&body)), (StatusCode::NOT_FOUND, "scope_not_found"));
+
+    // by-thread shows the record and the usage.
+    let (status, rec) = call(http.get(by_thread("thread-1")).bearer_auth(&token));
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(rec["scope_id"].as_str(), Some(scope_id.as_str()));
+    assert_eq!(rec["state"].as_str(), Some("draft"));
+    assert_eq!(rec["revision"].as_u64(), Some(2));
+    assert_eq!(rec["usage"], json!({"files": 1, "bytes": content.len(), "inodes": 1}));
+
+    // `scope create` works on the registry directly and does not mount; the mount route then does.
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args(["scope", "create", "--thread", "thread-cli"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "scope create failed: {}", String::from_utf8_lossy(&out.stderr));
+    let (status, cli_rec) = call(http.get(by_thread("thread-cli")).bearer_auth(&token));
+    assert_eq!((status, cli_rec["state"].as_str()), (StatusCode::OK, Some("draft")), "{cli_rec}");
+    let cli_scope = cli_rec["scope_id"].as_str().unwrap().to_owned();
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&cli_scope));
+    let cli_mountpoint = tmp.path().join("mnt").join(&cli_scope);
+    assert!(!mounts_under(&daemon.mount_root).contains(&cli_mountpoint.to_str().unwrap().to_owned()));
+    let (status, _) = call(http.get(format!("{base}/internal/workspace-scopes/{cli_scope}/mount")).bearer_auth(&token));
+    assert_eq!(status, StatusCode::OK);
+    assert!(mounts_under(&daemon.mount_root).contains(&cli_mountpoint.to_str().unwrap().to_owned()));
+    let out = Command::new(BIN).arg("--config").arg(&config).args(["scope", "ls"]).output().unwrap();
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && listing.contains(&scope_id) && listing.contains(&cli_scope), "{listing}");
+
+    // SIGTERM: exit 0, no mount left.
+    let status = daemon.terminate();
+    assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
+    assert!(mounts_under(&daemon.mount_root).is_empty(), "mounts left after SIGTERM");
+    let log = daemon.log_text();
+    assert!(!log.contains(&token), "the log contains the service token");
+    drop(daemon);
+
+    // Restart on the same data (as a systemd notify service): the scope is remounted at start and
+    // the file is intact; READY=1 comes once ready, STOPPING=1 at shutdown.
+    let notify_path = tmp.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve-2.log", Some(&notify_path));
+    daemon.wait_ready(&http);
+    assert_eq!(recv_notification(&notify), "READY=1");
+    assert!(
+        mounts_under(&daemon.mount_root).contains(&mountpoint.to_str().unwrap().to_owned()),
+        "scope not remounted at start; log:\n{}",
+        daemon.log_text()
+    );
+    assert_eq!(std::fs::read(mountpoint.join("hello.txt")).unwrap(), content);
+    let (status, rec) = call(http.get(by_thread("thread-1")).bearer_auth(&token));
+    assert_eq!((status, rec["scope_id"].as_str()), (StatusCode::OK, Some(scope_id.as_str())));
+    let status = daemon.terminate();
+    assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
+    assert_eq!(recv_notification(&notify), "STOPPING=1");
+    assert!(mounts_under(&daemon.mount_root).is_empty(), "mounts left after the second SIGTERM");
+}
+
+fn recv_notification(sock: &UnixDatagram) -> String {
+    let mut buf = [0u8; 256];
+    let n = sock.recv(&mut buf).expect("no service-manager notification within 60 s");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// A well-formed scope id that no scope has.
+fn uuid_like() -> String {
+    "01234567-89ab-7def-8123-456789abcdef".to_owned()
+}
+
+fn doctor(config: &Path) -> (bool, String) {
+    let out = Command::new(BIN).arg("--config").arg(config).arg("doctor").output().expect("running doctor");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn doctor_passes_on_a_local_store_and_fails_on_an_unreachable_s3() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = local_config(tmp.path(), free_port());
+    let (ok, out) = doctor(&config);
+    assert!(ok, "doctor failed:\n{out}");
+    for check in ["fuse-device", "mount-permission", "mount-root", "registry", "object-store"] {
+        assert!(out.lines().any(|l| l.starts_with(&format!("PASS {check}:"))), "no PASS {check}:\n{out}");
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+
+    let s3 = tmp.path().join("s3.toml");
+    let text = format!(
+        "data_dir = {data:?}\nmount_root = {mnt:?}\nstore_timeout_ms = 2000\nstore_attempts = 1\n\n[store]\nkind = \"s3\"\n\
+         endpoint = \"http://127.0.0.1:1\"\nregion = \"garage\"\nbucket = \"nothing\"\n\
+         access_key_id = \"GKtest\"\nsecret_access_key = \"not-a-secret\"\n",
+        data = tmp.path().join("data-s3"),
+        mnt = tmp.path().join("mnt-s3"),
+    );
+    std::fs::write(&s3, text).unwrap();
+    let (ok, out) = doctor(&s3);
+    assert!(!ok, "doctor passed with an unreachable store:\n{out}");
+    assert!(out.lines().any(|l| l.starts_with("FAIL object-store:")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("PASS registry:")), "{out}");
+    assert!(!out.contains("not-a-secret"), "doctor printed the secret key:\n{out}");
+
+    // `serve` refuses to start when the startup probe fails, saying why.
+    let mut s3_serve = std::fs::read_to_string(&s3).unwrap();
+    s3_serve.insert_str(0, &format!("listen = \"127.0.0.1:{}\"\n", free_port()));
+    std::fs::write(&s3, s3_serve).unwrap();
+    let out = Command::new(BIN).arg("--config").arg(&s3).arg("serve").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "serve started with an unreachable store");
+    assert!(stderr.contains("object store probe"), "{stderr}");
+    assert!(!stderr.contains("not-a-secret"), "serve printed the secret key:\n{stderr}");
+}

@@ -1,0 +1,50 @@
+//! `scopefs scope create|ls`: direct registry and engine access from the command line (no HTTP, no mounts).
+
+use anyhow::Context;
+use scopefs::config::Config;
+use scopefs::engine::Storage;
+use scopefs::ids::ThreadId;
+use scopefs::registry::{Registry, ScopeRecord};
+
+use crate::{service, setup};
+
+fn open_registry(cfg: &Config) -> anyhow::Result<Registry> {
+    setup::control_dir(cfg).context("preparing the control directory")?;
+    Registry::open(&setup::registry_path(cfg)).context("opening the registry")
+}
+
+/// Creates a scope (state `draft`) and its filesystem metadata; does not mount it.
+pub fn create(cfg: &Config, thread: &str) -> anyhow::Result<()> {
+    let thread = ThreadId::parse(thread).context("invalid --thread")?;
+    let registry = open_registry(cfg)?;
+    let rt = setup::runtime()?;
+    let store = {
+        let _in_runtime = rt.enter();
+        setup::build_store(cfg).context("configuring the object store")?
+    };
+    let storage = Storage::new(store, cfg.storage_settings(), &cfg.data_dir, rt.handle().clone())
+        .context("opening local storage")?;
+    let rec = service::create_unmounted(&cfg.deployment_id, cfg.default_quota(), &registry, &storage, &thread)
+        .context("creating the scope")?;
+    println!("{}", header());
+    println!("{}", row(&rec));
+    Ok(())
+}
+
+/// Lists every scope of the deployment.
+pub fn ls(cfg: &Config) -> anyhow::Result<()> {
+    let registry = open_registry(cfg)?;
+    println!("{}", header());
+    for rec in registry.list(&cfg.deployment_id).context("listing scopes")? {
+        println!("{}", row(&rec));
+    }
+    Ok(())
+}
+
+fn header() -> String {
+    format!("{:<36}  {:<12}  {:>8}  {}", "SCOPE_ID", "STATE", "REVISION", "PRIMARY_THREAD_ID")
+}
+
+fn row(rec: &ScopeRecord) -> String {
+    format!("{:<36}  {:<12}  {:>8}  {}", rec.scope_id, rec.state, rec.revision, rec.primary_thread_id)
+}
