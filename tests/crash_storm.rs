@@ -153,6 +153,7 @@ fn kill_minus_nine_during_a_write_storm_loses_nothing_that_was_closed() {
         d.child.wait().unwrap();
         stop.store(true, Ordering::Relaxed);
         writer.join().unwrap();
+        eprintln!("round {round}: killed; {} closed files in the manifest", manifest.lock().unwrap().len());
     }
     // Last restart: everything still there; then a clean stop.
     let mut d = start(&config, port);
