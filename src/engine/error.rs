@@ -26,6 +26,8 @@ pub enum EngineError {
     ReadOnly,
     #[error("scope quota exceeded ({0})")]
     QuotaExceeded(&'static str),
+    #[error("content larger than allowed")]
+    TooLarge,
     #[error("local staging space exhausted")]
     NoSpace,
     #[error("bad file handle")]

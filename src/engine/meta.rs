@@ -224,6 +224,57 @@ impl MetaDb {
         Ok(row)
     }
 
+    /// Inserts a regular file without a name (to be linked by `attach`); checks the inode quota.
+    pub fn insert_detached(&mut self, perm: u32, uid: u32, gid: u32, max_inodes: u64) -> EngineResult<InodeRow> {
+        let tx = self.tx()?;
+        if usage_in(&tx)?.inodes >= max_inodes {
+            return Err(EngineError::QuotaExceeded("inodes"));
+        }
+        let now = now_ns();
+        tx.execute(
+            "INSERT INTO inodes (parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns)
+             VALUES (NULL, NULL, 'file', ?1, ?2, ?3, ?4, ?4, ?4)",
+            params![perm & 0o7777, uid, gid, now],
+        )?;
+        let ino = tx.last_insert_rowid() as Ino;
+        tx.execute("UPDATE usage SET inodes = inodes + 1, files = files + 1 WHERE id = 1", [])?;
+        let row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;
+        tx.commit()?;
+        Ok(row)
+    }
+
+    /// Gives a detached file the name `parent/name`; an existing non-directory there is replaced when
+    /// `replace`, else `Exists`.
+    pub fn attach(
+        &mut self,
+        ino: Ino,
+        parent: Ino,
+        name: &[u8],
+        replace: bool,
+        is_open: &dyn Fn(Ino) -> bool,
+    ) -> EngineResult<Dropped> {
+        let tx = self.tx()?;
+        let dir = inode_in(&tx, parent)?.ok_or(EngineError::NotFound)?;
+        if dir.kind != FileKind::Dir {
+            return Err(EngineError::NotDir);
+        }
+        let now = now_ns();
+        let mut dropped = Dropped::None;
+        if let Some(old) = lookup_in(&tx, parent, name)? {
+            if !replace {
+                return Err(EngineError::Exists);
+            }
+            if old.kind == FileKind::Dir {
+                return Err(EngineError::IsDir);
+            }
+            dropped = drop_name(&tx, &old, is_open(old.ino), now)?;
+        }
+        set_name(&tx, ino, parent, name, now)?;
+        touch_dir(&tx, parent, now)?;
+        tx.commit()?;
+        Ok(dropped)
+    }
+
     pub fn set_attrs(&mut self, ino: Ino, ch: &AttrChanges) -> EngineResult<InodeRow> {
         let tx = self.tx()?;
         let mut row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;

@@ -12,12 +12,14 @@ mod cache;
 mod error;
 mod fileio;
 mod meta;
+mod paths;
 mod scope;
 mod storage;
 mod types;
 mod upload;
 
 pub use error::{EngineError, EngineResult};
+pub use paths::{Change, ChangeObserver, PathEntry, WriteMode};
 pub use scope::{FsckReport, GcReport, ScopeEngine};
 pub use storage::Storage;
 pub use types::*;

@@ -60,6 +60,7 @@ pub struct ScopeEngine {
     pub(crate) handles: Mutex<HashMap<Fh, HandleInfo>>,
     pub(crate) next_fh: AtomicU64,
     pub(crate) uploads: UploadQueue,
+    pub(crate) observer: Mutex<Option<super::paths::ChangeObserver>>,
 }
 
 impl ScopeEngine {
@@ -87,6 +88,7 @@ impl ScopeEngine {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             uploads: UploadQueue::default(),
+            observer: Mutex::new(None),
         });
         engine.recover()?;
         Ok(engine)
@@ -340,7 +342,7 @@ impl ScopeEngine {
     }
 
     /// A detached inode may have been released between the namespace change and now.
-    fn after_drop(&self, dropped: Dropped) {
+    pub(crate) fn after_drop(&self, dropped: Dropped) {
         if let Dropped::Detached(ino) = dropped {
             if !self.is_open(ino) {
                 if let Err(e) = self.meta.lock().delete_detached(ino) {

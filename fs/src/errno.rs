@@ -1,0 +1,83 @@
+//! The one mapping from `EngineError` to the errno a FUSE request answers.
+
+use fuser::Errno;
+use scopefs::engine::EngineError;
+
+/// The raw errno for an engine error.
+pub fn errno_code(err: &EngineError) -> i32 {
+    match err {
+        EngineError::NotFound => libc::ENOENT,
+        EngineError::Exists => libc::EEXIST,
+        EngineError::NotDir => libc::ENOTDIR,
+        EngineError::IsDir => libc::EISDIR,
+        EngineError::NotEmpty => libc::ENOTEMPTY,
+        EngineError::NameTooLong => libc::ENAMETOOLONG,
+        EngineError::InvalidName(_) | EngineError::Invalid(_) => libc::EINVAL,
+        EngineError::NotPermitted(_) => libc::EPERM,
+        EngineError::ReadOnly => libc::EROFS,
+        EngineError::QuotaExceeded(_) => libc::EDQUOT,
+        EngineError::NoSpace => libc::ENOSPC,
+        EngineError::TooLarge => libc::EFBIG,
+        EngineError::BadHandle => libc::EBADF,
+        EngineError::Unsupported(_) => libc::EOPNOTSUPP,
+        EngineError::Store(_)
+        | EngineError::Corrupt { .. }
+        | EngineError::Metadata(_)
+        | EngineError::Migration(_)
+        | EngineError::Io(_) => libc::EIO,
+    }
+}
+
+/// The FUSE reply error for an engine error.
+pub fn to_errno(err: &EngineError) -> Errno {
+    Errno::from_i32(errno_code(err))
+}
+
+/// Whether the error is an internal failure (answered with `EIO`) worth a log line.
+pub fn is_internal(err: &EngineError) -> bool {
+    errno_code(err) == libc::EIO
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespace_errors_map_to_their_errno() {
+        let cases: Vec<(EngineError, i32)> = vec![
+            (EngineError::NotFound, libc::ENOENT),
+            (EngineError::Exists, libc::EEXIST),
+            (EngineError::NotDir, libc::ENOTDIR),
+            (EngineError::IsDir, libc::EISDIR),
+            (EngineError::NotEmpty, libc::ENOTEMPTY),
+            (EngineError::NameTooLong, libc::ENAMETOOLONG),
+            (EngineError::InvalidName("control character"), libc::EINVAL),
+            (EngineError::Invalid("bad offset"), libc::EINVAL),
+            (EngineError::NotPermitted("hard link"), libc::EPERM),
+            (EngineError::ReadOnly, libc::EROFS),
+            (EngineError::QuotaExceeded("bytes"), libc::EDQUOT),
+            (EngineError::NoSpace, libc::ENOSPC),
+            (EngineError::BadHandle, libc::EBADF),
+            (EngineError::Unsupported("xattr"), libc::EOPNOTSUPP),
+        ];
+        for (err, code) in cases {
+            assert_eq!(errno_code(&err), code, "{err:?}");
+            assert_eq!(to_errno(&err).code(), code, "{err:?}");
+            assert!(!is_internal(&err), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn internal_failures_map_to_eio() {
+        let cases = vec![
+            EngineError::Corrupt { sha256: "00".repeat(32) },
+            EngineError::Io(std::io::Error::other("disk")),
+            EngineError::Store(scopefs::store::StoreError::Unavailable("down".into())),
+            EngineError::Store(scopefs::store::StoreError::Timeout(std::time::Duration::from_secs(1))),
+        ];
+        for err in cases {
+            assert_eq!(errno_code(&err), libc::EIO, "{err:?}");
+            assert!(is_internal(&err));
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Path-level operations for the HTTP API: virtual-path resolution (never following symlinks), listing,
+//! atomic whole-file replace, deletion, and the change observer that keeps kernel caches coherent.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use super::error::{EngineError, EngineResult};
+use super::scope::ScopeEngine;
+use super::types::*;
+use crate::names;
+
+/// A change made outside the kernel's view (through the HTTP API): the FUSE layer invalidates it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The name `name` in directory `parent` appeared, disappeared or now names another inode.
+    Entry { parent: Ino, name: Vec<u8> },
+    /// The content or attributes of `ino` changed.
+    Inode(Ino),
+}
+
+/// Receives changes made through path operations.
+pub type ChangeObserver = Arc<dyn Fn(&Change) + Send + Sync>;
+
+/// How `write_path` treats an existing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Fail with `Exists` if the path exists.
+    CreateNew,
+    /// Atomically replace an existing file (readers see the old or the new version, never a mix).
+    Replace,
+}
+
+/// One entry of a listing, with its path relative to the scope root (no leading `/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathEntry {
+    pub path: String,
+    pub attr: Attr,
+}
+
+/// Splits a validated relative virtual path into components (empty for the root).
+fn components(path: &str) -> EngineResult<Vec<&str>> {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    for p in &parts {
+        if *p == "." || *p == ".." {
+            return Err(EngineError::InvalidName("'.' and '..' are not allowed in paths"));
+        }
+        names::check_lookup_name(p.as_bytes())?;
+    }
+    Ok(parts)
+}
+
+impl ScopeEngine {
+    /// Installs the observer of path-level changes (replacing any previous one).
+    pub fn set_observer(&self, observer: Option<ChangeObserver>) {
+        *self.observer.lock() = observer;
+    }
+
+    fn notify(&self, change: Change) {
+        let observer = self.observer.lock().clone();
+        if let Some(o) = observer {
+            o(&change);
+        }
+    }
+
+    /// Resolves a relative virtual path without following symlinks: a symlink or file in the middle is `NotFound`.
+    pub fn resolve_path(&self, path: &str) -> EngineResult<Attr> {
+        let mut attr = self.getattr(ROOT_INO)?;
+        for part in components(path)? {
+            if attr.kind != FileKind::Dir {
+                return Err(EngineError::NotFound);
+            }
+            attr = self.lookup(attr.ino, part.as_bytes())?;
+        }
+        Ok(attr)
+    }
+
+    /// The directory inode and last name of a path (the directory must exist).
+    fn parent_and_name<'p>(&self, path: &'p str) -> EngineResult<(Ino, &'p str)> {
+        let parts = components(path)?;
+        let Some((name, dirs)) = parts.split_last() else {
+            return Err(EngineError::Invalid("the scope root has no name"));
+        };
+        let dir = self.resolve_path(&dirs.join("/"))?;
+        if dir.kind != FileKind::Dir {
+            return Err(EngineError::NotFound);
+        }
+        Ok((dir.ino, name))
+    }
+
+    /// Lists a directory (recursively if asked), paths relative to the scope root, sorted; symlinks are
+    /// listed, never followed.
+    pub fn list_path(&self, path: &str, recursive: bool) -> EngineResult<Vec<PathEntry>> {
+        let dir = self.resolve_path(path)?;
+        if dir.kind != FileKind::Dir {
+            return Err(EngineError::NotDir);
+        }
+        let base = components(path)?.join("/");
+        let mut out = Vec::new();
+        let mut stack = vec![(dir.ino, base)];
+        while let Some((ino, prefix)) = stack.pop() {
+            for e in self.readdir(ino)? {
+                let name = String::from_utf8_lossy(&e.name).into_owned();
+                let p = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+                if recursive && e.attr.kind == FileKind::Dir {
+                    stack.push((e.attr.ino, p.clone()));
+                }
+                out.push(PathEntry { path: p, attr: e.attr });
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    /// Reads up to `len` bytes of a regular file from `offset`.
+    pub fn read_path(&self, path: &str, offset: u64, len: u64) -> EngineResult<Vec<u8>> {
+        let attr = self.resolve_path(path)?;
+        match attr.kind {
+            FileKind::File => {}
+            FileKind::Dir => return Err(EngineError::IsDir),
+            FileKind::Symlink => return Err(EngineError::NotFound),
+        }
+        let opened = self.open(attr.ino, OpenFlags::default())?;
+        let mut out = Vec::new();
+        let end = offset.saturating_add(len);
+        let result = loop {
+            let pos = offset + out.len() as u64;
+            if pos >= end {
+                break Ok(());
+            }
+            let want = (end - pos).min(1 << 20) as u32;
+            match self.read(attr.ino, opened.fh, pos, want) {
+                Ok(chunk) if chunk.is_empty() => break Ok(()),
+                Ok(chunk) => out.extend_from_slice(&chunk),
+                Err(e) => break Err(e),
+            }
+        };
+        self.release(attr.ino, opened.fh)?;
+        result.map(|_| out)
+    }
+
+    /// Creates the missing directories of `path` (like `mkdir -p`); returns the last one's inode.
+    pub fn make_dirs(&self, path: &str, owner: Owner) -> EngineResult<Ino> {
+        let mut ino = ROOT_INO;
+        for part in components(path)? {
+            ino = match self.lookup(ino, part.as_bytes()) {
+                Ok(a) if a.kind == FileKind::Dir => a.ino,
+                Ok(_) => return Err(EngineError::NotDir),
+                Err(EngineError::NotFound) => {
+                    let a = self.mkdir(ino, part.as_bytes(), 0o755, owner)?;
+                    self.notify(Change::Entry { parent: ino, name: part.as_bytes().to_vec() });
+                    a.ino
+                }
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(ino)
+    }
+
+    /// Writes a whole new version of `path` from `content`, at most `max_len` bytes (more is `TooLarge`
+    /// and leaves nothing behind). The file is built without a name and linked into place at the end,
+    /// so a failure never leaves a partial file and a replace is atomic.
+    pub fn write_path(
+        &self,
+        path: &str,
+        content: &mut dyn Read,
+        max_len: u64,
+        mode: WriteMode,
+        owner: Owner,
+    ) -> EngineResult<Attr> {
+        self.check_writable()?;
+        let (parent, name) = self.parent_and_name(path)?;
+        names::check_new_name(name.as_bytes(), parent == ROOT_INO)?;
+        if mode == WriteMode::CreateNew && self.lookup(parent, name.as_bytes()).is_ok() {
+            return Err(EngineError::Exists);
+        }
+        let max_inodes = self.quota().inodes;
+        let row = self.meta.lock().insert_detached(0o644, owner.uid, owner.gid, max_inodes)?;
+        let ino = row.ino;
+        let opened = match self.open(ino, OpenFlags { write: true, ..Default::default() }) {
+            Ok(o) => o,
+            Err(e) => {
+                self.meta.lock().delete_detached(ino)?;
+                return Err(e);
+            }
+        };
+        let filled = self.fill(ino, opened.fh, content, max_len).and_then(|_| self.flush(ino, opened.fh));
+        let linked = filled.and_then(|_| {
+            let dropped = self
+                .meta
+                .lock()
+                .attach(ino, parent, name.as_bytes(), mode == WriteMode::Replace, &|i| i != ino && self.is_open(i))?;
+            self.after_drop(dropped);
+            Ok(())
+        });
+        // Releasing an unlinked inode deletes it, so a failed write leaves nothing behind.
+        self.release(ino, opened.fh)?;
+        linked?;
+        self.notify(Change::Entry { parent, name: name.as_bytes().to_vec() });
+        self.getattr(ino)
+    }
+
+    fn fill(&self, ino: Ino, fh: Fh, content: &mut dyn Read, max_len: u64) -> EngineResult<()> {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut pos = 0u64;
+        loop {
+            let n = content.read(&mut buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            if pos + n as u64 > max_len {
+                return Err(EngineError::TooLarge);
+            }
+            self.write(ino, fh, pos, &buf[..n])?;
+            pos += n as u64;
+        }
+    }
+
+    /// Removes a file or symlink, or a directory (with `recursive`, including everything below it).
+    pub fn remove_path(&self, path: &str, recursive: bool) -> EngineResult<()> {
+        let (parent, name) = self.parent_and_name(path)?;
+        let attr = self.lookup(parent, name.as_bytes())?;
+        if attr.kind == FileKind::Dir {
+            if recursive {
+                for child in self.readdir(attr.ino)? {
+                    let child_name = String::from_utf8_lossy(&child.name).into_owned();
+                    self.remove_path(&format!("{path}/{child_name}"), true)?;
+                }
+            }
+            self.rmdir(parent, name.as_bytes())?;
+        } else {
+            self.unlink(parent, name.as_bytes())?;
+        }
+        self.notify(Change::Entry { parent, name: name.as_bytes().to_vec() });
+        Ok(())
+    }
+}
