@@ -1,0 +1,129 @@
+//! The route table: every route with its method, path, authentication class and summary. One table
+//! builds the router, the OpenAPI document and the list the authentication tests walk.
+
+use axum::routing::MethodRouter;
+use axum::Router;
+use serde_json::{json, Map, Value};
+
+/// Who may call a route (SPEC §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Auth {
+    /// `/health`, `/ready`, `/metrics`, `/openapi.json`.
+    Public,
+    /// `Authorization: Bearer <service token>`: `/internal/*`, `/api/*`.
+    Service,
+    /// `X-Admin-Token`: `/admin/*`.
+    Admin,
+    /// HMAC-signed `auth_context` in the body: `/tools/*`.
+    Signed,
+}
+
+impl Auth {
+    fn as_str(self) -> &'static str {
+        match self {
+            Auth::Public => "public",
+            Auth::Service => "service_token",
+            Auth::Admin => "admin_token",
+            Auth::Signed => "hmac_auth_context",
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSpec {
+    pub method: &'static str,
+    /// axum/OpenAPI path template, e.g. `/internal/workspace-scopes/{scope_id}/mount`.
+    pub path: &'static str,
+    pub auth: Auth,
+    pub summary: &'static str,
+}
+
+/// Collects routes per authentication class; `build` applies each class's layer.
+pub struct RouteTable<S> {
+    groups: Vec<(Auth, Router<S>)>,
+    pub specs: Vec<RouteSpec>,
+}
+
+impl<S: Clone + Send + Sync + 'static> RouteTable<S> {
+    pub fn new() -> Self {
+        let groups = [Auth::Public, Auth::Service, Auth::Admin, Auth::Signed].map(|a| (a, Router::new())).to_vec();
+        RouteTable { groups, specs: Vec::new() }
+    }
+
+    /// Adds one method of one path. `handler` must serve exactly `method`.
+    pub fn add(
+        mut self,
+        method: &'static str,
+        path: &'static str,
+        auth: Auth,
+        summary: &'static str,
+        handler: MethodRouter<S>,
+    ) -> Self {
+        let group = self.groups.iter_mut().find(|(a, _)| *a == auth).map(|(_, r)| r).expect("every class has a group");
+        *group = std::mem::take(group).route(path, handler);
+        self.specs.push(RouteSpec { method, path, auth, summary });
+        self
+    }
+
+    /// The routers of each class, for the caller to layer and merge.
+    pub fn into_groups(self) -> (Vec<(Auth, Router<S>)>, Vec<RouteSpec>) {
+        (self.groups, self.specs)
+    }
+}
+
+/// An OpenAPI 3.1 document of the table.
+pub fn openapi(specs: &[RouteSpec]) -> Value {
+    let mut paths = Map::new();
+    for s in specs {
+        let params: Vec<Value> = s
+            .path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{').and_then(|p| p.strip_suffix('}')))
+            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .collect();
+        let mut op = json!({
+            "summary": s.summary,
+            "x-scopefs-auth": s.auth.as_str(),
+            "responses": {"default": {"description": "JSON body; errors are {\"error\":{\"code\",\"message\"}}"}},
+        });
+        if !params.is_empty() {
+            op["parameters"] = Value::Array(params);
+        }
+        match s.auth {
+            Auth::Service => op["security"] = json!([{"serviceToken": []}]),
+            Auth::Admin => op["security"] = json!([{"adminToken": []}]),
+            Auth::Public | Auth::Signed => {}
+        }
+        let entry = paths.entry(s.path.to_string()).or_insert_with(|| json!({}));
+        entry[s.method.to_ascii_lowercase()] = op;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "scopefs", "version": env!("CARGO_PKG_VERSION")},
+        "paths": paths,
+        "components": {"securitySchemes": {
+            "serviceToken": {"type": "http", "scheme": "bearer"},
+            "adminToken": {"type": "apiKey", "in": "header", "name": "X-Admin-Token"},
+        }},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+
+    #[test]
+    fn openapi_lists_every_method_of_every_path_with_its_parameters() {
+        let t: RouteTable<()> = RouteTable::new()
+            .add("GET", "/a/{id}", Auth::Service, "read", get(|| async {}))
+            .add("PUT", "/a/{id}", Auth::Service, "write", axum::routing::put(|| async {}))
+            .add("GET", "/health", Auth::Public, "live", get(|| async {}));
+        let doc = openapi(&t.specs);
+        assert_eq!(doc["paths"]["/a/{id}"]["get"]["summary"], "read");
+        assert_eq!(doc["paths"]["/a/{id}"]["put"]["parameters"][0]["name"], "id");
+        assert!(doc["paths"]["/health"]["get"].get("security").is_none());
+        assert_eq!(doc["paths"].as_object().unwrap().len(), 2);
+    }
+}
