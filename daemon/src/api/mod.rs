@@ -63,7 +63,7 @@ pub fn route_table() -> RouteTable<AppState> {
 pub fn router(state: AppState) -> Router {
     let (groups, _) = route_table().into_groups();
     let mut app = Router::new();
-    for (auth, group) in groups {
+    for (auth, group) in groups.into_iter().filter(|(_, g)| g.has_routes()) {
         let group = match auth {
             Auth::Public => group,
             Auth::Service => group.route_layer(middleware::from_fn_with_state(state.clone(), require_service_token)),
