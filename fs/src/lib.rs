@@ -1,1 +1,8 @@
 //! FUSE adapter over the scopefs file engine, and the per-scope mount manager.
+
+pub mod adapter;
+pub mod errno;
+pub mod mount;
+
+pub use adapter::ScopeFs;
+pub use mount::{MountError, MountManager, MountOptions};

@@ -1,0 +1,595 @@
+//! `fuser::Filesystem` over one scope's `ScopeEngine`: each callback makes one engine call and maps its result.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use parking_lot::Mutex;
+use scopefs::engine::{
+    Attr, DirEntry, EngineResult, FileKind, Ino, OpenFlags, Opened, Owner, RenameMode, ScopeEngine, SetAttr, TimeSet,
+};
+
+use crate::errno::{is_internal, to_errno};
+
+/// `st_blksize` reported for every inode (the preferred I/O size).
+const PREFERRED_IO_SIZE: u32 = 128 * 1024;
+/// Largest write the kernel may send in one request.
+const MAX_WRITE: u32 = 1024 * 1024;
+/// Inode numbers are never reused, so the generation is always 0.
+const GENERATION: Generation = Generation(0);
+
+/// Runs one engine call; an engine error becomes its errno, a panic becomes `EIO`.
+fn call<T>(op: &'static str, f: impl FnOnce() -> EngineResult<T>) -> Result<T, Errno> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => {
+            if is_internal(&err) {
+                tracing::warn!(op, error = %err, "engine operation failed");
+            } else {
+                tracing::debug!(op, error = %err, "engine operation refused");
+            }
+            Err(to_errno(&err))
+        }
+        Err(_) => {
+            tracing::error!(op, "engine operation panicked; answering EIO");
+            Err(Errno::EIO)
+        }
+    }
+}
+
+/// Converts engine attributes to the kernel's.
+pub fn file_attr(attr: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(attr.ino),
+        size: attr.size,
+        blocks: attr.size.div_ceil(512),
+        atime: attr.atime,
+        mtime: attr.mtime,
+        ctime: attr.ctime,
+        crtime: attr.ctime,
+        kind: file_type(attr.kind),
+        perm: (attr.perm & 0o7777) as u16,
+        nlink: attr.nlink,
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: 0,
+        blksize: PREFERRED_IO_SIZE,
+        flags: 0,
+    }
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+    }
+}
+
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(at) => TimeSet::At(at),
+    }
+}
+
+/// Engine open flags from the kernel's `open(2)` flags.
+pub fn open_flags(flags: i32) -> OpenFlags {
+    OpenFlags {
+        write: flags & libc::O_ACCMODE != libc::O_RDONLY,
+        truncate: flags & libc::O_TRUNC != 0,
+        exclusive: flags & libc::O_EXCL != 0,
+    }
+}
+
+/// Engine rename mode from `renameat2` flags; `None` for flags we do not support.
+pub fn rename_mode(flags: u32) -> Option<RenameMode> {
+    let noreplace = libc::RENAME_NOREPLACE;
+    let exchange = libc::RENAME_EXCHANGE;
+    if flags & !(noreplace | exchange) != 0 {
+        return None;
+    }
+    match (flags & noreplace != 0, flags & exchange != 0) {
+        (false, false) => Some(RenameMode::Replace),
+        (true, false) => Some(RenameMode::NoReplace),
+        (false, true) => Some(RenameMode::Exchange),
+        (true, true) => None,
+    }
+}
+
+fn fopen_flags(opened: &Opened) -> FopenFlags {
+    if opened.keep_cache {
+        FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        FopenFlags::empty()
+    }
+}
+
+fn owner(req: &Request) -> Owner {
+    Owner { uid: req.uid(), gid: req.gid() }
+}
+
+/// A directory listing taken when a directory stream starts (or rewinds), so that
+/// offsets stay stable while entries are removed during the walk.
+struct DirSnapshot {
+    ino: Ino,
+    parent: Ino,
+    entries: Vec<DirEntry>,
+}
+
+impl DirSnapshot {
+    /// Entry `index` of the stream: `.`, `..`, then the children.
+    fn entry(&self, index: usize) -> Option<(Ino, FileType, &[u8], Option<&Attr>)> {
+        match index {
+            0 => Some((self.ino, FileType::Directory, b".", None)),
+            1 => Some((self.parent, FileType::Directory, b"..", None)),
+            i => {
+                self.entries.get(i - 2).map(|e| (e.attr.ino, file_type(e.attr.kind), e.name.as_slice(), Some(&e.attr)))
+            }
+        }
+    }
+}
+
+/// One mounted scope.
+pub struct ScopeFs {
+    engine: Arc<ScopeEngine>,
+    ttl: Duration,
+    dirs: Mutex<HashMap<u64, Arc<DirSnapshot>>>,
+    next_dir_handle: AtomicU64,
+}
+
+impl ScopeFs {
+    pub fn new(engine: Arc<ScopeEngine>, ttl: Duration) -> ScopeFs {
+        ScopeFs { engine, ttl, dirs: Mutex::new(HashMap::new()), next_dir_handle: AtomicU64::new(1) }
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, result: Result<Attr, Errno>) {
+        match result {
+            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), GENERATION),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// The listing for a read at `offset`: fresh at offset 0, else the stream's snapshot.
+    fn snapshot(&self, ino: Ino, fh: u64, offset: u64) -> Result<Arc<DirSnapshot>, Errno> {
+        if offset != 0 {
+            if let Some(snap) = self.dirs.lock().get(&fh) {
+                return Ok(snap.clone());
+            }
+        }
+        let entries = call("readdir", || self.engine.readdir(ino))?;
+        let parent = call("parent_of", || self.engine.parent_of(ino))?;
+        let snap = Arc::new(DirSnapshot { ino, parent, entries });
+        self.dirs.lock().insert(fh, snap.clone());
+        Ok(snap)
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, result: Result<(), Errno>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// Placeholder attributes for `.`/`..` in readdirplus (the kernel ignores them).
+fn dot_attr(ino: Ino) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: FileType::Directory,
+        perm: 0o755,
+        nlink: 2,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: PREFERRED_IO_SIZE,
+        flags: 0,
+    }
+}
+
+impl Filesystem for ScopeFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // No FUSE_WRITEBACK_CACHE: quota errors (EDQUOT) must surface on write().
+        let wanted = [
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+        ];
+        for flag in wanted {
+            if config.add_capabilities(flag).is_err() {
+                tracing::debug!(?flag, "kernel lacks FUSE capability");
+            }
+        }
+        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(nearest);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = call("lookup", || self.engine.lookup(parent.0, name.as_bytes()));
+        self.reply_entry(reply, r);
+    }
+
+    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
+        // Engine inode numbers are never reused: nothing to release.
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match call("getattr", || self.engine.getattr(ino.0)) {
+            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let changes = SetAttr {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+        };
+        match call("setattr", || self.engine.setattr(ino.0, &changes)) {
+            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match call("readlink", || self.engine.readlink(ino.0)) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        // Only regular files; fifos, sockets and device nodes are refused by design.
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            reply.error(Errno::EPERM);
+            return;
+        }
+        let flags = OpenFlags { write: false, truncate: false, exclusive: true };
+        let r = call("mknod", || {
+            let (attr, opened) = self.engine.create(parent.0, name.as_bytes(), mode & 0o7777, flags, owner(req))?;
+            self.engine.release(attr.ino, opened.fh)?;
+            Ok(attr)
+        });
+        self.reply_entry(reply, r);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let r = call("mkdir", || self.engine.mkdir(parent.0, name.as_bytes(), mode & 0o7777, owner(req)));
+        self.reply_entry(reply, r);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, call("unlink", || self.engine.unlink(parent.0, name.as_bytes())));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, call("rmdir", || self.engine.rmdir(parent.0, name.as_bytes())));
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+        let r = call("symlink", || {
+            self.engine.symlink(parent.0, link_name.as_bytes(), target.as_os_str().as_bytes(), owner(req))
+        });
+        self.reply_entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let Some(mode) = rename_mode(flags.bits()) else {
+            reply.error(Errno::EINVAL);
+            return;
+        };
+        let r = call("rename", || self.engine.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), mode));
+        reply_empty(reply, r);
+    }
+
+    fn link(&self, _req: &Request, _ino: INodeNo, _newparent: INodeNo, _newname: &OsStr, reply: ReplyEntry) {
+        // Hard links are not supported (SPEC §6): a clean EPERM.
+        reply.error(Errno::EPERM);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+        match call("open", || self.engine.open(ino.0, open_flags(flags.0))) {
+            Ok(opened) => reply.opened(FileHandle(opened.fh), fopen_flags(&opened)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match call("read", || self.engine.read(ino.0, fh.0, offset, size)) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match call("write", || self.engine.write(ino.0, fh.0, offset, data)) {
+            Ok(written) => reply.written(written),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply_empty(reply, call("flush", || self.engine.flush(ino.0, fh.0)));
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, call("release", || self.engine.release(ino.0, fh.0)));
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply_empty(reply, call("fsync", || self.engine.fsync(ino.0, Some(fh.0))));
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+        let fh = self.next_dir_handle.fetch_add(1, Ordering::Relaxed);
+        reply.opened(FileHandle(fh), FopenFlags::empty());
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let snap = match self.snapshot(ino.0, fh.0, offset) {
+            Ok(snap) => snap,
+            Err(e) => return reply.error(e),
+        };
+        let mut index = offset as usize;
+        while let Some((child, kind, name, _)) = snap.entry(index) {
+            index += 1;
+            if reply.add(INodeNo(child), index as u64, kind, OsStr::from_bytes(name)) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let snap = match self.snapshot(ino.0, fh.0, offset) {
+            Ok(snap) => snap,
+            Err(e) => return reply.error(e),
+        };
+        let mut index = offset as usize;
+        while let Some((child, _, name, attr)) = snap.entry(index) {
+            index += 1;
+            let attr = attr.map(file_attr).unwrap_or_else(|| dot_attr(child));
+            let full = reply.add(INodeNo(child), index as u64, OsStr::from_bytes(name), &self.ttl, &attr, GENERATION);
+            if full {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: fuser::OpenFlags, reply: ReplyEmpty) {
+        self.dirs.lock().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Namespace changes are committed to the metadata database as they happen.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match call("statfs", || self.engine.statfs()) {
+            Ok(st) => reply.statfs(
+                st.total_blocks,
+                st.free_blocks,
+                st.free_blocks,
+                st.total_inodes,
+                st.free_inodes,
+                st.block_size,
+                st.max_name_len,
+                st.block_size,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOTSUP);
+    }
+
+    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOTSUP);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOTSUP);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::ENOTSUP);
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // default_permissions makes the kernel check modes; answer for existing inodes.
+        reply_empty(reply, call("access", || self.engine.getattr(ino.0).map(drop)));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = call("create", || {
+            self.engine.create(parent.0, name.as_bytes(), mode & 0o7777, open_flags(flags), owner(req))
+        });
+        match r {
+            Ok((attr, opened)) => {
+                reply.created(&self.ttl, &file_attr(&attr), GENERATION, FileHandle(opened.fh), fopen_flags(&opened))
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _length: u64,
+        _mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EOPNOTSUPP);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_flags_follow_access_mode_and_trunc() {
+        assert_eq!(open_flags(libc::O_RDONLY), OpenFlags::default());
+        assert!(open_flags(libc::O_WRONLY).write);
+        assert!(open_flags(libc::O_RDWR).write);
+        let f = open_flags(libc::O_RDWR | libc::O_TRUNC | libc::O_EXCL);
+        assert!(f.write && f.truncate && f.exclusive);
+    }
+
+    #[test]
+    fn rename_flags_map_to_modes() {
+        assert_eq!(rename_mode(0), Some(RenameMode::Replace));
+        assert_eq!(rename_mode(libc::RENAME_NOREPLACE), Some(RenameMode::NoReplace));
+        assert_eq!(rename_mode(libc::RENAME_EXCHANGE), Some(RenameMode::Exchange));
+        assert_eq!(rename_mode(libc::RENAME_WHITEOUT), None);
+        assert_eq!(rename_mode(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE), None);
+    }
+
+    #[test]
+    fn a_panicking_engine_call_answers_eio() {
+        let r: Result<(), Errno> = call("test", || panic!("boom"));
+        assert_eq!(r, Err(Errno::EIO));
+        let r: Result<u32, Errno> = call("test", || Ok(7));
+        assert_eq!(r, Ok(7));
+        let r: Result<u32, Errno> = call("test", || Err(scopefs::engine::EngineError::NotEmpty));
+        assert_eq!(r, Err(Errno::ENOTEMPTY));
+    }
+
+    #[test]
+    fn attributes_convert_with_kind_and_blocks() {
+        let now = SystemTime::now();
+        let attr = Attr {
+            ino: 42,
+            kind: FileKind::Symlink,
+            size: 1025,
+            perm: 0o4755,
+            nlink: 1,
+            uid: 7,
+            gid: 8,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            version: 3,
+        };
+        let fa = file_attr(&attr);
+        assert_eq!(fa.ino, INodeNo(42));
+        assert_eq!(fa.kind, FileType::Symlink);
+        assert_eq!(fa.blocks, 3);
+        assert_eq!(fa.perm, 0o4755);
+        assert_eq!((fa.uid, fa.gid, fa.nlink), (7, 8, 1));
+    }
+}

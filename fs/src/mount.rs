@@ -1,0 +1,316 @@
+//! `MountManager`: one background FUSE session per scope under a private mount root, with stale-mount cleanup.
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{BackgroundSession, Config, INodeNo, MountOption, SessionACL};
+use parking_lot::Mutex;
+use scopefs::engine::{Ino, ScopeEngine};
+use scopefs::ids::ScopeId;
+
+use crate::adapter::ScopeFs;
+
+/// Filesystem type the kernel records for our mounts (`fuse.<subtype>`).
+const FS_TYPE: &str = "fuse.scopefs";
+
+/// How scopes are mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Entry and attribute cache lifetime handed to the kernel.
+    pub attr_ttl: Duration,
+    /// FUSE worker threads per mount.
+    pub threads: usize,
+    /// Let every user (containers' users included) use the mount.
+    pub allow_other: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions { attr_ttl: Duration::from_secs(60), threads: 4, allow_other: true }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("cannot prepare the mount root: {0}")]
+    MountRoot(#[source] io::Error),
+    #[error("cannot read the mount table: {0}")]
+    MountTable(#[source] io::Error),
+    #[error("cannot prepare the mountpoint of scope {scope}: {source}")]
+    Mountpoint {
+        scope: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot mount scope {scope}: {source}")]
+    Mount {
+        scope: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot unmount scope {scope}: {source}")]
+    Unmount {
+        scope: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Mounts scopes at `<mount_root>/<scope_id>`, one background session each.
+pub struct MountManager {
+    root: PathBuf,
+    opts: MountOptions,
+    sessions: Mutex<HashMap<ScopeId, BackgroundSession>>,
+}
+
+impl MountManager {
+    /// Prepares `mount_root` (created `0700`) and lazily detaches stale scopefs
+    /// mounts left below it by a daemon that was killed.
+    pub fn new(mount_root: &Path, opts: MountOptions) -> Result<MountManager, MountError> {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(mount_root).map_err(MountError::MountRoot)?;
+        std::fs::set_permissions(mount_root, std::fs::Permissions::from_mode(0o700)).map_err(MountError::MountRoot)?;
+        let root = mount_root.canonicalize().map_err(MountError::MountRoot)?;
+        for stale in stale_mounts(&root).map_err(MountError::MountTable)? {
+            if let Err(err) = lazy_unmount(&stale) {
+                tracing::warn!(error = %err, "could not detach a stale scopefs mount");
+            } else {
+                tracing::info!("detached a stale scopefs mount");
+            }
+        }
+        Ok(MountManager { root, opts, sessions: Mutex::new(HashMap::new()) })
+    }
+
+    pub fn mount_root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn mountpoint(&self, scope: &ScopeId) -> PathBuf {
+        self.root.join(scope.to_string())
+    }
+
+    pub fn is_mounted(&self, scope: &ScopeId) -> bool {
+        self.sessions.lock().contains_key(scope)
+    }
+
+    /// Mounts the engine's scope (a no-op when it is already mounted).
+    pub fn mount(&self, engine: Arc<ScopeEngine>) -> Result<PathBuf, MountError> {
+        let scope = engine.scope_id().clone();
+        let path = self.mountpoint(&scope);
+        let mut sessions = self.sessions.lock();
+        if sessions.contains_key(&scope) {
+            return Ok(path);
+        }
+        let mp_err = |source| MountError::Mountpoint { scope: scope.to_string(), source };
+        prepare_mountpoint(&path).map_err(mp_err)?;
+        let mut config = Config::default();
+        config.mount_options = vec![
+            MountOption::FSName(format!("scopefs:{scope}")),
+            // The pure-Rust mount passes only kernel options; this makes the type `fuse.scopefs`.
+            MountOption::CUSTOM("subtype=scopefs".to_string()),
+            MountOption::DefaultPermissions,
+            MountOption::NoDev,
+            MountOption::NoSuid,
+        ];
+        config.acl = if self.opts.allow_other { SessionACL::All } else { SessionACL::Owner };
+        config.n_threads = Some(self.opts.threads.max(1));
+        config.clone_fd = true;
+        let fs = ScopeFs::new(engine, self.opts.attr_ttl);
+        let session = fuser::spawn_mount(fs, &path, &config)
+            .map_err(|source| MountError::Mount { scope: scope.to_string(), source })?;
+        tracing::info!(%scope, "scope mounted");
+        sessions.insert(scope, session);
+        Ok(path)
+    }
+
+    /// Unmounts a scope and waits for its session to end. If the mount is busy it is
+    /// detached lazily (the kernel finishes it when the last user lets go).
+    pub fn unmount(&self, scope: &ScopeId) -> Result<(), MountError> {
+        let Some(session) = self.sessions.lock().remove(scope) else {
+            return Ok(());
+        };
+        let path = self.mountpoint(scope);
+        match session.umount_and_join() {
+            Ok(()) => {
+                tracing::info!(%scope, "scope unmounted");
+                Ok(())
+            }
+            Err(err) if err.raw_os_error() == Some(libc::EBUSY) => {
+                tracing::warn!(%scope, "mount busy; detaching lazily");
+                lazy_unmount(&path).map_err(|source| MountError::Unmount { scope: scope.to_string(), source })
+            }
+            Err(source) => Err(MountError::Unmount { scope: scope.to_string(), source }),
+        }
+    }
+
+    /// Unmounts every scope, logging failures.
+    pub fn unmount_all(&self) {
+        let scopes: Vec<ScopeId> = self.sessions.lock().keys().cloned().collect();
+        for scope in scopes {
+            if let Err(err) = self.unmount(&scope) {
+                tracing::warn!(%scope, error = %err, "unmount failed");
+            }
+        }
+    }
+
+    /// Drops the kernel's cached entry `name` in directory `parent` (after an HTTP change).
+    pub fn invalidate_entry(&self, scope: &ScopeId, parent: Ino, name: &[u8]) {
+        if let Some(session) = self.sessions.lock().get(scope) {
+            // ENOENT just means the kernel had nothing cached.
+            let _ = session.notifier().inval_entry(INodeNo(parent), OsStr::from_bytes(name));
+        }
+    }
+
+    /// Drops the kernel's cached attributes and pages of `ino` (after an HTTP change).
+    pub fn invalidate_inode(&self, scope: &ScopeId, ino: Ino) {
+        if let Some(session) = self.sessions.lock().get(scope) {
+            let _ = session.notifier().inval_inode(INodeNo(ino), 0, 0);
+        }
+    }
+}
+
+impl Drop for MountManager {
+    fn drop(&mut self) {
+        self.unmount_all();
+    }
+}
+
+/// Creates the mountpoint directory, first detaching a dead mount found there.
+fn prepare_mountpoint(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => lazy_unmount(path)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+        Ok(_) => {}
+    }
+    match std::fs::DirBuilder::new().mode(0o755).create(path) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
+
+fn lazy_unmount(path: &Path) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    let rc = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Mountpoints of scopefs mounts strictly below `root` in this mount namespace,
+/// deepest first.
+fn stale_mounts(root: &Path) -> io::Result<Vec<PathBuf>> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut found: Vec<PathBuf> = parse_mountinfo(&table)
+        .into_iter()
+        .filter(|m| is_ours(m) && m.mountpoint.starts_with(root) && m.mountpoint != root)
+        .map(|m| m.mountpoint)
+        .collect();
+    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    found.dedup();
+    Ok(found)
+}
+
+/// What we need of one mountinfo line.
+#[derive(Debug, PartialEq, Eq)]
+struct MountEntry {
+    mountpoint: PathBuf,
+    fstype: String,
+    source: String,
+}
+
+/// A scopefs mount: our FUSE type, or a FUSE mount whose source names a scope.
+fn is_ours(m: &MountEntry) -> bool {
+    m.fstype == FS_TYPE || (m.fstype.starts_with("fuse") && m.source.starts_with("scopefs:"))
+}
+
+/// The entries of a mountinfo table.
+fn parse_mountinfo(table: &str) -> Vec<MountEntry> {
+    table
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let mountpoint = fields.get(4)?;
+            let sep = fields.iter().position(|f| *f == "-")?;
+            let fstype = fields.get(sep + 1)?;
+            let source = fields.get(sep + 2).copied().unwrap_or("");
+            let raw: std::ffi::OsString = OsStringExt::from_vec(unescape(mountpoint));
+            Some(MountEntry {
+                mountpoint: PathBuf::from(raw),
+                fstype: (*fstype).to_string(),
+                source: String::from_utf8_lossy(&unescape(source)).into_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Decodes mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lines_yield_mountpoint_and_type() {
+        let table = "36 35 98:0 / /mnt/a\\040b rw,noatime master:1 - fuse.scopefs scopefs:x rw,user_id=0\n\
+                     37 35 98:1 / /srv ro shared:2 - ext4 /dev/sda1 rw\n\
+                     38 35 0:41 / /m/s rw,nosuid - fuse scopefs:y rw\n\
+                     39 35 0:42 / /m/t rw,nosuid - fuse other rw\n";
+        let parsed = parse_mountinfo(table);
+        let entry = |mp: &str, t: &str, src: &str| MountEntry {
+            mountpoint: PathBuf::from(mp),
+            fstype: t.to_string(),
+            source: src.to_string(),
+        };
+        assert_eq!(
+            parsed,
+            vec![
+                entry("/mnt/a b", "fuse.scopefs", "scopefs:x"),
+                entry("/srv", "ext4", "/dev/sda1"),
+                entry("/m/s", "fuse", "scopefs:y"),
+                entry("/m/t", "fuse", "other"),
+            ]
+        );
+        let ours: Vec<bool> = parsed.iter().map(is_ours).collect();
+        assert_eq!(ours, vec![true, false, true, false]);
+    }
+
+    #[test]
+    fn unescape_leaves_plain_text_alone() {
+        assert_eq!(unescape("/a/b"), b"/a/b".to_vec());
+        assert_eq!(unescape("/a\\134b"), b"/a\\b".to_vec());
+        assert_eq!(unescape("/a\\"), b"/a\\".to_vec());
+    }
+
+    #[test]
+    fn default_options_match_production() {
+        let o = MountOptions::default();
+        assert_eq!(o.attr_ttl, Duration::from_secs(60));
+        assert_eq!(o.threads, 4);
+        assert!(o.allow_other);
+    }
+}
