@@ -95,11 +95,8 @@ fn storm(mnt: PathBuf, round: usize, manifest: Manifest, stop: Arc<AtomicBool>) 
         i += 1;
         let existing: Vec<String> = manifest.lock().unwrap().keys().cloned().collect();
         let overwrite = !existing.is_empty() && rng.random_bool(0.3);
-        let name = if overwrite {
-            existing[rng.random_range(0..existing.len())].clone()
-        } else {
-            format!("r{round}-f{i}")
-        };
+        let name =
+            if overwrite { existing[rng.random_range(0..existing.len())].clone() } else { format!("r{round}-f{i}") };
         let len = rng.random_range(0..300_000usize);
         let mut data = vec![0u8; len];
         rng.fill(&mut data[..]);
