@@ -84,6 +84,10 @@ pub struct Config {
     pub quota_inodes: u64,
     pub trash_retention_days: u64,
     pub draft_ttl_hours: u64,
+    /// Largest single upload or file write through the HTTP API, in bytes.
+    pub max_upload_bytes: u64,
+    /// Read-only legacy shared workspace that files can be imported from (seed 000 §11.1); none by default.
+    pub legacy_root: Option<PathBuf>,
     pub store: StoreConfig,
     pub fuse: FuseConfig,
 }
@@ -111,6 +115,8 @@ impl Default for Config {
             quota_inodes: 1_000_000,
             trash_retention_days: 7,
             draft_ttl_hours: 24,
+            max_upload_bytes: 512 * 1024 * 1024,
+            legacy_root: None,
             store: StoreConfig::Local { path: None },
             fuse: FuseConfig::default(),
         }
@@ -160,6 +166,10 @@ impl Config {
             "STORE_TIMEOUT_MS" => self.store_timeout_ms = num(value)?,
             "QUOTA_BYTES" => self.quota_bytes = num(value)?,
             "QUOTA_INODES" => self.quota_inodes = num(value)?,
+            "MAX_UPLOAD_BYTES" => self.max_upload_bytes = num(value)?,
+            "LEGACY_ROOT" => self.legacy_root = Some(value.into()),
+            "TRASH_RETENTION_DAYS" => self.trash_retention_days = num(value)?,
+            "DRAFT_TTL_HOURS" => self.draft_ttl_hours = num(value)?,
             "ATTR_TTL_MS" => self.fuse.attr_ttl_ms = num(value)?,
             "S3_ENDPOINT" | "S3_REGION" | "S3_BUCKET" | "S3_PREFIX" | "S3_ACCESS_KEY_ID" | "S3_SECRET_ACCESS_KEY" => {
                 self.apply_s3_env(name, value)

@@ -134,6 +134,21 @@ impl ScopeService {
         }
     }
 
+    /// The scope of a primary thread and its open engine, for file work through the API.
+    /// `ScopeNotFound` for an unknown thread or a scope that is not draft/active (deleted ones are gone),
+    /// `NotMountable(Deleting)` while it is being deleted (the API answers 409).
+    pub fn engine_for_thread(&self, thread: &ThreadId) -> Result<(ScopeRecord, Arc<ScopeEngine>), ServiceError> {
+        let rec = self.registry.find_by_thread(&self.deployment, thread)?.ok_or(ServiceError::ScopeNotFound)?;
+        match rec.state {
+            ScopeState::Draft | ScopeState::Active => {
+                let engine = self.engine(&rec)?;
+                Ok((rec, engine))
+            }
+            ScopeState::Deleting => Err(ServiceError::NotMountable(ScopeState::Deleting)),
+            _ => Err(ServiceError::ScopeNotFound),
+        }
+    }
+
     /// Idempotent provisioning (operation id and thread); returns the scope and whether it is new.
     pub fn provision(&self, operation_id: &str, thread: &ThreadId) -> Result<(ScopeRecord, bool), ServiceError> {
         validate_operation_id(operation_id)?;

@@ -2,6 +2,7 @@
 
 mod error;
 pub mod routes;
+mod workspace;
 
 use std::sync::Arc;
 
@@ -57,6 +58,7 @@ pub fn route_table() -> RouteTable<AppState> {
             "Host mountpoint of a scope for an external orchestrator (mounts if needed)",
             get(mount),
         )
+        .merge_from(workspace::add_routes)
 }
 
 /// The whole API.

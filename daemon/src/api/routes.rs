@@ -66,6 +66,11 @@ impl<S: Clone + Send + Sync + 'static> RouteTable<S> {
         self
     }
 
+    /// Lets a module add its rows: `table.merge_from(workspace::add_routes)`.
+    pub fn merge_from(self, add: impl FnOnce(Self) -> Self) -> Self {
+        add(self)
+    }
+
     /// The routers of each class, for the caller to layer and merge.
     pub fn into_groups(self) -> (Vec<(Auth, Router<S>)>, Vec<RouteSpec>) {
         (self.groups, self.specs)

@@ -1,0 +1,2 @@
+-- Scope owners, run reservations, deployment leases (being written).
+SELECT 1;

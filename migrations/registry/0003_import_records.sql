@@ -1,0 +1,2 @@
+-- Legacy import audit records (being written).
+SELECT 1;
