@@ -73,6 +73,8 @@ fn file_type(kind: FileKind) -> FileType {
         FileKind::File => FileType::RegularFile,
         FileKind::Dir => FileType::Directory,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
     }
 }
 
@@ -289,17 +291,17 @@ impl Filesystem for ScopeFs {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Only regular files; fifos, sockets and device nodes are refused by design.
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            reply.error(Errno::EPERM);
-            return;
-        }
-        let flags = OpenFlags { write: false, truncate: false, exclusive: true };
-        let r = call("mknod", || {
-            let (attr, opened) = self.engine.create(parent.0, name.as_bytes(), mode & 0o7777, flags, owner(req))?;
-            self.engine.release(attr.ino, opened.fh)?;
-            Ok(attr)
-        });
+        // Regular files, fifos and sockets; device nodes are refused by design (SPEC §6).
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::File,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            _ => {
+                reply.error(Errno::EPERM);
+                return;
+            }
+        };
+        let r = call("mknod", || self.engine.mknod(parent.0, name.as_bytes(), kind, mode & 0o7777, owner(req)));
         self.reply_entry(reply, r);
     }
 

@@ -6,7 +6,7 @@ CREATE TABLE inodes (
     ino            INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused
     parent         INTEGER,                           -- NULL: root, or unlinked while open
     name           BLOB,
-    kind           TEXT    NOT NULL CHECK (kind IN ('file', 'dir', 'symlink')),
+    kind           TEXT    NOT NULL CHECK (kind IN ('file', 'dir', 'symlink', 'fifo', 'socket')),
     perm           INTEGER NOT NULL,
     uid            INTEGER NOT NULL,
     gid            INTEGER NOT NULL,

@@ -79,6 +79,8 @@ fn kind_from(s: &str) -> FileKind {
     match s {
         "dir" => FileKind::Dir,
         "symlink" => FileKind::Symlink,
+        "fifo" => FileKind::Fifo,
+        "socket" => FileKind::Socket,
         _ => FileKind::File,
     }
 }

@@ -284,6 +284,21 @@ impl ScopeEngine {
         self.insert(parent, name, FileKind::Dir, perm, owner, None)
     }
 
+    /// Creates a special or regular node: a regular file (created empty), a fifo or a socket.
+    /// Device nodes do not exist in a scope; directories and symlinks have their own calls.
+    pub fn mknod(&self, parent: Ino, name: &[u8], kind: FileKind, perm: u32, owner: Owner) -> EngineResult<Attr> {
+        match kind {
+            FileKind::File => {
+                let flags = OpenFlags { write: false, truncate: false, exclusive: true };
+                let (attr, opened) = self.create(parent, name, perm, flags, owner)?;
+                self.release(attr.ino, opened.fh)?;
+                Ok(attr)
+            }
+            FileKind::Fifo | FileKind::Socket => self.insert(parent, name, kind, perm, owner, None),
+            FileKind::Dir | FileKind::Symlink => Err(EngineError::Invalid("mknod makes files, fifos and sockets")),
+        }
+    }
+
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], owner: Owner) -> EngineResult<Attr> {
         self.insert(parent, name, FileKind::Symlink, 0o777, owner, Some(target))
     }

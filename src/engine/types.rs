@@ -14,6 +14,10 @@ pub enum FileKind {
     File,
     Dir,
     Symlink,
+    /// A named pipe: no content; the kernel serves its I/O.
+    Fifo,
+    /// A Unix socket node: no content; the kernel serves its I/O.
+    Socket,
 }
 
 impl FileKind {
@@ -22,6 +26,8 @@ impl FileKind {
             FileKind::File => "file",
             FileKind::Dir => "dir",
             FileKind::Symlink => "symlink",
+            FileKind::Fifo => "fifo",
+            FileKind::Socket => "socket",
         }
     }
 }
