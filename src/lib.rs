@@ -3,6 +3,7 @@
 //! Core knows nothing of FUSE, HTTP or Docker: adapters in `scopefs-fs` and
 //! `scopefs-daemon` call into it and map its errors in one place each.
 
+pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod ids;
@@ -10,3 +11,4 @@ pub mod migrate;
 pub mod names;
 pub mod registry;
 pub mod store;
+pub mod vpath;

@@ -19,8 +19,11 @@ pub struct Migration {
 }
 
 /// Registry (control database) migrations, from `migrations/registry/`.
-pub const REGISTRY: &[Migration] =
-    &[Migration { version: 1, sql: include_str!("../migrations/registry/0001_scopes.sql") }];
+pub const REGISTRY: &[Migration] = &[
+    Migration { version: 1, sql: include_str!("../migrations/registry/0001_scopes.sql") },
+    Migration { version: 2, sql: include_str!("../migrations/registry/0002_owners_runs_leases.sql") },
+    Migration { version: 3, sql: include_str!("../migrations/registry/0003_import_records.sql") },
+];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.
 pub const SCOPE_META: &[Migration] =

@@ -1,1 +1,459 @@
-//! (being written)
+//! The `/api/workspace*` routes against the real daemon (issue 3, acceptance d, e and legacy import):
+//! per-thread isolation, path refusals, limits, quota, zip contents, coherence with the FUSE mount,
+//! and idempotent, audited imports. Every answer is checked for physical paths (`Daemon::send`).
+
+mod workspace_support;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use workspace_support::{Answer, Daemon, MAX_UPLOAD};
+
+/// Every rule of the path check, as the WebUI could send them (the HTTP client percent-encodes each;
+/// the daemon decodes once, so `%2e%2e` arrives literally and must be refused after a second decode).
+const BAD_PATHS: &[&str] = &[
+    "..",
+    "../result.txt",
+    "docs/../../etc/passwd",
+    "%2e%2e",
+    "%2e%2e%2fetc%2fpasswd",
+    "a%2fb",
+    "/etc/passwd",
+    "/result.txt",
+    "a\\b",
+    "..\\..\\windows",
+    "C:",
+    "c:/windows/win.ini",
+    "a\nb",
+    "a\u{1}b",
+    "tab\there",
+    "a\u{7f}",
+    ".control",
+    ".secrets/token",
+    "__evosci_internal__/x",
+    "",
+];
+
+#[test]
+fn threads_keep_their_own_files_and_other_scopes_look_missing() {
+    let d = Daemon::start();
+    d.provision("thread-a");
+    d.provision("thread-b");
+    let a = d.upload("thread-a", "result.txt", b"from A".to_vec(), "");
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.text());
+    let file = &a.json()["files"][0];
+    assert_eq!((file["path"].as_str(), file["virtual_path"].as_str()), (Some("result.txt"), Some("/result.txt")));
+    assert_eq!(d.upload("thread-b", "result.txt", b"from B".to_vec(), "").status, StatusCode::CREATED);
+    assert_eq!(d.read("thread-a", "result.txt").body, b"from A");
+    assert_eq!(d.read("thread-b", "result.txt").body, b"from B");
+
+    // A file only A has: B asking for it is a 404 exactly like a missing file or an unknown thread.
+    assert_eq!(d.upload("thread-a", "only-a.txt", b"secret of A".to_vec(), "").status, StatusCode::CREATED);
+    let cross = d.read("thread-b", "only-a.txt");
+    let missing = d.read("thread-b", "never-existed.txt");
+    let unknown = d.read("thread-nobody", "only-a.txt");
+    for other in [&missing, &unknown] {
+        assert_eq!((cross.status, &cross.body), (other.status, &other.body));
+    }
+    assert_eq!(cross.status, StatusCode::NOT_FOUND);
+    assert_eq!(cross.code(), "not_found");
+    let listing_b = d.listing("thread-b");
+    assert_eq!(listing_b, vec![("result.txt".to_string(), "file".to_string(), 6)]);
+    let del = d
+        .send(d.client.delete(d.url("/api/workspace/file")).query(&[("threadId", "thread-b"), ("path", "only-a.txt")]));
+    assert_eq!((del.status, del.body.clone()), (cross.status, cross.body.clone()));
+    assert_eq!(d.read("thread-a", "only-a.txt").body, b"secret of A");
+
+    // Exclusive create by default, atomic replace with overwrite=1.
+    let again = d.upload("thread-a", "result.txt", b"second".to_vec(), "");
+    assert_eq!((again.status, again.code().as_str()), (StatusCode::CONFLICT, "file_exists"));
+    assert_eq!(d.upload("thread-a", "result.txt", b"second".to_vec(), "&overwrite=1").status, StatusCode::CREATED);
+    assert_eq!(d.read("thread-a", "result.txt").body, b"second");
+    assert_eq!(d.read("thread-b", "result.txt").body, b"from B");
+
+    // Usage counts only the scope's own files.
+    let usage = d.usage("thread-b");
+    assert_eq!((usage["files"].as_u64(), usage["bytes"].as_u64()), (Some(1), Some(6)));
+    assert_eq!(usage["quota"]["bytes"].as_u64(), Some(workspace_support::QUOTA));
+
+    // Delete.
+    let del = d
+        .send(d.client.delete(d.url("/api/workspace/file")).query(&[("threadId", "thread-a"), ("path", "only-a.txt")]));
+    assert_eq!(del.status, StatusCode::NO_CONTENT);
+    assert_eq!(d.read("thread-a", "only-a.txt").status, StatusCode::NOT_FOUND);
+
+    // threadId: missing or malformed is 400 without touching anything.
+    assert_eq!(d.get("/api/workspace/usage").status, StatusCode::BAD_REQUEST);
+    let bad = d.send(d.client.get(d.url("/api/workspace")).query(&[("threadId", "../thread-a")]));
+    assert_eq!((bad.status, bad.code().as_str()), (StatusCode::BAD_REQUEST, "invalid_thread_id"));
+    // No token: 401.
+    let r = d.client.get(d.url("/api/workspace?threadId=thread-a")).send().unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[test]
+fn bad_paths_are_refused_with_400_and_nothing_is_touched() {
+    let d = Daemon::start();
+    d.provision("thread-p");
+    assert_eq!(d.upload("thread-p", "result.txt", b"keep me".to_vec(), "").status, StatusCode::CREATED);
+    let before = (d.listing("thread-p"), d.usage("thread-p"));
+    let q = |p: &str| vec![("threadId", "thread-p".to_string()), ("path", p.to_string())];
+    for &bad in BAD_PATHS {
+        let answers: Vec<(&str, Answer)> = vec![
+            ("read", d.send(d.client.get(d.url("/api/workspace/file")).query(&q(bad)))),
+            ("put", d.send(d.client.put(d.url("/api/workspace/file")).query(&q(bad)).body("overwritten"))),
+            ("delete", d.send(d.client.delete(d.url("/api/workspace/file")).query(&q(bad)))),
+            ("upload", d.upload("thread-p", bad, b"x".to_vec(), "")),
+        ];
+        for (what, a) in answers {
+            assert_eq!(a.status, StatusCode::BAD_REQUEST, "{what} {bad:?}: {}", a.text());
+        }
+        if !bad.is_empty() {
+            // The empty path is the root for a listing; every other bad path is refused there too.
+            let list = d.send(d.client.get(d.url("/api/workspace")).query(&q(bad)));
+            assert_eq!(list.status, StatusCode::BAD_REQUEST, "list {bad:?}");
+            let dir = format!("&dir={}", utf8_query(bad));
+            assert_eq!(
+                d.upload("thread-p", "ok.txt", b"x".to_vec(), &dir).status,
+                StatusCode::BAD_REQUEST,
+                "dir {bad:?}"
+            );
+        }
+    }
+    // The same traversal written raw in the URL (decoded once by the HTTP layer).
+    for raw in ["path=%2e%2e%2fetc%2fpasswd", "path=%2E%2E", "path=%252e%252e", "path=..%5cx", "path=%2fetc"] {
+        let a = d.get(&format!("/api/workspace/file?threadId=thread-p&{raw}"));
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{raw}: {}", a.text());
+        assert_eq!(a.code(), "invalid_path");
+    }
+    assert_eq!((d.listing("thread-p"), d.usage("thread-p")), before, "a refused request changed the workspace");
+    assert_eq!(d.read("thread-p", "result.txt").body, b"keep me");
+}
+
+/// Percent-encodes a value for a hand-written query string.
+fn utf8_query(v: &str) -> String {
+    v.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+}
+
+#[test]
+fn uploads_over_the_limit_are_413_and_leave_nothing() {
+    let d = Daemon::start();
+    d.provision("thread-l");
+    let big = vec![7u8; MAX_UPLOAD + 1];
+    let a = d.upload("thread-l", "big.bin", big.clone(), "");
+    assert_eq!((a.status, a.code().as_str()), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"), "{}", a.text());
+    // Declared length over the limit, and a chunked body that turns out too large.
+    assert_eq!(d.put("thread-l", "big.bin", big.clone()).status, StatusCode::PAYLOAD_TOO_LARGE);
+    let chunked = reqwest::blocking::Body::new(std::io::Cursor::new(big.clone()));
+    let a = d.send(
+        d.client
+            .put(d.url("/api/workspace/file"))
+            .query(&[("threadId", "thread-l"), ("path", "dir/big.bin")])
+            .body(chunked),
+    );
+    assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", a.text());
+    assert!(d.listing("thread-l").iter().all(|(p, kind, _)| !p.ends_with("big.bin") && (kind == "directory")));
+    assert_eq!(d.usage("thread-l")["bytes"].as_u64(), Some(0));
+    // Exactly the limit is fine.
+    assert_eq!(d.upload("thread-l", "max.bin", vec![1u8; MAX_UPLOAD], "").status, StatusCode::CREATED);
+    // No partial file appears in the mount either.
+    let scope = d.provision("thread-l");
+    let mnt = d.mountpoint(&scope);
+    assert!(!mnt.join("big.bin").exists());
+    assert!(!mnt.join("dir/big.bin").exists());
+}
+
+#[test]
+fn quota_is_507_and_leaves_nothing() {
+    let d = Daemon::start();
+    d.provision("thread-q");
+    for name in ["one.bin", "two.bin"] {
+        assert_eq!(d.upload("thread-q", name, vec![1u8; MAX_UPLOAD], "").status, StatusCode::CREATED);
+    }
+    let a = d.upload("thread-q", "three.bin", vec![1u8; MAX_UPLOAD], "");
+    assert_eq!((a.status, a.code().as_str()), (StatusCode::INSUFFICIENT_STORAGE, "quota_exceeded"), "{}", a.text());
+    let p = d.put("thread-q", "three.bin", vec![1u8; MAX_UPLOAD]);
+    assert_eq!(p.status, StatusCode::INSUFFICIENT_STORAGE);
+    let names: Vec<String> = d.listing("thread-q").into_iter().map(|r| r.0).collect();
+    assert_eq!(names, vec!["one.bin", "two.bin"]);
+    assert_eq!(d.usage("thread-q")["bytes"].as_u64(), Some(2 * MAX_UPLOAD as u64));
+}
+
+#[test]
+fn range_reads_and_downloads() {
+    let d = Daemon::start();
+    d.provision("thread-r");
+    assert_eq!(d.upload("thread-r", "report.pdf", b"%PDF-1.7 body".to_vec(), "").status, StatusCode::CREATED);
+    let q = [("threadId", "thread-r"), ("path", "report.pdf")];
+    let get = |range: Option<&str>, download: bool| {
+        let mut req = d.client.get(d.url("/api/workspace/file")).query(&q);
+        if download {
+            req = req.query(&[("download", "1")]);
+        }
+        if let Some(r) = range {
+            req = req.header("range", r);
+        }
+        d.send(req)
+    };
+    let whole = get(None, false);
+    assert_eq!((whole.status, whole.body.as_slice()), (StatusCode::OK, &b"%PDF-1.7 body"[..]));
+    assert_eq!(whole.header("content-type"), "application/pdf");
+    assert_eq!(whole.header("accept-ranges"), "bytes");
+    assert!(whole.header("content-disposition").starts_with("inline;"));
+    let part = get(Some("bytes=0-3"), false);
+    assert_eq!((part.status, part.body.as_slice()), (StatusCode::PARTIAL_CONTENT, &b"%PDF"[..]));
+    assert_eq!(part.header("content-range"), "bytes 0-3/13");
+    let tail = get(Some("bytes=-4"), false);
+    assert_eq!((tail.status, tail.body.as_slice()), (StatusCode::PARTIAL_CONTENT, &b"body"[..]));
+    let out = get(Some("bytes=13-"), false);
+    assert_eq!(out.status, StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(out.header("content-range"), "bytes */13");
+    let dl = get(None, true);
+    assert_eq!(dl.header("content-disposition"), "attachment; filename=\"report.pdf\"; filename*=UTF-8''report%2Epdf");
+    // A directory is not a file.
+    assert_eq!(d.put("thread-r", "docs/a.md", b"# a".to_vec()).status, StatusCode::OK);
+    assert_eq!(d.read("thread-r", "docs").status, StatusCode::CONFLICT);
+    let sub = d.send(d.client.get(d.url("/api/workspace")).query(&[("threadId", "thread-r"), ("path", "docs")]));
+    assert_eq!(sub.json()["entries"][0]["virtual_path"], "/docs/a.md");
+}
+
+#[test]
+fn the_zip_holds_only_the_scopes_files_and_never_a_symlink_target() {
+    let d = Daemon::start();
+    let scope = d.provision("thread-z");
+    d.provision("thread-other");
+    assert_eq!(d.upload("thread-other", "other.txt", b"not yours".to_vec(), "").status, StatusCode::CREATED);
+    assert_eq!(d.upload("thread-z", "result.txt", b"mine".to_vec(), "").status, StatusCode::CREATED);
+    assert_eq!(d.put("thread-z", "data/x.txt", b"target bytes".to_vec()).status, StatusCode::OK);
+    let mnt = d.mountpoint(&scope);
+    std::os::unix::fs::symlink("data/x.txt", mnt.join("link")).expect("symlink through the mount");
+    std::os::unix::fs::symlink("data", mnt.join("dirlink")).expect("directory symlink through the mount");
+    // The API lists symlinks as such and never reads through them.
+    let rows = d.listing("thread-z");
+    assert!(rows.contains(&("link".to_string(), "symlink".to_string(), 0)), "{rows:?}");
+    assert_eq!(d.read("thread-z", "link").status, StatusCode::NOT_FOUND);
+    assert_eq!(d.read("thread-z", "dirlink/x.txt").status, StatusCode::NOT_FOUND);
+
+    let entries = d.zip_entries("thread-z");
+    let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, vec!["data/", "data/x.txt", "result.txt"]);
+    assert_eq!(entries[1].1, b"target bytes");
+    assert_eq!(entries[2].1, b"mine");
+    let other: Vec<String> = d.zip_entries("thread-other").into_iter().map(|(n, _)| n).collect();
+    assert_eq!(other, vec!["other.txt"]);
+}
+
+#[test]
+fn api_writes_are_seen_through_the_mount_at_once_and_mount_writes_by_get() {
+    let d = Daemon::start();
+    let scope = d.provision("thread-c");
+    let mnt = d.mountpoint(&scope);
+    // The kernel caches entries, attributes and pages for 60 s here (production TTL).
+    assert_eq!(d.upload("thread-c", "notes.txt", b"old content".to_vec(), "").status, StatusCode::CREATED);
+    assert_eq!(std::fs::read(mnt.join("notes.txt")).unwrap(), b"old content");
+    assert_eq!(std::fs::metadata(mnt.join("notes.txt")).unwrap().len(), 11);
+    assert_eq!(std::fs::read(mnt.join("notes.txt")).unwrap(), b"old content");
+
+    assert_eq!(d.put("thread-c", "notes.txt", b"new content, longer".to_vec()).status, StatusCode::OK);
+    assert_eq!(std::fs::metadata(mnt.join("notes.txt")).unwrap().len(), 19);
+    assert_eq!(std::fs::read(mnt.join("notes.txt")).unwrap(), b"new content, longer");
+
+    // Replace with overwrite=1 through upload, shorter this time.
+    assert_eq!(d.upload("thread-c", "notes.txt", b"v3".to_vec(), "&overwrite=1").status, StatusCode::CREATED);
+    assert_eq!(std::fs::read(mnt.join("notes.txt")).unwrap(), b"v3");
+
+    // A listing cached by the kernel shows new files and directories made through the API.
+    let names = |p: &std::path::Path| {
+        let mut v: Vec<String> =
+            std::fs::read_dir(p).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&mnt), vec!["notes.txt"]);
+    assert!(!mnt.join("sub").exists());
+    assert_eq!(d.put("thread-c", "sub/deep.txt", b"deep".to_vec()).status, StatusCode::OK);
+    assert_eq!(names(&mnt), vec!["notes.txt", "sub"]);
+    assert_eq!(std::fs::read(mnt.join("sub/deep.txt")).unwrap(), b"deep");
+
+    // Deleting through the API removes the cached entry at once.
+    let del =
+        d.send(d.client.delete(d.url("/api/workspace/file")).query(&[("threadId", "thread-c"), ("path", "notes.txt")]));
+    assert_eq!(del.status, StatusCode::NO_CONTENT);
+    assert!(!mnt.join("notes.txt").exists());
+    let del = d.send(d.client.delete(d.url("/api/workspace/file")).query(&[
+        ("threadId", "thread-c"),
+        ("path", "sub"),
+        ("recursive", "1"),
+    ]));
+    assert_eq!(del.status, StatusCode::NO_CONTENT);
+    assert!(!mnt.join("sub").exists());
+    assert!(names(&mnt).is_empty());
+
+    // The other way: what is written through the mount is returned by GET at once.
+    std::fs::write(mnt.join("from-mount.txt"), b"written in the container").unwrap();
+    assert_eq!(d.read("thread-c", "from-mount.txt").body, b"written in the container");
+    std::fs::write(mnt.join("from-mount.txt"), b"rewritten").unwrap();
+    assert_eq!(d.read("thread-c", "from-mount.txt").body, b"rewritten");
+    std::fs::create_dir(mnt.join("made")).unwrap();
+    std::fs::write(mnt.join("made/f.txt"), b"f").unwrap();
+    let rows = d.listing("thread-c");
+    assert!(rows.contains(&("made/f.txt".to_string(), "file".to_string(), 1)), "{rows:?}");
+    std::fs::remove_file(mnt.join("from-mount.txt")).unwrap();
+    assert_eq!(d.read("thread-c", "from-mount.txt").status, StatusCode::NOT_FOUND);
+    assert!(!d.log_text().contains("invalidation failed"), "{}", d.log_text());
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+fn import(d: &Daemon, thread: &str, body: serde_json::Value) -> Answer {
+    d.send(d.client.post(d.url(&format!("/api/workspace/import?threadId={thread}"))).json(&body))
+}
+
+#[test]
+fn legacy_import_copies_once_with_an_audit_record_and_never_leaves_the_legacy_root() {
+    let d = Daemon::start();
+    let scope = d.provision("thread-i");
+    d.provision("thread-j");
+    let legacy = d.legacy.clone();
+    std::fs::create_dir_all(legacy.join("reports")).unwrap();
+    std::fs::write(legacy.join("reports/r.txt"), b"legacy report").unwrap();
+    std::fs::create_dir_all(legacy.join(".evoscientist")).unwrap();
+    std::fs::write(legacy.join(".evoscientist/state.json"), b"{}").unwrap();
+    std::fs::write(legacy.join("big.bin"), vec![0u8; MAX_UPLOAD + 1]).unwrap();
+    let outside = d.dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), b"host secret").unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.txt"), legacy.join("link.txt")).unwrap();
+    std::os::unix::fs::symlink(&outside, legacy.join("dirlink")).unwrap();
+    std::os::unix::fs::symlink("reports/r.txt", legacy.join("rel-link.txt")).unwrap();
+
+    let body = json!({"source_path": "reports/r.txt", "target_path": "imported/r.txt", "idempotency_key": "imp-1"});
+    let first = import(&d, "thread-i", body.clone());
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text());
+    let v = first.json();
+    assert_eq!(v["virtual_path"], "/imported/r.txt");
+    assert_eq!(v["sha256"], sha256_hex(b"legacy report"));
+    assert_eq!((v["size"].as_u64(), v["replayed"].as_bool()), (Some(13), Some(false)));
+    assert_eq!(d.read("thread-i", "imported/r.txt").body, b"legacy report");
+
+    // The same key again: the same result, no second copy (a later edit survives).
+    assert_eq!(d.put("thread-i", "imported/r.txt", b"edited after import".to_vec()).status, StatusCode::OK);
+    let again = import(&d, "thread-i", body.clone());
+    assert_eq!(again.status, StatusCode::OK);
+    let w = again.json();
+    for k in ["sha256", "size", "path", "source_path", "imported_at", "idempotency_key"] {
+        assert_eq!(v[k], w[k], "{k}");
+    }
+    assert_eq!(w["replayed"], true);
+    assert_eq!(d.read("thread-i", "imported/r.txt").body, b"edited after import");
+    // The key reused for another request conflicts.
+    let other = import(&d, "thread-i", json!({"source_path": "big.bin", "idempotency_key": "imp-1"}));
+    assert_eq!((other.status, other.code().as_str()), (StatusCode::CONFLICT, "idempotency_key_conflict"));
+    // Keys are per scope; another thread imports into its own scope only.
+    let j = import(&d, "thread-j", body.clone());
+    assert_eq!(j.status, StatusCode::CREATED);
+    assert_eq!(d.read("thread-j", "imported/r.txt").body, b"legacy report");
+    assert_eq!(d.read("thread-i", "imported/r.txt").body, b"edited after import");
+
+    // The audit record.
+    let registry = scopefs::registry::Registry::open(&d.dir.path().join("data/control/registry.sqlite3")).unwrap();
+    let scope_id = scopefs::ids::ScopeId::parse(&scope).unwrap();
+    let rec = registry.get_import("default", &scope_id, "imp-1").unwrap().expect("an audit record");
+    assert_eq!(rec.request.source_path, "reports/r.txt");
+    assert_eq!(rec.request.target_path, "imported/r.txt");
+    assert_eq!(rec.sha256.as_deref(), Some(sha256_hex(b"legacy report").as_str()));
+    assert!(rec.completed_at.is_some());
+
+    // Symlinks are never followed, not even inside the legacy root; hidden control data is not importable.
+    for (i, src) in
+        ["link.txt", "dirlink/secret.txt", "rel-link.txt", ".evoscientist/state.json", "missing.txt", "reports"]
+            .iter()
+            .enumerate()
+    {
+        let a = import(
+            &d,
+            "thread-i",
+            json!({"source_path": src, "target_path": format!("x{i}"), "idempotency_key": format!("bad-{i}")}),
+        );
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "{src}: {}", a.text());
+        assert!(registry.get_import("default", &scope_id, &format!("bad-{i}")).unwrap().is_none(), "{src}");
+    }
+    for bad in ["../outside/secret.txt", "/etc/passwd", "%2e%2e/outside", "reports\\r.txt", "C:/x"] {
+        let a = import(&d, "thread-i", json!({"source_path": bad, "idempotency_key": "bad-path"}));
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+    let a = import(
+        &d,
+        "thread-i",
+        json!({"source_path": "reports/r.txt", "target_path": "../x", "idempotency_key": "bad-t"}),
+    );
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    let a = import(&d, "thread-i", json!({"source_path": "reports/r.txt", "idempotency_key": "no spaces"}));
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    // Too large: 413, no file, and the key stays free.
+    let a = import(&d, "thread-i", json!({"source_path": "big.bin", "idempotency_key": "imp-big"}));
+    assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(d.read("thread-i", "big.bin").status, StatusCode::NOT_FOUND);
+    assert!(registry.get_import("default", &scope_id, "imp-big").unwrap().is_none());
+    // An existing target is kept unless overwrite is asked for.
+    let a = import(
+        &d,
+        "thread-i",
+        json!({"source_path": "reports/r.txt", "target_path": "imported/r.txt", "idempotency_key": "imp-2"}),
+    );
+    assert_eq!((a.status, a.code().as_str()), (StatusCode::CONFLICT, "file_exists"));
+    let a = import(
+        &d,
+        "thread-i",
+        json!({"source_path": "reports/r.txt", "target_path": "imported/r.txt", "idempotency_key": "imp-3", "overwrite": true}),
+    );
+    assert_eq!(a.status, StatusCode::CREATED);
+    assert_eq!(d.read("thread-i", "imported/r.txt").body, b"legacy report");
+    // Unknown thread: the usual 404.
+    assert_eq!(import(&d, "thread-none", body).status, StatusCode::NOT_FOUND);
+    // Nothing outside the scope was written: the legacy root is unchanged.
+    let mut legacy_names: Vec<String> =
+        std::fs::read_dir(&legacy).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    legacy_names.sort();
+    assert_eq!(legacy_names, vec![".evoscientist", "big.bin", "dirlink", "link.txt", "rel-link.txt", "reports"]);
+}
+
+#[test]
+fn a_deleting_scope_refuses_file_work_with_409() {
+    let d = Daemon::start_with_env(&[("SCOPEFS_DELETE_DRAIN_SECS", "1")]);
+    let scope = d.provision("thread-del");
+    assert_eq!(d.upload("thread-del", "kept.txt", b"k".to_vec(), "").status, StatusCode::CREATED);
+    // An owner that never settles keeps the scope in `deleting`.
+    let owner = d.send(
+        d.client
+            .post(d.url(&format!("/internal/workspace-scopes/{scope}/owners")))
+            .json(&json!({"owner_type": "cron", "resource_id": "cron-1"})),
+    );
+    assert!(owner.status.is_success(), "{}", owner.text());
+    let owner_id = owner.json()["owner_id"].as_str().unwrap().to_string();
+    let act = d.send(
+        d.client
+            .patch(d.url(&format!("/internal/workspace-scopes/{scope}/owners/{owner_id}")))
+            .json(&json!({"state": "active"})),
+    );
+    assert!(act.status.is_success(), "{}", act.text());
+    let rev = d.get("/internal/workspace-scopes/by-thread/thread-del").json()["revision"].as_u64().unwrap();
+    let del = d.send(
+        d.client
+            .patch(d.url(&format!("/internal/workspace-scopes/{scope}")))
+            .json(&json!({"expected_revision": rev, "state": "deleting"})),
+    );
+    assert!(del.status.is_success(), "{}", del.text());
+    assert_eq!(d.get("/internal/workspace-scopes/by-thread/thread-del").json()["state"], "deleting");
+    for a in [
+        d.put("thread-del", "new.txt", b"x".to_vec()),
+        d.upload("thread-del", "new.txt", b"x".to_vec(), ""),
+        d.send(
+            d.client.delete(d.url("/api/workspace/file")).query(&[("threadId", "thread-del"), ("path", "kept.txt")]),
+        ),
+    ] {
+        assert_eq!((a.status, a.code().as_str()), (StatusCode::CONFLICT, "scope_deleting"), "{}", a.text());
+    }
+}

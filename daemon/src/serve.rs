@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use scopefs::clock::OffsetFileClock;
 use scopefs::config::Config;
 use scopefs::engine::Storage;
 use scopefs::registry::Registry;
@@ -22,6 +23,7 @@ use scopefs_fs::MountManager;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::api::{self, AppState};
+use crate::lifecycle::LifecycleSettings;
 use crate::notify::notify_or_log;
 use crate::service::ScopeService;
 use crate::{setup, tokens};
@@ -30,6 +32,8 @@ use crate::{setup, tokens};
 const HTTP_DRAIN: Duration = Duration::from_secs(10);
 /// Bound on waiting for uploads at shutdown (across all scopes).
 const UPLOAD_DRAIN: Duration = Duration::from_secs(20);
+/// Variable naming a file with a clock offset in seconds; honoured only when set (tests of expiry and retention).
+const TEST_CLOCK_ENV: &str = "SCOPEFS_TEST_CLOCK_FILE";
 
 /// The address to listen on; a non-loopback address needs `allow_remote = true`.
 pub fn listen_addr(cfg: &Config) -> anyhow::Result<SocketAddr> {
@@ -69,15 +73,53 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
 
     let storage = Storage::new(store, cfg.storage_settings(), &cfg.data_dir, rt.handle().clone())
         .context("opening local storage")?;
-    let registry = Arc::new(Registry::open(&setup::registry_path(&cfg)).context("opening the registry")?);
+    let mut registry = Registry::open(&setup::registry_path(&cfg)).context("opening the registry")?;
+    if let Some(path) = std::env::var_os(TEST_CLOCK_ENV).filter(|p| !p.is_empty()) {
+        tracing::warn!(
+            "{TEST_CLOCK_ENV} is set: the registry clock is shifted by the offset in that file (tests only)"
+        );
+        registry = registry.with_clock(Arc::new(OffsetFileClock::new(path.into())));
+    }
+    let registry = Arc::new(registry);
+    let lifecycle = LifecycleSettings::from_config(&cfg, std::env::vars())?;
     tracing::info!(schema_version = registry.schema_version(), "registry open");
     let mounts = MountManager::new(&cfg.mount_root, setup::mount_options(&cfg)).context("preparing the mount root")?;
-    let service =
-        Arc::new(ScopeService::new(cfg.deployment_id.clone(), cfg.default_quota(), registry, storage, mounts));
+    let service = Arc::new(
+        ScopeService::new(
+            cfg.deployment_id.clone(),
+            cfg.default_quota(),
+            registry,
+            storage,
+            mounts,
+            lifecycle,
+            rt.handle().clone(),
+        )
+        .with_workspace(crate::service::WorkspaceSettings::from_config(&cfg)),
+    );
     let state = AppState { service: service.clone(), service_token: Arc::new(service_token) };
     let result = rt.block_on(serve(addr, state, signals));
     rt.shutdown_timeout(Duration::from_secs(5));
     result
+}
+
+/// Runs a maintenance pass (drain retries, draft expiry, purge) every interval until stop.
+async fn maintenance_loop(service: Arc<ScopeService>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(service.lifecycle.maintenance_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let svc = service.clone();
+        match tokio::task::spawn_blocking(move || svc.maintenance_pass()).await {
+            Ok(Ok(report)) if report != Default::default() => tracing::info!(?report, "maintenance pass"),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "maintenance pass failed"),
+            Err(e) => tracing::error!(error = %e, "maintenance pass panicked"),
+        }
+    }
 }
 
 /// Resolves once SIGTERM or SIGINT arrives.
@@ -109,9 +151,16 @@ async fn serve(addr: SocketAddr, state: AppState, (term, int): (Signal, Signal))
     );
 
     let svc = service.clone();
-    match tokio::task::spawn_blocking(move || svc.recover()).await {
-        Ok(Ok(report)) => {
-            tracing::info!(mounted = report.mounted, failed = report.failed, "scopes recovered");
+    let recovered = tokio::task::spawn_blocking(move || {
+        let report = svc.recover()?;
+        // Finishes deletes and purges a crash interrupted, before readiness.
+        let maintenance = svc.maintenance_pass()?;
+        Ok::<_, crate::service::ServiceError>((report, maintenance))
+    });
+    match recovered.await {
+        Ok(Ok((report, maintenance))) => {
+            tracing::info!(mounted = report.mounted, failed = report.failed, ?maintenance, "scopes recovered");
+            tokio::spawn(maintenance_loop(service.clone(), stop_rx.clone()));
             service.set_ready(true);
             notify_or_log("READY=1");
             tracing::info!("ready");

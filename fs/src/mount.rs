@@ -1,4 +1,12 @@
-//! `MountManager`: one background FUSE session per scope under a private mount root, with stale-mount cleanup.
+//! `MountManager`: one background FUSE session per scope under a private mount root, with stale-mount cleanup
+//! and kernel-cache coherence for changes made outside the mount.
+//!
+//! Coherence: the kernel caches entries, attributes and pages for `attr_ttl` (60 s in production). A
+//! change made through the engine's path-level API (the HTTP routes) is reported by the engine's
+//! observer, which `mount` installs: `Change::Entry` drops the kernel's dentry (and the parent's
+//! attributes), `Change::Inode` drops an inode's attributes and pages. The engine reports changes only
+//! from path-level calls, never from inside a FUSE callback, and after releasing its locks, so a
+//! notification never waits on a request that waits on us. A failed notification is logged, not fatal.
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
@@ -9,9 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{BackgroundSession, Config, INodeNo, MountOption, SessionACL};
+use fuser::{BackgroundSession, Config, INodeNo, MountOption, Notifier, SessionACL};
 use parking_lot::Mutex;
-use scopefs::engine::{Ino, ScopeEngine};
+use scopefs::engine::{Change, Ino, ScopeEngine};
 use scopefs::ids::ScopeId;
 
 use crate::adapter::ScopeFs;
@@ -66,7 +74,13 @@ pub enum MountError {
 pub struct MountManager {
     root: PathBuf,
     opts: MountOptions,
-    sessions: Mutex<HashMap<ScopeId, BackgroundSession>>,
+    sessions: Mutex<HashMap<ScopeId, Mounted>>,
+}
+
+/// One live mount: its session and the engine whose observer feeds the session's notifier.
+struct Mounted {
+    session: BackgroundSession,
+    engine: Arc<ScopeEngine>,
 }
 
 impl MountManager {
@@ -120,20 +134,22 @@ impl MountManager {
         config.acl = if self.opts.allow_other { SessionACL::All } else { SessionACL::Owner };
         config.n_threads = Some(self.opts.threads.max(1));
         config.clone_fd = true;
-        let fs = ScopeFs::new(engine, self.opts.attr_ttl);
+        let fs = ScopeFs::new(engine.clone(), self.opts.attr_ttl);
         let session = fuser::spawn_mount(fs, &path, &config)
             .map_err(|source| MountError::Mount { scope: scope.to_string(), source })?;
+        engine.set_observer(Some(observer(scope.clone(), session.notifier())));
         tracing::info!(%scope, "scope mounted");
-        sessions.insert(scope, session);
+        sessions.insert(scope, Mounted { session, engine });
         Ok(path)
     }
 
     /// Unmounts a scope and waits for its session to end. If the mount is busy it is
     /// detached lazily (the kernel finishes it when the last user lets go).
     pub fn unmount(&self, scope: &ScopeId) -> Result<(), MountError> {
-        let Some(session) = self.sessions.lock().remove(scope) else {
+        let Some(Mounted { session, engine }) = self.sessions.lock().remove(scope) else {
             return Ok(());
         };
+        engine.set_observer(None);
         let path = self.mountpoint(scope);
         match session.umount_and_join() {
             Ok(()) => {
@@ -160,17 +176,44 @@ impl MountManager {
 
     /// Drops the kernel's cached entry `name` in directory `parent` (after an HTTP change).
     pub fn invalidate_entry(&self, scope: &ScopeId, parent: Ino, name: &[u8]) {
-        if let Some(session) = self.sessions.lock().get(scope) {
-            // ENOENT just means the kernel had nothing cached.
-            let _ = session.notifier().inval_entry(INodeNo(parent), OsStr::from_bytes(name));
+        let notifier = self.sessions.lock().get(scope).map(|m| m.session.notifier());
+        if let Some(n) = notifier {
+            apply(scope, &n, &Change::Entry { parent, name: name.to_vec() });
         }
     }
 
     /// Drops the kernel's cached attributes and pages of `ino` (after an HTTP change).
     pub fn invalidate_inode(&self, scope: &ScopeId, ino: Ino) {
-        if let Some(session) = self.sessions.lock().get(scope) {
-            let _ = session.notifier().inval_inode(INodeNo(ino), 0, 0);
+        let notifier = self.sessions.lock().get(scope).map(|m| m.session.notifier());
+        if let Some(n) = notifier {
+            apply(scope, &n, &Change::Inode(ino));
         }
+    }
+}
+
+/// The engine observer of one mount: every change becomes kernel invalidations on its session.
+fn observer(scope: ScopeId, notifier: Notifier) -> scopefs::engine::ChangeObserver {
+    Arc::new(move |change: &Change| apply(&scope, &notifier, change))
+}
+
+/// Sends the invalidations of one change. An entry change also drops the parent directory's
+/// attributes (size, times, link count) and cached listing pages.
+fn apply(scope: &ScopeId, notifier: &Notifier, change: &Change) {
+    match change {
+        Change::Entry { parent, name } => {
+            report(scope, "entry", notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name)));
+            report(scope, "inode", notifier.inval_inode(INodeNo(*parent), 0, 0));
+        }
+        Change::Inode(ino) => report(scope, "inode", notifier.inval_inode(INodeNo(*ino), 0, 0)),
+    }
+}
+
+/// `ENOENT` means the kernel had nothing cached; anything else is logged (the next TTL expiry heals it).
+fn report(scope: &ScopeId, what: &'static str, result: io::Result<()>) {
+    match result {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+        Err(e) => tracing::warn!(%scope, what, error = %e, "kernel cache invalidation failed"),
     }
 }
 

@@ -53,7 +53,7 @@ CREATE TABLE scope_operations (
     deployment_id        TEXT    NOT NULL,
     operation_id         TEXT    NOT NULL,
     scope_id             TEXT    NOT NULL,
-    kind                 TEXT    NOT NULL CHECK (kind IN ('provision')),
+    kind                 TEXT    NOT NULL CHECK (kind IN ('provision', 'delete', 'purge')),
     expected_revision    INTEGER,
     state                TEXT    NOT NULL CHECK (state IN ('reserved', 'applying', 'completed', 'failed', 'compensating', 'compensated')),
     external_resource_id TEXT,

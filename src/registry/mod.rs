@@ -1,29 +1,44 @@
-//! The registry (control database): scopes and their state machine, provisioning operations, in SQLite.
+//! The registry (control database): scopes, owners, run reservations, leases and lifecycle operations, in SQLite.
 //!
 //! One connection guarded by a mutex is the single writer. Every state change
 //! runs in `BEGIN IMMEDIATE` and is checked against the transition tables of
-//! the schema (`scope_state_transitions`, `operation_state_transitions`), so the
-//! state machines are data, not code. All SQL of the registry lives in this module.
+//! the schema (`scope_state_transitions`, `operation_state_transitions`,
+//! `owner_state_transitions`, `run_request_state_transitions`), so the state
+//! machines are data, not code. All SQL of the registry lives in this module.
+//! Time comes from an injectable [`Clock`].
 
+pub mod imports;
+mod leases;
+mod lifecycle;
 mod operations;
+mod owners;
+mod runs;
 mod scopes;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_lifecycle;
 
 use std::fmt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::str::FromStr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags};
 
+use crate::clock::{Clock, SystemClock};
 use crate::engine::Quota;
 use crate::ids::{ScopeId, ThreadId};
 use crate::migrate::{self, MigrateError};
 
+pub use leases::{Lease, BLOCKING_LEASES};
+pub use lifecycle::{DeleteStep, DELETE_KIND, PURGE_KIND};
 pub use operations::{OperationRecord, OperationState, Provisioned};
+pub use owners::{NewOwner, OwnerRecord, OwnerState, OwnerType, OwnerUpdate};
+pub use runs::{Reservation, RunRequestRecord, RunRequestState, RunReserve, RunUpdate};
 
 /// How long a statement waits for a lock held by another connection.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,8 +55,39 @@ pub enum RegistryError {
     Conflict { expected_revision: u64, current_revision: u64, current_state: ScopeState, requested: ScopeState },
     #[error("thread is already bound to scope {0}")]
     ThreadAlreadyBound(ScopeId),
-    #[error("operation id was already used for a different request")]
+    #[error("idempotency key was already used for a different request")]
     OperationConflict,
+    #[error("scope is {0}")]
+    ScopeUnavailable(ScopeState),
+    #[error("lease {0} is held: the deployment is in cutover or maintenance")]
+    CutoverInProgress(String),
+    #[error("no such owner in this scope")]
+    OwnerNotFound,
+    #[error(
+        "owner changed concurrently or transition refused: current revision {current_revision}, \
+         current state {current_state}, requested {requested}"
+    )]
+    OwnerConflict { stale_revision: bool, current_revision: u64, current_state: OwnerState, requested: OwnerState },
+    #[error("resource is already owned by another owner")]
+    ResourceOwned,
+    #[error("a different resource_id is already attached")]
+    ResourceIdAlreadySet,
+    #[error("several owners of different types hold this resource; give owner_type")]
+    AmbiguousResource,
+    #[error("no such run request in this scope")]
+    RunRequestNotFound,
+    #[error("run request transition refused: current state {current}, requested {requested}")]
+    RunRequestConflict { current: RunRequestState, requested: RunRequestState },
+    #[error("a different run_id is already attached")]
+    RunIdAlreadySet,
+    #[error("interrupt already resolved by another run request")]
+    InterruptAlreadyResolved,
+    #[error("lease is held by another operation")]
+    LeaseHeld,
+    #[error("lease is not held by this operation or has expired")]
+    LeaseNotHeld,
+    #[error("invalid {field}: {reason}")]
+    Invalid { field: &'static str, reason: &'static str },
     #[error("registry contains an invalid value: {0}")]
     Corrupt(String),
     #[error("preparing the registry file failed: {0}")]
@@ -119,6 +165,10 @@ pub struct ScopeRecord {
     pub created_at: i64,
     pub updated_at: i64,
     pub deleted_at: Option<i64>,
+    /// While `deleting` cannot finish: the owners that are not settled yet.
+    pub delete_blocked_by: Vec<String>,
+    /// When a deleted scope's objects and local data were purged.
+    pub purged_at: Option<i64>,
 }
 
 impl ScopeRecord {
@@ -132,6 +182,7 @@ impl ScopeRecord {
 pub struct Registry {
     conn: Mutex<Connection>,
     schema_version: i64,
+    clock: Arc<dyn Clock>,
 }
 
 impl Registry {
@@ -160,7 +211,18 @@ impl Registry {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", true)?;
         let schema_version = migrate::apply(&mut conn, migrate::REGISTRY)?;
-        Ok(Registry { conn: Mutex::new(conn), schema_version })
+        Ok(Registry { conn: Mutex::new(conn), schema_version, clock: Arc::new(SystemClock) })
+    }
+
+    /// Uses `clock` for every timestamp and every comparison with the current time.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Registry {
+        self.clock = clock;
+        self
+    }
+
+    /// The current time of the registry's clock (Unix milliseconds).
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     /// The schema version the database is at (after migrations).
@@ -169,9 +231,25 @@ impl Registry {
     }
 }
 
-/// Current time in Unix milliseconds.
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+/// Validates an identifier from a request: 1-128 characters of `[A-Za-z0-9_.:-]`.
+pub fn validate_key(field: &'static str, value: &str) -> Result<(), RegistryError> {
+    let ok = (1..=128).contains(&value.len())
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
+    ok.then_some(()).ok_or(RegistryError::Invalid { field, reason: "must be 1-128 characters of [A-Za-z0-9_.:-]" })
+}
+
+/// Validates an external resource id: 1-256 printable ASCII characters, no `/`.
+pub fn validate_resource_id(value: &str) -> Result<(), RegistryError> {
+    let ok = (1..=256).contains(&value.len()) && value.bytes().all(|b| b.is_ascii_graphic() && b != b'/');
+    ok.then_some(()).ok_or(RegistryError::Invalid {
+        field: "resource_id",
+        reason: "must be 1-256 printable ASCII characters without '/'",
+    })
+}
+
+/// Whether `sql_err` is a UNIQUE/constraint violation.
+fn is_constraint(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation)
 }
 
 /// Converts a stored non-negative integer.

@@ -12,8 +12,10 @@ use std::str::FromStr;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
+use super::leases::refuse_if_blocked_in;
+use super::owners::insert_primary_owner_in;
 use super::scopes::{find_by_thread_in, get_in, insert_in, transition_in};
-use super::{now_ms, Registry, RegistryError, ScopeRecord, ScopeState};
+use super::{Registry, RegistryError, ScopeRecord, ScopeState};
 use crate::engine::Quota;
 use crate::ids::{ScopeId, ThreadId};
 
@@ -89,27 +91,61 @@ pub struct Provisioned {
     pub created: bool,
 }
 
-/// Moves every open provision operation of `scope` to `to`, where the transition table allows it.
-fn set_provision_ops_in(
+/// Moves every open operation of `kind` on `scope` to `to`, where the transition table allows it.
+pub(super) fn set_ops_in(
     conn: &Connection,
     deployment: &str,
     scope: &ScopeId,
+    kind: &str,
     to: OperationState,
     error_code: Option<&str>,
+    now: i64,
 ) -> Result<usize, RegistryError> {
     Ok(conn.execute(
         "UPDATE scope_operations SET state = ?1, updated_at = ?2, last_error_code = ?3
-         WHERE deployment_id = ?4 AND scope_id = ?5 AND kind = 'provision'
+         WHERE deployment_id = ?4 AND scope_id = ?5 AND kind = ?6
            AND EXISTS (SELECT 1 FROM operation_state_transitions
                        WHERE from_state = scope_operations.state AND to_state = ?1)",
-        params![to.as_str(), now_ms(), error_code, deployment, scope.as_str()],
+        params![to.as_str(), now, error_code, deployment, scope.as_str(), kind],
     )?)
+}
+
+/// Records an operation in `state` unless `operation_id` exists already (then nothing changes).
+/// Returns whether it was inserted.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn record_op_in(
+    conn: &Connection,
+    deployment: &str,
+    operation_id: &str,
+    scope: &ScopeId,
+    kind: &str,
+    expected_revision: Option<u64>,
+    state: OperationState,
+    now: i64,
+) -> Result<bool, RegistryError> {
+    let n = conn.execute(
+        "INSERT INTO scope_operations (deployment_id, operation_id, scope_id, kind, expected_revision,
+                                       state, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
+         ON CONFLICT (deployment_id, operation_id) DO NOTHING",
+        params![
+            deployment,
+            operation_id,
+            scope.as_str(),
+            kind,
+            expected_revision.map(|r| r as i64),
+            state.as_str(),
+            now
+        ],
+    )?;
+    Ok(n == 1)
 }
 
 impl Registry {
     /// Idempotent provisioning: the same `operation_id` always yields the same scope (a different
     /// thread under a used `operation_id` is `OperationConflict`); a thread that already has a scope
-    /// yields that scope. A new scope starts in `provisioning` with an `applying` operation.
+    /// yields that scope. A new scope starts in `provisioning` with an `applying` operation and an
+    /// active `primary_thread` owner. Refused with `CutoverInProgress` while a blocking lease is held.
     pub fn provision(
         &self,
         deployment: &str,
@@ -117,8 +153,10 @@ impl Registry {
         thread: &ThreadId,
         quota: Option<Quota>,
     ) -> Result<Provisioned, RegistryError> {
+        let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        refuse_if_blocked_in(&tx, deployment, now)?;
         let existing_op: Option<String> = tx
             .query_row(
                 "SELECT scope_id FROM scope_operations WHERE deployment_id = ?1 AND operation_id = ?2",
@@ -137,11 +175,14 @@ impl Registry {
         }
         let (scope, created) = match find_by_thread_in(&tx, deployment, thread)? {
             Some(scope) => (scope, false),
-            None => (insert_in(&tx, deployment, thread, quota)?, true),
+            None => {
+                let scope = insert_in(&tx, deployment, thread, quota, now)?;
+                insert_primary_owner_in(&tx, deployment, &scope.scope_id, thread, now)?;
+                (scope, true)
+            }
         };
         let op_state =
             if scope.state == ScopeState::Provisioning { OperationState::Applying } else { OperationState::Completed };
-        let now = now_ms();
         tx.execute(
             "INSERT INTO scope_operations (deployment_id, operation_id, scope_id, kind, expected_revision,
                                            state, created_at, updated_at)
@@ -156,14 +197,17 @@ impl Registry {
     /// operations `completed`, in one transaction. A scope already past `provisioning` is returned
     /// as is (its open operations are completed too), so finishing twice is harmless.
     pub fn complete_provision(&self, deployment: &str, scope: &ScopeId) -> Result<ScopeRecord, RegistryError> {
+        let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let current = get_in(&tx, deployment, scope)?.ok_or(RegistryError::NotFound)?;
         let rec = match current.state {
-            ScopeState::Provisioning => transition_in(&tx, deployment, scope, current.revision, ScopeState::Draft)?,
+            ScopeState::Provisioning => {
+                transition_in(&tx, deployment, scope, current.revision, ScopeState::Draft, now)?
+            }
             _ => current,
         };
-        set_provision_ops_in(&tx, deployment, scope, OperationState::Completed, None)?;
+        set_ops_in(&tx, deployment, scope, "provision", OperationState::Completed, None, now)?;
         tx.commit()?;
         Ok(rec)
     }
@@ -171,9 +215,10 @@ impl Registry {
     /// Records that finishing a scope's provisioning failed (`error_code` is a snake_case code);
     /// the scope stays `provisioning` and is retried later.
     pub fn fail_provision(&self, deployment: &str, scope: &ScopeId, error_code: &str) -> Result<(), RegistryError> {
+        let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        set_provision_ops_in(&tx, deployment, scope, OperationState::Failed, Some(error_code))?;
+        set_ops_in(&tx, deployment, scope, "provision", OperationState::Failed, Some(error_code), now)?;
         tx.commit()?;
         Ok(())
     }

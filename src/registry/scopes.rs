@@ -2,22 +2,23 @@
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
 
-use super::{now_ms, to_i64, to_u64, Registry, RegistryError, ScopeRecord, ScopeState};
+use super::{to_i64, to_u64, Registry, RegistryError, ScopeRecord, ScopeState};
 use crate::engine::Quota;
 use crate::ids::{ScopeId, ThreadId};
 
-const COLUMNS: &str = "deployment_id, scope_id, primary_thread_id, state, revision, quota_bytes, quota_inodes, \
-                       created_at, updated_at, deleted_at";
+pub(super) const COLUMNS: &str = "deployment_id, scope_id, primary_thread_id, state, revision, quota_bytes, \
+                       quota_inodes, created_at, updated_at, deleted_at, delete_blocked_by, purged_at";
 
 /// The one statement every scope state change goes through: revision CAS plus the transition table.
 const TRANSITION_SQL: &str = "UPDATE scopes
     SET state = ?1, revision = revision + 1, updated_at = ?2,
-        deleted_at = CASE WHEN ?1 = 'deleted' THEN ?2 ELSE deleted_at END
+        deleted_at = CASE WHEN ?1 = 'deleted' THEN ?2 ELSE deleted_at END,
+        delete_blocked_by = NULL
     WHERE deployment_id = ?3 AND scope_id = ?4 AND revision = ?5
       AND EXISTS (SELECT 1 FROM scope_state_transitions
                   WHERE from_state = scopes.state AND to_state = ?1)";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<RawScope> {
+pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawScope> {
     Ok(RawScope {
         deployment_id: row.get(0)?,
         scope_id: row.get(1)?,
@@ -29,11 +30,13 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<RawScope> {
         created_at: row.get(7)?,
         updated_at: row.get(8)?,
         deleted_at: row.get(9)?,
+        delete_blocked_by: row.get(10)?,
+        purged_at: row.get(11)?,
     })
 }
 
 /// A row as stored, before validation.
-struct RawScope {
+pub(super) struct RawScope {
     deployment_id: String,
     scope_id: String,
     primary_thread_id: String,
@@ -44,15 +47,21 @@ struct RawScope {
     created_at: i64,
     updated_at: i64,
     deleted_at: Option<i64>,
+    delete_blocked_by: Option<String>,
+    purged_at: Option<i64>,
 }
 
 impl RawScope {
-    fn validate(self) -> Result<ScopeRecord, RegistryError> {
+    pub(super) fn validate(self) -> Result<ScopeRecord, RegistryError> {
         let bad = |what: &str| RegistryError::Corrupt(format!("invalid {what} in scopes"));
         let quota = match (self.quota_bytes, self.quota_inodes) {
             (Some(b), Some(i)) => Some(Quota { bytes: to_u64(b, "quota_bytes")?, inodes: to_u64(i, "quota_inodes")? }),
             (None, None) => None,
             _ => return Err(bad("partial quota")),
+        };
+        let delete_blocked_by = match self.delete_blocked_by {
+            Some(json) => serde_json::from_str(&json).map_err(|_| bad("delete_blocked_by"))?,
+            None => Vec::new(),
         };
         Ok(ScopeRecord {
             deployment_id: self.deployment_id,
@@ -64,6 +73,8 @@ impl RawScope {
             created_at: self.created_at,
             updated_at: self.updated_at,
             deleted_at: self.deleted_at,
+            delete_blocked_by,
+            purged_at: self.purged_at,
         })
     }
 }
@@ -96,12 +107,12 @@ pub(super) fn insert_in(
     deployment: &str,
     thread: &ThreadId,
     quota: Option<Quota>,
+    now: i64,
 ) -> Result<ScopeRecord, RegistryError> {
     if let Some(existing) = find_by_thread_in(conn, deployment, thread)? {
         return Err(RegistryError::ThreadAlreadyBound(existing.scope_id));
     }
     let scope = ScopeId::generate();
-    let now = now_ms();
     let inserted = conn.execute(
         "INSERT INTO scopes (deployment_id, scope_id, primary_thread_id, state, revision,
                              quota_bytes, quota_inodes, created_at, updated_at)
@@ -133,11 +144,10 @@ pub(super) fn transition_in(
     scope: &ScopeId,
     expected_revision: u64,
     to: ScopeState,
+    now: i64,
 ) -> Result<ScopeRecord, RegistryError> {
-    let changed = conn.execute(
-        TRANSITION_SQL,
-        params![to.as_str(), now_ms(), deployment, scope.as_str(), to_i64(expected_revision)],
-    )?;
+    let changed =
+        conn.execute(TRANSITION_SQL, params![to.as_str(), now, deployment, scope.as_str(), to_i64(expected_revision)])?;
     let current = get_in(conn, deployment, scope)?.ok_or(RegistryError::NotFound)?;
     if changed != 1 {
         return Err(RegistryError::Conflict {
@@ -160,7 +170,9 @@ impl Registry {
     ) -> Result<ScopeRecord, RegistryError> {
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let rec = insert_in(&tx, deployment, thread, quota)?;
+        let now = self.now_ms();
+        let rec = insert_in(&tx, deployment, thread, quota, now)?;
+        super::owners::insert_primary_owner_in(&tx, deployment, &rec.scope_id, thread, now)?;
         tx.commit()?;
         Ok(rec)
     }
@@ -199,7 +211,7 @@ impl Registry {
     ) -> Result<ScopeRecord, RegistryError> {
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let rec = transition_in(&tx, deployment, scope, expected_revision, to)?;
+        let rec = transition_in(&tx, deployment, scope, expected_revision, to, self.now_ms())?;
         tx.commit()?;
         Ok(rec)
     }

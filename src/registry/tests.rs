@@ -42,7 +42,8 @@ fn open_creates_private_dir_and_file_and_reopens() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("control/registry.sqlite3");
     let reg = Registry::open(&path).unwrap();
-    assert_eq!(reg.schema_version(), 1);
+    assert_eq!(reg.schema_version(), crate::migrate::REGISTRY.last().unwrap().version);
+    assert!(reg.schema_version() >= 2);
     let dir_mode = std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777;
     let file_mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(dir_mode, 0o700);

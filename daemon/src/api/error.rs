@@ -1,12 +1,14 @@
 //! `ApiError`: the one place where failures become HTTP statuses and `{"error":{"code","message"}}` bodies.
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::multipart::{MultipartError, MultipartRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use scopefs::engine::EngineError;
 use scopefs::ids::IdError;
-use scopefs::registry::RegistryError;
+use scopefs::registry::{RegistryError, ScopeState};
+use scopefs::vpath::PathError;
 
 use crate::service::ServiceError;
 
@@ -39,6 +41,39 @@ impl ApiError {
         Self::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route")
     }
 
+    /// The one 404 of the workspace routes: an unknown thread, another scope's path and a missing
+    /// file look exactly alike (seed 000 §8.2), so nothing about other scopes leaks.
+    pub fn workspace_not_found() -> ApiError {
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such file or workspace")
+    }
+
+    /// A `Range` outside the file (the handler adds `Content-Range: bytes */<size>`).
+    pub fn range_not_satisfiable() -> ApiError {
+        Self::new(StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable", "the requested range is outside the file")
+    }
+
+    /// Content over `max_upload_bytes`.
+    pub fn too_large() -> ApiError {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", "content larger than the upload limit")
+    }
+
+    /// Import asked for while no `legacy_root` is configured.
+    pub fn legacy_unavailable() -> ApiError {
+        Self::new(StatusCode::NOT_FOUND, "legacy_unavailable", "no legacy workspace is configured")
+    }
+
+    /// A failure of a `/api/workspace*` route: like `From<ServiceError>`, except that an unknown
+    /// thread and a missing file are the same 404, and a deleting scope is 409 `scope_deleting`.
+    pub fn workspace(e: ServiceError) -> ApiError {
+        match &e {
+            ServiceError::ScopeNotFound | ServiceError::Engine(EngineError::NotFound) => Self::workspace_not_found(),
+            ServiceError::NotMountable(ScopeState::Deleting) | ServiceError::Engine(EngineError::ReadOnly) => {
+                Self::new(StatusCode::CONFLICT, "scope_deleting", "the workspace is being deleted")
+            }
+            _ => ApiError::from(e),
+        }
+    }
+
     /// An internal failure: logged with its detail, answered with a generic message.
     pub fn internal(code: &'static str, detail: &dyn std::fmt::Display) -> ApiError {
         tracing::error!(code, error = %detail, "request failed");
@@ -66,6 +101,34 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
+impl From<PathError> for ApiError {
+    fn from(e: PathError) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.to_string())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text())
+    }
+}
+
+impl From<MultipartRejection> for ApiError {
+    fn from(e: MultipartRejection) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_multipart", e.body_text())
+    }
+}
+
+impl From<MultipartError> for ApiError {
+    fn from(e: MultipartError) -> ApiError {
+        let status = e.status();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::too_large();
+        }
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_multipart", e.body_text())
+    }
+}
+
 impl From<PathRejection> for ApiError {
     fn from(e: PathRejection) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.body_text())
@@ -73,7 +136,20 @@ impl From<PathRejection> for ApiError {
 }
 
 fn from_engine(e: &EngineError) -> ApiError {
+    let conflict = |code| ApiError::new(StatusCode::CONFLICT, code, e.to_string());
     match e {
+        EngineError::NotFound => ApiError::workspace_not_found(),
+        EngineError::Exists => conflict("file_exists"),
+        EngineError::NotDir => conflict("not_a_directory"),
+        EngineError::IsDir => conflict("is_a_directory"),
+        EngineError::NotEmpty => conflict("directory_not_empty"),
+        EngineError::ReadOnly => conflict("scope_deleting"),
+        EngineError::NameTooLong | EngineError::InvalidName(_) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.to_string())
+        }
+        EngineError::Invalid(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()),
+        EngineError::NotPermitted(_) => ApiError::new(StatusCode::FORBIDDEN, "not_permitted", e.to_string()),
+        EngineError::TooLarge => ApiError::too_large(),
         EngineError::NoSpace => ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", e.to_string()),
         EngineError::QuotaExceeded(_) => {
             ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "quota_exceeded", e.to_string())
@@ -105,6 +181,38 @@ fn from_registry(e: &RegistryError) -> ApiError {
         RegistryError::OperationConflict => {
             ApiError::new(StatusCode::CONFLICT, "idempotency_key_conflict", e.to_string())
         }
+        RegistryError::ScopeUnavailable(state) => {
+            let code = match state {
+                ScopeState::Deleting => "scope_deleting",
+                ScopeState::Deleted => "scope_deleted",
+                _ => "scope_provisioning",
+            };
+            ApiError::new(StatusCode::CONFLICT, code, e.to_string())
+        }
+        RegistryError::CutoverInProgress(_) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "cutover_in_progress", e.to_string())
+        }
+        RegistryError::OwnerNotFound => ApiError::new(StatusCode::NOT_FOUND, "owner_not_found", e.to_string()),
+        RegistryError::RunRequestNotFound => {
+            ApiError::new(StatusCode::NOT_FOUND, "run_request_not_found", e.to_string())
+        }
+        RegistryError::OwnerConflict { stale_revision: true, .. } => {
+            ApiError::new(StatusCode::CONFLICT, "revision_conflict", e.to_string())
+        }
+        RegistryError::OwnerConflict { .. } | RegistryError::RunRequestConflict { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "invalid_state_transition", e.to_string())
+        }
+        RegistryError::ResourceOwned => ApiError::new(StatusCode::CONFLICT, "resource_already_owned", e.to_string()),
+        RegistryError::ResourceIdAlreadySet | RegistryError::RunIdAlreadySet => {
+            ApiError::new(StatusCode::CONFLICT, "resource_id_already_set", e.to_string())
+        }
+        RegistryError::AmbiguousResource => ApiError::new(StatusCode::CONFLICT, "ambiguous_resource", e.to_string()),
+        RegistryError::InterruptAlreadyResolved => {
+            ApiError::new(StatusCode::CONFLICT, "interrupt_already_resolved", e.to_string())
+        }
+        RegistryError::LeaseHeld => ApiError::new(StatusCode::CONFLICT, "lease_held", e.to_string()),
+        RegistryError::LeaseNotHeld => ApiError::new(StatusCode::CONFLICT, "lease_not_held", e.to_string()),
+        RegistryError::Invalid { .. } => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()),
         RegistryError::Corrupt(_) | RegistryError::Io(_) | RegistryError::Sqlite(_) | RegistryError::Migrate(_) => {
             ApiError::internal("registry_error", e)
         }
@@ -118,6 +226,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotMountable(_) => ApiError::new(StatusCode::CONFLICT, "scope_not_mountable", e.to_string()),
             ServiceError::BadOperationId => {
                 ApiError::new(StatusCode::BAD_REQUEST, "invalid_operation_id", e.to_string())
+            }
+            ServiceError::StateNotRequestable => {
+                ApiError::new(StatusCode::CONFLICT, "invalid_state_transition", e.to_string())
             }
             ServiceError::Registry(r) => from_registry(r),
             ServiceError::Engine(en) => from_engine(en),
@@ -178,6 +289,42 @@ mod tests {
         assert_eq!(status_code(ServiceError::Engine(EngineError::NoSpace)), (507, "no_space"));
         let store = EngineError::Store(scopefs::store::StoreError::Unavailable("down".into()));
         assert_eq!(status_code(ServiceError::Engine(store)), (503, "object_store_unavailable"));
+    }
+
+    #[test]
+    fn workspace_failures_map_to_the_statuses_of_spec_7_2() {
+        let ws = |e: ServiceError| {
+            let e = ApiError::workspace(e);
+            (e.status.as_u16(), e.code, e.message)
+        };
+        // Unknown thread and missing file: the very same answer.
+        assert_eq!(ws(ServiceError::ScopeNotFound), ws(ServiceError::Engine(EngineError::NotFound)));
+        assert_eq!(ws(ServiceError::ScopeNotFound).0, 404);
+        assert_eq!(ws(ServiceError::NotMountable(ScopeState::Deleting)).1, "scope_deleting");
+        assert_eq!(ws(ServiceError::Engine(EngineError::ReadOnly)).0, 409);
+        assert_eq!(ws(ServiceError::Engine(EngineError::TooLarge)).0, 413);
+        assert_eq!(ws(ServiceError::Engine(EngineError::QuotaExceeded("bytes"))).1, "quota_exceeded");
+        assert_eq!(ws(ServiceError::Engine(EngineError::QuotaExceeded("bytes"))).0, 507);
+        assert_eq!(ws(ServiceError::Engine(EngineError::Exists)).1, "file_exists");
+        assert_eq!(ws(ServiceError::Engine(EngineError::IsDir)).0, 409);
+        assert_eq!(status_code(PathError::Traversal), (400, "invalid_path"));
+        assert_eq!(status_code(PathError::Absolute), (400, "invalid_path"));
+    }
+
+    #[test]
+    fn maps_registry_lifecycle_errors() {
+        let reg = |e: RegistryError| status_code(ServiceError::Registry(e));
+        assert_eq!(reg(RegistryError::CutoverInProgress("workspace-cutover".into())), (503, "cutover_in_progress"));
+        assert_eq!(reg(RegistryError::ScopeUnavailable(ScopeState::Deleting)), (409, "scope_deleting"));
+        assert_eq!(reg(RegistryError::ScopeUnavailable(ScopeState::Deleted)), (409, "scope_deleted"));
+        assert_eq!(reg(RegistryError::InterruptAlreadyResolved), (409, "interrupt_already_resolved"));
+        assert_eq!(reg(RegistryError::ResourceOwned), (409, "resource_already_owned"));
+        assert_eq!(reg(RegistryError::OwnerNotFound), (404, "owner_not_found"));
+        assert_eq!(reg(RegistryError::RunRequestNotFound), (404, "run_request_not_found"));
+        assert_eq!(reg(RegistryError::LeaseHeld), (409, "lease_held"));
+        assert_eq!(reg(RegistryError::LeaseNotHeld), (409, "lease_not_held"));
+        assert_eq!(reg(RegistryError::Invalid { field: "turn_id", reason: "bad" }), (400, "invalid_request"));
+        assert_eq!(status_code(ServiceError::StateNotRequestable), (409, "invalid_state_transition"));
     }
 
     #[test]

@@ -1,22 +1,18 @@
 //! The HTTP API (axum): routes, service-token authentication and JSON shapes; work runs on blocking threads.
 
 mod error;
+mod internal;
 pub mod routes;
 mod workspace;
 
 use std::sync::Arc;
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, Request, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
-use scopefs::engine::Usage;
-use scopefs::ids::{ScopeId, ThreadId};
-use scopefs::registry::{ScopeRecord, ScopeState};
-use serde::{Deserialize, Serialize};
 
 pub use error::ApiError;
 use routes::{Auth, RouteTable};
@@ -37,27 +33,7 @@ pub fn route_table() -> RouteTable<AppState> {
         .add("GET", "/health", Auth::Public, "Liveness", get(health))
         .add("GET", "/ready", Auth::Public, "Readiness: mounts and recovery done", get(ready))
         .add("GET", "/openapi.json", Auth::Public, "This document", get(openapi_json))
-        .add(
-            "POST",
-            "/internal/workspace-scopes/provision",
-            Auth::Service,
-            "Create (or return) the scope of a primary thread; idempotent on operation_id",
-            post(provision),
-        )
-        .add(
-            "GET",
-            "/internal/workspace-scopes/by-thread/{thread_id}",
-            Auth::Service,
-            "The scope record of a primary thread",
-            get(by_thread),
-        )
-        .add(
-            "GET",
-            "/internal/workspace-scopes/{scope_id}/mount",
-            Auth::Service,
-            "Host mountpoint of a scope for an external orchestrator (mounts if needed)",
-            get(mount),
-        )
+        .merge_from(internal::add_routes)
         .merge_from(workspace::add_routes)
 }
 
@@ -122,83 +98,4 @@ async fn ready(State(st): State<AppState>) -> Result<Json<serde_json::Value>, Ap
     } else {
         Err(ApiError::not_ready())
     }
-}
-
-#[derive(Debug, Deserialize)]
-struct ProvisionRequest {
-    operation_id: String,
-    primary_thread_id: String,
-}
-
-/// A scope as the API shows it (no physical paths).
-#[derive(Debug, Serialize)]
-struct ScopeView {
-    scope_id: ScopeId,
-    primary_thread_id: ThreadId,
-    state: ScopeState,
-    revision: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<Usage>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    created: Option<bool>,
-}
-
-impl ScopeView {
-    fn of(rec: ScopeRecord) -> ScopeView {
-        ScopeView {
-            scope_id: rec.scope_id,
-            primary_thread_id: rec.primary_thread_id,
-            state: rec.state,
-            revision: rec.revision,
-            usage: None,
-            created: None,
-        }
-    }
-}
-
-async fn provision(
-    State(st): State<AppState>,
-    body: Result<Json<ProvisionRequest>, JsonRejection>,
-) -> Result<(StatusCode, Json<ScopeView>), ApiError> {
-    let Json(req) = body?;
-    let thread = ThreadId::parse(&req.primary_thread_id)?;
-    let service = st.service.clone();
-    let (rec, created) = blocking(move || service.provision(&req.operation_id, &thread)).await?;
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(ScopeView { created: Some(created), ..ScopeView::of(rec) })))
-}
-
-async fn by_thread(
-    State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-) -> Result<Json<ScopeView>, ApiError> {
-    let Path(raw) = path?;
-    let thread = ThreadId::parse(&raw)?;
-    let service = st.service.clone();
-    let status = blocking(move || service.by_thread(&thread)).await?;
-    let status =
-        status.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "scope_not_found", "no scope for this thread"))?;
-    Ok(Json(ScopeView { usage: Some(status.usage), ..ScopeView::of(status.record) }))
-}
-
-#[derive(Debug, Serialize)]
-struct MountView {
-    scope_id: ScopeId,
-    mountpoint: String,
-}
-
-/// The one route that returns a host path: for the orchestrator that bind-mounts it into a container.
-async fn mount(
-    State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-) -> Result<Json<MountView>, ApiError> {
-    let Path(raw) = path?;
-    let scope = ScopeId::parse(&raw)?;
-    let service = st.service.clone();
-    let (rec, mountpoint) = blocking(move || service.mount(&scope)).await?;
-    let mountpoint = mountpoint
-        .into_os_string()
-        .into_string()
-        .map_err(|_| ApiError::internal("mount_failed", &"mountpoint is not valid UTF-8"))?;
-    Ok(Json(MountView { scope_id: rec.scope_id, mountpoint }))
 }

@@ -1,9 +1,729 @@
-//! `/api/workspace*`: the WebUI's workspace file routes (SPEC §7.2).
+//! `/api/workspace*`: the WebUI's workspace file routes (SPEC §7.2, seed 000 §8): list, upload, read
+//! (with `Range`), write, delete, zip download, usage and legacy import.
+//!
+//! Conventions:
+//! - `threadId` (required) selects the scope; a malformed one is 400, an unknown one is the same 404
+//!   as a missing file (`ApiError::workspace`), a scope being deleted is 409.
+//! - `path` is relative to the workspace root (rules in `scopefs::vpath`; a leading `/` is 400).
+//!   Answers carry `path` (relative, for the API) and `virtual_path` (`/paper.pdf`, for chat messages).
+//! - Upload: `POST /api/workspace/upload?threadId=&dir=&overwrite=1`, multipart; every part with a
+//!   filename is a file (its filename may contain sub-directories); a text part `dir` (before the files)
+//!   sets the target directory. Default is exclusive create (409 `file_exists`); `overwrite=1`
+//!   atomically replaces. Parts are written one after another: a failure stops the upload, files
+//!   written before it stay.
+//! - `PUT /api/workspace/file` writes the body as a new version (atomic replace, creates the file).
+//!   Uploads and writes create missing parent directories; files get the owner of the workspace root.
+//! - Content over `max_upload_bytes` is 413 and leaves no file behind (the engine builds the file
+//!   unnamed and links it only when complete).
+//! - Symlinks are never followed: reading one is 404, the zip leaves them out.
+//! - Engine work runs on blocking threads; bodies stream through bounded channels.
 
-use super::routes::RouteTable;
-use super::AppState;
+use std::io::{self, Read};
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use axum::body::{Body, Bytes};
+use axum::extract::multipart::MultipartRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Multipart, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use axum::Json;
+use futures_util::{Stream, StreamExt};
+use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+use scopefs::engine::{Attr, FileKind, PathEntry, ScopeEngine, WriteMode};
+use scopefs::ids::{ScopeId, ThreadId};
+use scopefs::registry::imports::ImportRequest;
+use scopefs::registry::{ScopeRecord, ScopeState};
+use scopefs::vpath;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+mod zipstream;
+
+use super::routes::{Auth, RouteTable};
+use super::{ApiError, AppState};
+use crate::service::{api_owner, EngineFileReader, ServiceError};
+use zipstream::{write_zip, ChannelWriter};
+
+/// Chunks in flight between a blocking engine thread and the HTTP body.
+const CHANNEL_DEPTH: usize = 8;
+/// Size of one streamed chunk.
+const CHUNK: usize = 256 * 1024;
+/// After a write is refused (e.g. too large) the rest of the body is read and dropped up to this
+/// much, so the client receives the answer instead of a reset connection.
+const DRAIN_LIMIT: u64 = 64 * 1024 * 1024;
+/// First components of the legacy workspace that are never importable (its private control data).
+const LEGACY_HIDDEN: &[&str] = &[".evoscientist"];
 
 /// Adds the workspace file routes to the table.
 pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
     table
+        .add(
+            "GET",
+            "/api/workspace",
+            Auth::Service,
+            "List a workspace directory (threadId, path, recursive)",
+            get(list),
+        )
+        .add(
+            "POST",
+            "/api/workspace/upload",
+            Auth::Service,
+            "Multipart upload of one or more files (threadId, dir, overwrite)",
+            post(upload).layer(DefaultBodyLimit::disable()),
+        )
+        .add(
+            "GET",
+            "/api/workspace/file",
+            Auth::Service,
+            "File content, with Range support (threadId, path, download)",
+            get(read_file),
+        )
+        .add(
+            "PUT",
+            "/api/workspace/file",
+            Auth::Service,
+            "Write the body as the file's new version (atomic replace)",
+            put(write_file).layer(DefaultBodyLimit::disable()),
+        )
+        .add(
+            "DELETE",
+            "/api/workspace/file",
+            Auth::Service,
+            "Delete a file (recursive=1 for a directory)",
+            delete(delete_file),
+        )
+        .add("GET", "/api/workspace/download", Auth::Service, "Streaming zip of the workspace's files", get(download))
+        .add("GET", "/api/workspace/usage", Auth::Service, "File count, bytes and quota of the workspace", get(usage))
+        .add(
+            "POST",
+            "/api/workspace/import",
+            Auth::Service,
+            "Copy one file from the read-only legacy workspace (idempotent, audited)",
+            post(import),
+        )
+}
+
+/// The query parameters of every workspace route (names as the WebUI sends them).
+#[derive(Debug, Default, Deserialize)]
+struct WsQuery {
+    #[serde(rename = "threadId")]
+    thread_id: Option<String>,
+    path: Option<String>,
+    dir: Option<String>,
+    recursive: Option<String>,
+    download: Option<String>,
+    overwrite: Option<String>,
+}
+
+impl WsQuery {
+    fn thread(&self) -> Result<ThreadId, ApiError> {
+        Ok(ThreadId::parse(self.thread_id.as_deref().unwrap_or(""))?)
+    }
+
+    /// A required file path.
+    fn file_path(&self) -> Result<String, ApiError> {
+        Ok(vpath::normalize(self.path.as_deref().unwrap_or(""))?)
+    }
+}
+
+fn flag(v: &Option<String>) -> bool {
+    matches!(v.as_deref(), Some("1" | "true" | "yes"))
+}
+
+/// Runs engine/registry work on a blocking thread; failures map as workspace errors.
+async fn run<T, F>(f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, ServiceError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result.map_err(ApiError::workspace),
+        Err(join) => Err(ApiError::internal("task_failed", &join)),
+    }
+}
+
+async fn scope_engine(st: &AppState, thread: ThreadId) -> Result<(ScopeRecord, Arc<ScopeEngine>), ApiError> {
+    let service = st.service.clone();
+    run(move || service.engine_for_thread(&thread)).await
+}
+
+fn millis(attr: &Attr) -> i64 {
+    attr.mtime.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+fn kind_name(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::File => "file",
+        FileKind::Dir => "directory",
+        FileKind::Symlink => "symlink",
+        _ => "other",
+    }
+}
+
+/// One file or directory as the API shows it: virtual paths only.
+#[derive(Debug, Serialize)]
+struct EntryView {
+    name: String,
+    path: String,
+    virtual_path: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    size: u64,
+    /// Unix milliseconds.
+    mtime: i64,
+}
+
+impl EntryView {
+    fn of(path: &str, attr: &Attr) -> EntryView {
+        EntryView {
+            name: vpath::file_name(path).to_string(),
+            path: path.to_string(),
+            virtual_path: vpath::virtual_path(path),
+            kind: kind_name(attr.kind),
+            size: if attr.kind == FileKind::File { attr.size } else { 0 },
+            mtime: millis(attr),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct ScopeBrief {
+    scope_id: ScopeId,
+    state: ScopeState,
+}
+
+#[derive(Debug, Serialize)]
+struct ListView {
+    path: String,
+    scope: ScopeBrief,
+    entries: Vec<EntryView>,
+}
+
+async fn list(
+    State(st): State<AppState>,
+    q: Result<Query<WsQuery>, QueryRejection>,
+) -> Result<Json<ListView>, ApiError> {
+    let Query(q) = q?;
+    let thread = q.thread()?;
+    let dir = vpath::normalize_dir(q.path.as_deref().unwrap_or(""))?;
+    let recursive = flag(&q.recursive);
+    let service = st.service.clone();
+    let listed = dir.clone();
+    let (rec, entries): (ScopeRecord, Vec<PathEntry>) = run(move || {
+        let (rec, engine) = service.engine_for_thread(&thread)?;
+        Ok((rec, engine.list_path(&listed, recursive)?))
+    })
+    .await?;
+    Ok(Json(ListView {
+        path: dir,
+        scope: ScopeBrief { scope_id: rec.scope_id, state: rec.state },
+        entries: entries.iter().map(|e| EntryView::of(&e.path, &e.attr)).collect(),
+    }))
+}
+
+/// Feeds a blocking reader from an async channel of chunks.
+struct ChannelReader {
+    rx: mpsc::Receiver<io::Result<Bytes>>,
+    current: Bytes,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                None => return Ok(0),
+                Some(Ok(chunk)) => self.current = chunk,
+                Some(Err(e)) => return Err(e),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current = self.current.slice(n..);
+        Ok(n)
+    }
+}
+
+/// Writes `stream` as a new version of `path` (missing parents created) on a blocking thread.
+async fn write_from_stream<S, E>(
+    engine: Arc<ScopeEngine>,
+    path: String,
+    max_len: u64,
+    mode: WriteMode,
+    stream: S,
+    stream_error: fn(E) -> ApiError,
+) -> Result<Attr, ApiError>
+where
+    S: Stream<Item = Result<Bytes, E>>,
+{
+    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(CHANNEL_DEPTH);
+    let task = tokio::task::spawn_blocking(move || -> Result<Attr, ServiceError> {
+        let owner = api_owner(&engine)?;
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            engine.make_dirs(parent, owner)?;
+        }
+        let mut reader = ChannelReader { rx, current: Bytes::new() };
+        Ok(engine.write_path(&path, &mut reader, max_len, mode, owner)?)
+    });
+    let mut stream = std::pin::pin!(stream);
+    let mut failed_stream = None;
+    let mut accepting = true;
+    let mut dropped = 0u64;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(chunk) if accepting => accepting = tx.send(Ok(chunk)).await.is_ok(),
+            Ok(chunk) => {
+                dropped += chunk.len() as u64;
+                if dropped > DRAIN_LIMIT {
+                    break;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(io::Error::other("request body interrupted"))).await;
+                failed_stream = Some(e);
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let written = match task.await {
+        Ok(r) => r,
+        Err(join) => return Err(ApiError::internal("task_failed", &join)),
+    };
+    match (written, failed_stream) {
+        (Ok(attr), None) => Ok(attr),
+        // The body broke first; the engine saw an I/O error and left nothing behind.
+        (Err(ServiceError::Engine(scopefs::engine::EngineError::Io(_))), Some(e)) => Err(stream_error(e)),
+        (Err(e), _) => Err(ApiError::workspace(e)),
+        (Ok(_), Some(e)) => Err(stream_error(e)),
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct UploadView {
+    files: Vec<EntryView>,
+}
+
+async fn upload(
+    State(st): State<AppState>,
+    q: Result<Query<WsQuery>, QueryRejection>,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Result<(StatusCode, Json<UploadView>), ApiError> {
+    let Query(q) = q?;
+    let thread = q.thread()?;
+    let mut dir = vpath::normalize_dir(q.dir.as_deref().unwrap_or(""))?;
+    let mode = if flag(&q.overwrite) { WriteMode::Replace } else { WriteMode::CreateNew };
+    let mut multipart = multipart?;
+    let (_, engine) = scope_engine(&st, thread).await?;
+    let max_len = st.service.workspace_settings().max_upload_bytes;
+    let mut files = Vec::new();
+    while let Some(field) = multipart.next_field().await? {
+        let Some(file_name) = field.file_name().map(str::to_owned) else {
+            if field.name() == Some("dir") {
+                dir = vpath::normalize_dir(&field.text().await?)?;
+            }
+            continue;
+        };
+        let path = vpath::join(&dir, &file_name)?;
+        let attr = write_from_stream(engine.clone(), path.clone(), max_len, mode, field, ApiError::from).await?;
+        files.push(EntryView::of(&path, &attr));
+    }
+    if files.is_empty() {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "no_files", "the upload contained no file part"));
+    }
+    Ok((StatusCode::CREATED, Json(UploadView { files })))
+}
+
+async fn write_file(
+    State(st): State<AppState>,
+    q: Result<Query<WsQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<EntryView>, ApiError> {
+    let Query(q) = q?;
+    let thread = q.thread()?;
+    let path = q.file_path()?;
+    let max_len = st.service.workspace_settings().max_upload_bytes;
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_len) {
+        return Err(ApiError::too_large());
+    }
+    let (_, engine) = scope_engine(&st, thread).await?;
+    let stream = body.into_data_stream();
+    let body_error =
+        |_e: axum::Error| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", "the request body broke off");
+    let attr = write_from_stream(engine, path.clone(), max_len, WriteMode::Replace, stream, body_error).await?;
+    Ok(Json(EntryView::of(&path, &attr)))
+}
+
+async fn delete_file(
+    State(st): State<AppState>,
+    q: Result<Query<WsQuery>, QueryRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Query(q) = q?;
+    let thread = q.thread()?;
+    let path = q.file_path()?;
+    let recursive = flag(&q.recursive);
+    let service = st.service.clone();
+    run(move || {
+        let (_, engine) = service.engine_for_thread(&thread)?;
+        Ok(engine.remove_path(&path, recursive)?)
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// What a `Range` header asks of a file of `size` bytes (one range; anything else is served whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RangeAsk {
+    Whole,
+    /// Bytes `start..end` (end exclusive).
+    Part(u64, u64),
+    Unsatisfiable,
+}
+
+fn parse_range(header: Option<&str>, size: u64) -> RangeAsk {
+    let Some(spec) = header.and_then(|h| h.trim().strip_prefix("bytes=")) else {
+        return RangeAsk::Whole;
+    };
+    if spec.contains(',') {
+        return RangeAsk::Whole;
+    }
+    let Some((a, b)) = spec.trim().split_once('-') else {
+        return RangeAsk::Whole;
+    };
+    let (a, b) = (a.trim(), b.trim());
+    if a.is_empty() {
+        return match b.parse::<u64>() {
+            Ok(0) => RangeAsk::Unsatisfiable,
+            Ok(_) if size == 0 => RangeAsk::Unsatisfiable,
+            Ok(n) => RangeAsk::Part(size.saturating_sub(n), size),
+            Err(_) => RangeAsk::Whole,
+        };
+    }
+    let Ok(start) = a.parse::<u64>() else {
+        return RangeAsk::Whole;
+    };
+    let end = if b.is_empty() {
+        size
+    } else {
+        match b.parse::<u64>() {
+            Ok(last) if last >= start => last.saturating_add(1).min(size),
+            _ => return RangeAsk::Whole,
+        }
+    };
+    if start >= size {
+        RangeAsk::Unsatisfiable
+    } else {
+        RangeAsk::Part(start, end)
+    }
+}
+
+fn content_type(name: &str) -> &'static str {
+    let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+    match ext.as_str() {
+        "txt" | "log" | "py" | "rs" | "js" | "ts" | "sh" | "toml" | "yaml" | "yml" | "tex" | "bib" => {
+            "text/plain; charset=utf-8"
+        }
+        "md" => "text/markdown; charset=utf-8",
+        "csv" => "text/csv; charset=utf-8",
+        "html" | "htm" => "text/html; charset=utf-8",
+        "json" => "application/json",
+        "pdf" => "application/pdf",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "svg" => "image/svg+xml",
+        "zip" => "application/zip",
+        _ => "application/octet-stream",
+    }
+}
+
+/// `Content-Disposition` with an ASCII fallback and the exact UTF-8 name.
+fn disposition(kind: &str, name: &str) -> HeaderValue {
+    let ascii: String = name
+        .chars()
+        .map(|c| if c.is_ascii_graphic() && !matches!(c, '"' | '\\' | ';') || c == ' ' { c } else { '_' })
+        .collect();
+    let exact = utf8_percent_encode(name, NON_ALPHANUMERIC);
+    HeaderValue::from_str(&format!("{kind}; filename=\"{ascii}\"; filename*=UTF-8''{exact}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("attachment"))
+}
+
+/// A body fed by a blocking producer through a bounded channel.
+fn channel_body(rx: mpsc::Receiver<io::Result<Bytes>>) -> Body {
+    Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }))
+}
+
+/// Streams `reader` into a channel on a blocking thread (stops when the client goes away).
+fn spawn_reader(mut reader: EngineFileReader, scope: ScopeId) -> Body {
+    let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+    tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if tx.blocking_send(Ok(Bytes::copy_from_slice(&buf[..n]))).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(scope_id = %scope, error = %e, "reading a file for download failed");
+                    let _ = tx.blocking_send(Err(e));
+                    break;
+                }
+            }
+        }
+    });
+    channel_body(rx)
+}
+
+/// The plan of one read: the opened file and the part to send.
+struct ReadPlan {
+    attr: Attr,
+    ask: RangeAsk,
+    scope: ScopeId,
+    reader: Option<EngineFileReader>,
+}
+
+async fn read_file(
+    State(st): State<AppState>,
+    q: Result<Query<WsQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Query(q) = q?;
+    let thread = q.thread()?;
+    let path = q.file_path()?;
+    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let service = st.service.clone();
+    let lookup = path.clone();
+    let plan = run(move || {
+        let (rec, engine) = service.engine_for_thread(&thread)?;
+        let attr = engine.resolve_path(&lookup)?;
+        match attr.kind {
+            FileKind::File => {}
+            FileKind::Dir => return Err(scopefs::engine::EngineError::IsDir.into()),
+            _ => return Err(scopefs::engine::EngineError::NotFound.into()),
+        }
+        let ask = parse_range(range.as_deref(), attr.size);
+        let reader = match ask {
+            RangeAsk::Whole => Some(EngineFileReader::open(engine, attr.ino, 0, attr.size)?),
+            RangeAsk::Part(start, end) => Some(EngineFileReader::open(engine, attr.ino, start, end)?),
+            RangeAsk::Unsatisfiable => None,
+        };
+        Ok(ReadPlan { attr, ask, scope: rec.scope_id, reader })
+    })
+    .await?;
+    let size = plan.attr.size;
+    let (status, len, content_range) = match plan.ask {
+        RangeAsk::Whole => (StatusCode::OK, size, None),
+        RangeAsk::Part(start, end) => {
+            (StatusCode::PARTIAL_CONTENT, end - start, Some(format!("bytes {start}-{}/{size}", end - 1)))
+        }
+        RangeAsk::Unsatisfiable => {
+            let mut resp = ApiError::range_not_satisfiable().into_response();
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                resp.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            return Ok(resp);
+        }
+    };
+    let Some(reader) = plan.reader else {
+        return Err(ApiError::internal("read_failed", &"no reader for a satisfiable range"));
+    };
+    let name = vpath::file_name(&path);
+    let mut resp = Response::new(spawn_reader(reader, plan.scope));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type(name)));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("default-src 'none'; sandbox"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}-{}\"", plan.attr.ino, plan.attr.version)) {
+        h.insert(header::ETAG, etag);
+    }
+    if let Some(cr) = content_range.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        h.insert(header::CONTENT_RANGE, cr);
+    }
+    let kind = if flag(&q.download) { "attachment" } else { "inline" };
+    h.insert(header::CONTENT_DISPOSITION, disposition(kind, name));
+    Ok(resp)
+}
+
+async fn download(State(st): State<AppState>, q: Result<Query<WsQuery>, QueryRejection>) -> Result<Response, ApiError> {
+    let Query(q) = q?;
+    let thread = q.thread()?;
+    let service = st.service.clone();
+    let name = format!("workspace-{}.zip", thread.as_str());
+    let (rec, engine, entries) = run(move || {
+        let (rec, engine) = service.engine_for_thread(&thread)?;
+        let entries = engine.list_path("", true)?;
+        Ok((rec, engine, entries))
+    })
+    .await?;
+    let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+    let scope = rec.scope_id;
+    tokio::task::spawn_blocking(move || {
+        let writer = ChannelWriter { tx: tx.clone(), buf: Vec::with_capacity(CHUNK) };
+        if let Err(e) = write_zip(&engine, &entries, writer) {
+            if e.kind() != io::ErrorKind::BrokenPipe {
+                tracing::error!(scope_id = %scope, error = %e, "writing the workspace zip failed");
+                let _ = tx.blocking_send(Err(e));
+            }
+        }
+    });
+    let mut resp = Response::new(channel_body(rx));
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/zip"));
+    h.insert(header::CONTENT_DISPOSITION, disposition("attachment", &name));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+    Ok(resp)
+}
+
+#[derive(Debug, Serialize)]
+struct QuotaView {
+    bytes: u64,
+    inodes: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct UsageView {
+    files: u64,
+    bytes: u64,
+    inodes: u64,
+    quota: QuotaView,
+}
+
+async fn usage(
+    State(st): State<AppState>,
+    q: Result<Query<WsQuery>, QueryRejection>,
+) -> Result<Json<UsageView>, ApiError> {
+    let Query(q) = q?;
+    let thread = q.thread()?;
+    let service = st.service.clone();
+    let (usage, quota) = run(move || {
+        let (_, engine) = service.engine_for_thread(&thread)?;
+        Ok((engine.usage()?, engine.quota()))
+    })
+    .await?;
+    Ok(Json(UsageView {
+        files: usage.files,
+        bytes: usage.bytes,
+        inodes: usage.inodes,
+        quota: QuotaView { bytes: quota.bytes, inodes: quota.inodes },
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImportBody {
+    /// Relative to the legacy workspace root.
+    source_path: String,
+    /// Relative to the scope root; defaults to `source_path`.
+    target_path: Option<String>,
+    idempotency_key: String,
+    /// Replace an existing target (default: refuse with 409 `file_exists`).
+    #[serde(default)]
+    overwrite: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct ImportView {
+    idempotency_key: String,
+    source_path: String,
+    path: String,
+    virtual_path: String,
+    size: u64,
+    sha256: String,
+    /// Unix milliseconds.
+    imported_at: i64,
+    /// Whether an earlier request with this key did the copy.
+    replayed: bool,
+}
+
+async fn import(
+    State(st): State<AppState>,
+    q: Result<Query<WsQuery>, QueryRejection>,
+    body: Result<Json<ImportBody>, JsonRejection>,
+) -> Result<(StatusCode, Json<ImportView>), ApiError> {
+    let Query(q) = q?;
+    let thread = q.thread()?;
+    let Json(body) = body?;
+    let source = vpath::normalize(&body.source_path)?;
+    let target = vpath::normalize(body.target_path.as_deref().unwrap_or(&source))?;
+    if st.service.workspace_settings().legacy_root.is_none() {
+        return Err(ApiError::legacy_unavailable());
+    }
+    if LEGACY_HIDDEN.iter().any(|h| source.split('/').next() == Some(*h)) {
+        return Err(ApiError::workspace_not_found());
+    }
+    let req = ImportRequest {
+        idempotency_key: body.idempotency_key,
+        source_path: source,
+        target_path: target,
+        overwrite: body.overwrite,
+    };
+    let service = st.service.clone();
+    let outcome = run(move || service.import_legacy(&thread, req)).await?;
+    let rec = outcome.record;
+    let view = ImportView {
+        idempotency_key: rec.request.idempotency_key,
+        source_path: rec.request.source_path,
+        virtual_path: vpath::virtual_path(&rec.request.target_path),
+        path: rec.request.target_path,
+        size: rec.size_bytes.unwrap_or(0),
+        sha256: rec.sha256.unwrap_or_default(),
+        imported_at: rec.completed_at.unwrap_or(rec.created_at),
+        replayed: outcome.replayed,
+    };
+    let status = if outcome.replayed { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(view)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_follow_rfc_9110() {
+        assert_eq!(parse_range(None, 10), RangeAsk::Whole);
+        assert_eq!(parse_range(Some("bytes=0-3"), 10), RangeAsk::Part(0, 4));
+        assert_eq!(parse_range(Some("bytes=4-"), 10), RangeAsk::Part(4, 10));
+        assert_eq!(parse_range(Some("bytes=-3"), 10), RangeAsk::Part(7, 10));
+        assert_eq!(parse_range(Some("bytes=-30"), 10), RangeAsk::Part(0, 10));
+        assert_eq!(parse_range(Some("bytes=5-100"), 10), RangeAsk::Part(5, 10));
+        assert_eq!(parse_range(Some("bytes=10-"), 10), RangeAsk::Unsatisfiable);
+        assert_eq!(parse_range(Some("bytes=-0"), 10), RangeAsk::Unsatisfiable);
+        assert_eq!(parse_range(Some("bytes=0-"), 0), RangeAsk::Unsatisfiable);
+        // Malformed or multiple ranges are ignored: the whole file is served.
+        assert_eq!(parse_range(Some("bytes=5-2"), 10), RangeAsk::Whole);
+        assert_eq!(parse_range(Some("bytes=0-1,3-4"), 10), RangeAsk::Whole);
+        assert_eq!(parse_range(Some("items=0-1"), 10), RangeAsk::Whole);
+        assert_eq!(parse_range(Some("bytes=x-1"), 10), RangeAsk::Whole);
+    }
+
+    #[test]
+    fn disposition_is_safe_and_exact() {
+        let v = disposition("attachment", "résumé \"final\";.pdf");
+        let s = v.to_str().unwrap();
+        assert!(
+            s.starts_with("attachment; filename=\"r_sum_ _final__.pdf\"; filename*=UTF-8''r%C3%A9sum%C3%A9"),
+            "{s}"
+        );
+        assert!(!s.contains('\n'));
+    }
+
+    #[test]
+    fn content_types_by_extension() {
+        assert_eq!(content_type("a.PDF"), "application/pdf");
+        assert_eq!(content_type("notes.md"), "text/markdown; charset=utf-8");
+        assert_eq!(content_type("noext"), "application/octet-stream");
+    }
 }

@@ -1,0 +1,421 @@
+//! `/internal/*`: the WebUI server's scope registry routes (SPEC §7.1) — scopes, owners, run reservations, leases.
+//!
+//! JSON shapes mirror the registry columns (snake_case); times are Unix milliseconds.
+
+use std::time::Duration;
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, patch, post};
+use axum::Json;
+use scopefs::engine::Usage;
+use scopefs::ids::{ScopeId, ThreadId};
+use scopefs::registry::{
+    Lease, NewOwner, OwnerRecord, OwnerState, OwnerType, OwnerUpdate, RunRequestRecord, RunRequestState, RunReserve,
+    RunUpdate, ScopeRecord, ScopeState,
+};
+use serde::{Deserialize, Serialize};
+
+use super::routes::{Auth, RouteTable};
+use super::{blocking, ApiError, AppState};
+
+/// Adds the `/internal` routes to the table.
+pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
+    table
+        .add(
+            "POST",
+            "/internal/workspace-scopes/provision",
+            Auth::Service,
+            "Create (or return) the draft scope of a primary thread; idempotent on operation_id. \
+             Body {operation_id, primary_thread_id}; 201 new / 200 existing: scope view with `created`. \
+             503 cutover_in_progress while a blocking lease is held",
+            post(provision),
+        )
+        .add(
+            "GET",
+            "/internal/workspace-scopes/by-thread/{thread_id}",
+            Auth::Service,
+            "The scope of a primary thread: {scope_id, primary_thread_id, state, revision, usage, \
+             delete_blocked_by?, deleted_at?, purged_at?} or 404 scope_not_found",
+            get(by_thread),
+        )
+        .add(
+            "PATCH",
+            "/internal/workspace-scopes/{scope_id}",
+            Auth::Service,
+            "Revision compare-and-set: body {expected_revision, state}, state active (activate a draft) or \
+             deleting (freeze, drain owners, then deleted). 409 revision_conflict / invalid_state_transition",
+            patch(patch_scope),
+        )
+        .add(
+            "GET",
+            "/internal/workspace-scopes/{scope_id}/mount",
+            Auth::Service,
+            "Host mountpoint of a scope for an external orchestrator (mounts if needed)",
+            get(mount),
+        )
+        .add(
+            "POST",
+            "/internal/workspace-scopes/{scope_id}/owners",
+            Auth::Service,
+            "Register an owner (state reserved). Body {owner_type, resource_id?, parent_owner_id?}; 201 owner \
+             (200 if this resource is already registered in this scope). 409 resource_already_owned, \
+             409 scope_deleting, 503 cutover_in_progress",
+            post(create_owner),
+        )
+        .add(
+            "PATCH",
+            "/internal/workspace-scopes/{scope_id}/owners/{owner_id}",
+            Auth::Service,
+            "Attach resource_id and/or change state. Body {expected_revision?, resource_id?, state?}; owner. \
+             terminal/quarantined never become active (409 invalid_state_transition)",
+            patch(update_owner),
+        )
+        .add(
+            "GET",
+            "/internal/workspace-scopes/{scope_id}/owners/by-resource/{resource_id}",
+            Auth::Service,
+            "The owner of an external resource in this scope (query owner_type? to disambiguate) or 404 owner_not_found",
+            get(owner_by_resource),
+        )
+        .add(
+            "POST",
+            "/internal/workspace-scopes/{scope_id}/runs/reserve",
+            Auth::Service,
+            "Idempotent run reservation. Body {run_request_id, turn_id, interrupt_key?, request_hash}; 201 new / \
+             200 existing: run request with created, scope_state, scope_revision. 409 idempotency_key_conflict, \
+             409 interrupt_already_resolved, 409 scope_deleting, 503 cutover_in_progress",
+            post(reserve_run),
+        )
+        .add(
+            "PATCH",
+            "/internal/workspace-scopes/{scope_id}/runs/{run_request_id}",
+            Auth::Service,
+            "Attach run_id and/or change state (started, completed, failed, cancelled). Body {run_id?, state?}",
+            patch(update_run),
+        )
+        .add(
+            "POST",
+            "/internal/leases/{lock_name}",
+            Auth::Service,
+            "Acquire a lease: body {operation_id, ttl_seconds}; granted if free, expired or already ours, \
+             else 409 lease_held. Returns {lock_name, operation_id, expires_at, created_at}",
+            post(acquire_lease),
+        )
+        .add(
+            "PATCH",
+            "/internal/leases/{lock_name}",
+            Auth::Service,
+            "Renew a lease: body {operation_id, ttl_seconds}; only its holder, before expiry (else 409 lease_not_held)",
+            patch(renew_lease),
+        )
+        .add(
+            "DELETE",
+            "/internal/leases/{lock_name}",
+            Auth::Service,
+            "Release a lease: query operation_id; {released: bool}; 409 lease_not_held if another operation holds it",
+            axum::routing::delete(release_lease),
+        )
+}
+
+/// A scope as the API shows it (no physical paths).
+#[derive(Debug, Serialize)]
+struct ScopeView {
+    scope_id: ScopeId,
+    primary_thread_id: ThreadId,
+    state: ScopeState,
+    revision: u64,
+    created_at: i64,
+    updated_at: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Usage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created: Option<bool>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    delete_blocked_by: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deleted_at: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    purged_at: Option<i64>,
+}
+
+impl ScopeView {
+    fn of(rec: ScopeRecord) -> ScopeView {
+        ScopeView {
+            scope_id: rec.scope_id,
+            primary_thread_id: rec.primary_thread_id,
+            state: rec.state,
+            revision: rec.revision,
+            created_at: rec.created_at,
+            updated_at: rec.updated_at,
+            usage: None,
+            created: None,
+            delete_blocked_by: rec.delete_blocked_by,
+            deleted_at: rec.deleted_at,
+            purged_at: rec.purged_at,
+        }
+    }
+}
+
+fn scope_param(path: Result<Path<String>, PathRejection>) -> Result<ScopeId, ApiError> {
+    let Path(raw) = path?;
+    Ok(ScopeId::parse(&raw)?)
+}
+
+fn created_status(created: bool) -> StatusCode {
+    if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ProvisionRequest {
+    operation_id: String,
+    primary_thread_id: String,
+}
+
+async fn provision(
+    State(st): State<AppState>,
+    body: Result<Json<ProvisionRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<ScopeView>), ApiError> {
+    let Json(req) = body?;
+    let thread = ThreadId::parse(&req.primary_thread_id)?;
+    let service = st.service.clone();
+    let (rec, created) = blocking(move || service.provision(&req.operation_id, &thread)).await?;
+    Ok((created_status(created), Json(ScopeView { created: Some(created), ..ScopeView::of(rec) })))
+}
+
+async fn by_thread(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<ScopeView>, ApiError> {
+    let Path(raw) = path?;
+    let thread = ThreadId::parse(&raw)?;
+    let service = st.service.clone();
+    let status = blocking(move || service.by_thread(&thread)).await?;
+    let status =
+        status.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "scope_not_found", "no scope for this thread"))?;
+    Ok(Json(ScopeView { usage: Some(status.usage), ..ScopeView::of(status.record) }))
+}
+
+#[derive(Debug, Deserialize)]
+struct PatchScopeRequest {
+    expected_revision: u64,
+    state: ScopeState,
+}
+
+async fn patch_scope(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<PatchScopeRequest>, JsonRejection>,
+) -> Result<Json<ScopeView>, ApiError> {
+    let scope = scope_param(path)?;
+    let Json(req) = body?;
+    let service = st.service.clone();
+    let rec = blocking(move || service.request_state(&scope, req.expected_revision, req.state)).await?;
+    Ok(Json(ScopeView::of(rec)))
+}
+
+#[derive(Debug, Serialize)]
+struct MountView {
+    scope_id: ScopeId,
+    mountpoint: String,
+}
+
+/// The one route that returns a host path: for the orchestrator that bind-mounts it into a container.
+async fn mount(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<MountView>, ApiError> {
+    let scope = scope_param(path)?;
+    let service = st.service.clone();
+    let (rec, mountpoint) = blocking(move || service.mount(&scope)).await?;
+    let mountpoint = mountpoint
+        .into_os_string()
+        .into_string()
+        .map_err(|_| ApiError::internal("mount_failed", &"mountpoint is not valid UTF-8"))?;
+    Ok(Json(MountView { scope_id: rec.scope_id, mountpoint }))
+}
+
+#[derive(Debug, Deserialize)]
+struct CreateOwnerRequest {
+    owner_type: OwnerType,
+    resource_id: Option<String>,
+    parent_owner_id: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct OwnerView {
+    #[serde(flatten)]
+    owner: OwnerRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created: Option<bool>,
+}
+
+async fn create_owner(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<CreateOwnerRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<OwnerView>), ApiError> {
+    let scope = scope_param(path)?;
+    let Json(req) = body?;
+    let new =
+        NewOwner { owner_type: req.owner_type, resource_id: req.resource_id, parent_owner_id: req.parent_owner_id };
+    let service = st.service.clone();
+    let (owner, created) = blocking(move || service.create_owner(&scope, &new)).await?;
+    Ok((created_status(created), Json(OwnerView { owner, created: Some(created) })))
+}
+
+#[derive(Debug, Deserialize)]
+struct UpdateOwnerRequest {
+    expected_revision: Option<u64>,
+    resource_id: Option<String>,
+    state: Option<OwnerState>,
+}
+
+async fn update_owner(
+    State(st): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    body: Result<Json<UpdateOwnerRequest>, JsonRejection>,
+) -> Result<Json<OwnerView>, ApiError> {
+    let Path((scope, owner)) = path?;
+    let scope = ScopeId::parse(&scope)?;
+    let Json(req) = body?;
+    let update =
+        OwnerUpdate { expected_revision: req.expected_revision, resource_id: req.resource_id, state: req.state };
+    let service = st.service.clone();
+    let owner = blocking(move || service.update_owner(&scope, &owner, &update)).await?;
+    Ok(Json(OwnerView { owner, created: None }))
+}
+
+#[derive(Debug, Deserialize)]
+struct ByResourceQuery {
+    owner_type: Option<OwnerType>,
+}
+
+async fn owner_by_resource(
+    State(st): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<ByResourceQuery>, QueryRejection>,
+) -> Result<Json<OwnerView>, ApiError> {
+    let Path((scope, resource)) = path?;
+    let scope = ScopeId::parse(&scope)?;
+    let Query(q) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
+    let service = st.service.clone();
+    let owner = blocking(move || service.owner_by_resource(&scope, &resource, q.owner_type)).await?;
+    Ok(Json(OwnerView { owner, created: None }))
+}
+
+#[derive(Debug, Deserialize)]
+struct ReserveRequest {
+    run_request_id: String,
+    turn_id: String,
+    interrupt_key: Option<String>,
+    request_hash: String,
+}
+
+#[derive(Debug, Serialize)]
+struct ReservationView {
+    #[serde(flatten)]
+    run: RunRequestRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scope_state: Option<ScopeState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scope_revision: Option<u64>,
+}
+
+async fn reserve_run(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<ReserveRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
+    let scope = scope_param(path)?;
+    let Json(req) = body?;
+    let req = RunReserve {
+        run_request_id: req.run_request_id,
+        turn_id: req.turn_id,
+        interrupt_key: req.interrupt_key,
+        request_hash: req.request_hash,
+    };
+    let service = st.service.clone();
+    let r = blocking(move || service.reserve_run(&scope, &req)).await?;
+    let view = ReservationView {
+        run: r.run,
+        created: Some(r.created),
+        scope_state: Some(r.scope.state),
+        scope_revision: Some(r.scope.revision),
+    };
+    Ok((created_status(r.created), Json(view)))
+}
+
+#[derive(Debug, Deserialize)]
+struct UpdateRunRequest {
+    run_id: Option<String>,
+    state: Option<RunRequestState>,
+}
+
+async fn update_run(
+    State(st): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    body: Result<Json<UpdateRunRequest>, JsonRejection>,
+) -> Result<Json<ReservationView>, ApiError> {
+    let Path((scope, run)) = path?;
+    let scope = ScopeId::parse(&scope)?;
+    let Json(req) = body?;
+    let update = RunUpdate { run_id: req.run_id, state: req.state };
+    let service = st.service.clone();
+    let run = blocking(move || service.update_run(&scope, &run, &update)).await?;
+    Ok(Json(ReservationView { run, created: None, scope_state: None, scope_revision: None }))
+}
+
+#[derive(Debug, Deserialize)]
+struct LeaseRequest {
+    operation_id: String,
+    ttl_seconds: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReleaseQuery {
+    operation_id: String,
+}
+
+async fn acquire_lease(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<LeaseRequest>, JsonRejection>,
+) -> Result<Json<Lease>, ApiError> {
+    let Path(name) = path?;
+    let Json(req) = body?;
+    let service = st.service.clone();
+    let ttl = Duration::from_secs(req.ttl_seconds);
+    Ok(Json(blocking(move || service.acquire_lease(&name, &req.operation_id, ttl)).await?))
+}
+
+async fn renew_lease(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<LeaseRequest>, JsonRejection>,
+) -> Result<Json<Lease>, ApiError> {
+    let Path(name) = path?;
+    let Json(req) = body?;
+    let service = st.service.clone();
+    let ttl = Duration::from_secs(req.ttl_seconds);
+    Ok(Json(blocking(move || service.renew_lease(&name, &req.operation_id, ttl)).await?))
+}
+
+async fn release_lease(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<ReleaseQuery>, QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Path(name) = path?;
+    let Query(q) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
+    let service = st.service.clone();
+    let released = blocking(move || service.release_lease(&name, &q.operation_id)).await?;
+    Ok(Json(serde_json::json!({ "released": released })))
+}

@@ -1,0 +1,707 @@
+//! `scopefs bench`: timed file-system workloads (W1–W6) against any mounted directory.
+//!
+//! The workloads run inside a fresh subdirectory of DIR, so the same command
+//! measures a native directory, a scopefs mount, s3fs or an rclone mount:
+//!
+//! | id | workload |
+//! |----|----------|
+//! | W1 | write one file sequentially in 1 MiB writes, `fsync` at the end (timed) |
+//! | W2 | read it back cold (kernel caches dropped where permitted), then warm |
+//! | W3 | create N × 4 KiB files spread over 100 directories |
+//! | W4 | `stat` every file and list every directory |
+//! | W5 | unpack a real source tree (thousands of files), then `git init/add/commit` |
+//! | W6 | `rm -rf` of everything created |
+//!
+//! This is a measuring tool, not a test: it reports, it does not judge.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use serde::Serialize;
+
+const MIB: u64 = 1 << 20;
+/// Files of W3 are spread over this many directories.
+const W3_DIRS: u64 = 100;
+const W3_FILE_SIZE: usize = 4096;
+/// The default W5 tree must hold at least this many files.
+const TREE_MIN_FILES: usize = 3000;
+/// Crates (from the local cargo source cache) preferred for the default W5 tree.
+const TREE_CRATES: &[&str] = &[
+    "tokio",
+    "aws-sdk-s3",
+    "rusqlite",
+    "syn",
+    "serde",
+    "hyper",
+    "regex-automata",
+    "clap_builder",
+    "axum",
+    "tracing-subscriber",
+    "aws-smithy-runtime",
+    "rustls",
+    "tower",
+    "h2",
+];
+
+/// Arguments of `scopefs bench`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// An already-mounted directory to measure (native, scopefs, s3fs, rclone ...);
+    /// the workloads run in a fresh subdirectory of it.
+    pub dir: PathBuf,
+    /// Run only these workloads (comma-separated, e.g. `W1,W3`); default: all.
+    #[arg(long, value_delimiter = ',', ignore_case = true)]
+    pub only: Vec<Workload>,
+    /// Size of the W1/W2 file in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub size_mib: u64,
+    /// Number of 4 KiB files for W3/W4.
+    #[arg(long, default_value_t = 10_000)]
+    pub files: u64,
+    /// Tarball to unpack in W5 (default: one built once from crates in the
+    /// local cargo source cache and kept under the temp directory).
+    #[arg(long)]
+    pub tree: Option<PathBuf>,
+    /// Print the results as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the work directory when W6 is not selected (default: removed, untimed).
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// The benchmark workloads.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Workload {
+    W1,
+    W2,
+    W3,
+    W4,
+    W5,
+    W6,
+}
+
+const ALL: [Workload; 6] = [Workload::W1, Workload::W2, Workload::W3, Workload::W4, Workload::W5, Workload::W6];
+
+/// Whether a row's rate is reported as throughput or as operations per second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateKind {
+    Bytes,
+    Ops,
+}
+
+/// One measured step.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub workload: String,
+    pub name: String,
+    pub ops: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub rate_kind: RateKind,
+}
+
+impl Row {
+    fn rate(&self) -> f64 {
+        let amount = match self.rate_kind {
+            RateKind::Bytes => self.bytes as f64 / MIB as f64,
+            RateKind::Ops => self.ops as f64,
+        };
+        if self.seconds > 0.0 {
+            amount / self.seconds
+        } else {
+            0.0
+        }
+    }
+
+    fn rate_text(&self) -> String {
+        match self.rate_kind {
+            RateKind::Bytes => format!("{:.1} MiB/s", self.rate()),
+            RateKind::Ops => format!("{:.0} ops/s", self.rate()),
+        }
+    }
+}
+
+/// A row as printed by `--json`: the measurements plus the computed rate.
+#[derive(Debug, Serialize)]
+struct JsonRow<'a> {
+    #[serde(flatten)]
+    row: &'a Row,
+    rate: f64,
+    rate_unit: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    size_mib: u64,
+    files: u64,
+    rows: Vec<JsonRow<'a>>,
+    notes: &'a [String],
+}
+
+/// Runs the selected workloads and prints the results.
+pub fn run(args: BenchArgs) -> Result<()> {
+    ensure!(args.size_mib > 0, "--size-mib must be at least 1");
+    ensure!(args.files > 0, "--files must be at least 1");
+    let meta = fs::metadata(&args.dir).with_context(|| format!("cannot access {}", args.dir.display()))?;
+    ensure!(meta.is_dir(), "{} is not a directory", args.dir.display());
+
+    let mut selected: Vec<Workload> = if args.only.is_empty() { ALL.to_vec() } else { args.only.clone() };
+    selected.sort_unstable();
+    selected.dedup();
+
+    let work = args.dir.join(format!("scopefs-bench-{}-{}", std::process::id(), unix_nanos()));
+    fs::create_dir(&work).with_context(|| format!("cannot create the work directory in {}", args.dir.display()))?;
+    let mut bench = Bench {
+        work,
+        size_mib: args.size_mib,
+        files: args.files,
+        tree: args.tree.clone(),
+        rows: Vec::new(),
+        notes: Vec::new(),
+        big_written: false,
+        small_written: false,
+    };
+    let outcome = bench.run_all(&selected);
+    if !selected.contains(&Workload::W6) && bench.work.exists() {
+        if args.keep {
+            bench.notes.push(format!("work directory kept: {}", bench.work.display()));
+        } else if let Err(err) = fs::remove_dir_all(&bench.work) {
+            bench.notes.push(format!("could not remove the work directory: {err}"));
+        }
+    }
+    outcome?;
+
+    if args.json {
+        let rows = bench
+            .rows
+            .iter()
+            .map(|row| JsonRow {
+                row,
+                rate: row.rate(),
+                rate_unit: match row.rate_kind {
+                    RateKind::Bytes => "MiB/s",
+                    RateKind::Ops => "ops/s",
+                },
+            })
+            .collect();
+        let report = Report { size_mib: args.size_mib, files: args.files, rows, notes: &bench.notes };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", format_table(&bench.rows));
+        for note in &bench.notes {
+            println!("note: {note}");
+        }
+    }
+    Ok(())
+}
+
+struct Bench {
+    work: PathBuf,
+    size_mib: u64,
+    files: u64,
+    tree: Option<PathBuf>,
+    rows: Vec<Row>,
+    notes: Vec<String>,
+    big_written: bool,
+    small_written: bool,
+}
+
+impl Bench {
+    fn run_all(&mut self, selected: &[Workload]) -> Result<()> {
+        for w in selected {
+            eprintln!("bench: running {w:?}");
+            match w {
+                Workload::W1 => self.w1()?,
+                Workload::W2 => self.w2()?,
+                Workload::W3 => self.w3()?,
+                Workload::W4 => self.w4()?,
+                Workload::W5 => self.w5()?,
+                Workload::W6 => self.w6()?,
+            }
+        }
+        Ok(())
+    }
+
+    fn big_file(&self) -> PathBuf {
+        self.work.join("w1-sequential.bin")
+    }
+
+    fn push(&mut self, workload: &str, name: &str, ops: u64, bytes: u64, seconds: f64, rate_kind: RateKind) {
+        self.rows.push(Row { workload: workload.to_string(), name: name.to_string(), ops, bytes, seconds, rate_kind });
+    }
+
+    /// W1: sequential write in 1 MiB writes; the time includes the final fsync.
+    fn w1(&mut self) -> Result<()> {
+        let (ops, bytes, secs) = write_big_file(&self.big_file(), self.size_mib)?;
+        self.big_written = true;
+        self.push("W1", "sequential write + fsync", ops, bytes, secs, RateKind::Bytes);
+        Ok(())
+    }
+
+    /// W2: read the W1 file back with kernel caches dropped, then again warm.
+    fn w2(&mut self) -> Result<()> {
+        if !self.big_written {
+            write_big_file(&self.big_file(), self.size_mib)?;
+            self.big_written = true;
+            self.notes.push("W2 wrote its input file first (untimed) because W1 was not selected".into());
+        }
+        let expected = self.size_mib * MIB;
+        let dropped = drop_caches();
+        self.notes.push(match &dropped {
+            Ok(()) => "W2 cold: kernel page/dentry/inode caches dropped (sync; echo 3 > /proc/sys/vm/drop_caches); \
+                       a filesystem's own local cache (e.g. scopefs's block cache) is not dropped"
+                .into(),
+            Err(err) => format!("W2 cold: could not drop kernel caches ({err}); the cold read may be warm"),
+        });
+        let cold_name =
+            if dropped.is_ok() { "sequential read, cold" } else { "sequential read, cold (caches NOT dropped)" };
+        let (ops, bytes, secs) = read_file(&self.big_file())?;
+        ensure!(bytes == expected, "W2 read {bytes} bytes, expected {expected}");
+        self.push("W2", cold_name, ops, bytes, secs, RateKind::Bytes);
+        let (ops, bytes, secs) = read_file(&self.big_file())?;
+        ensure!(bytes == expected, "W2 read {bytes} bytes, expected {expected}");
+        self.push("W2", "sequential read, warm", ops, bytes, secs, RateKind::Bytes);
+        Ok(())
+    }
+
+    /// W3: create the small files (and their directories).
+    fn w3(&mut self) -> Result<()> {
+        let (ops, bytes, secs) = create_small_files(&self.work.join("w3"), self.files)?;
+        self.small_written = true;
+        self.push("W3", "create 4 KiB files", ops, bytes, secs, RateKind::Ops);
+        Ok(())
+    }
+
+    /// W4: stat every small file and list every directory.
+    fn w4(&mut self) -> Result<()> {
+        let root = self.work.join("w3");
+        if !self.small_written {
+            create_small_files(&root, self.files)?;
+            self.small_written = true;
+            self.notes.push("W4 created its input files first (untimed) because W3 was not selected".into());
+        }
+        let start = Instant::now();
+        let mut ops = 0u64;
+        let mut seen = 0u64;
+        let dirs = W3_DIRS.min(self.files);
+        for d in 0..dirs {
+            let dir = root.join(dir_name(d));
+            for entry in fs::read_dir(&dir).with_context(|| format!("W4 cannot list {}", dir_name(d)))? {
+                let entry = entry.context("W4 readdir")?;
+                let meta = fs::metadata(entry.path()).context("W4 stat")?;
+                ensure!(meta.len() == W3_FILE_SIZE as u64, "W4 found a file of {} bytes", meta.len());
+                seen += 1;
+                ops += 1;
+            }
+            ops += 1;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        ensure!(seen == self.files, "W4 saw {seen} files, expected {}", self.files);
+        self.push("W4", "stat files + list dirs", ops, 0, secs, RateKind::Ops);
+        Ok(())
+    }
+
+    /// W5: unpack a source tree, then put it under git.
+    fn w5(&mut self) -> Result<()> {
+        let tarball = match &self.tree {
+            Some(t) => t.clone(),
+            None => default_tree()?,
+        };
+        let (entries, bytes) = tar_stats(&tarball)?;
+        let dest = self.work.join("w5");
+        fs::create_dir(&dest).context("W5 cannot create its directory")?;
+
+        let start = Instant::now();
+        let status = Command::new("tar")
+            .arg("-xf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&dest)
+            .status()
+            .context("W5 cannot run tar (is it on PATH?)")?;
+        let secs = start.elapsed().as_secs_f64();
+        ensure!(status.success(), "W5 tar -x failed: {status}");
+        self.push("W5", "unpack source tree", entries, bytes, secs, RateKind::Ops);
+
+        let start = Instant::now();
+        for args in [&["init", "-q"][..], &["add", "-A"][..], &["commit", "-qm", "bench"][..]] {
+            let status = Command::new("git")
+                .args(["-c", "user.name=scopefs bench", "-c", "user.email=bench@localhost"])
+                .args(["-c", "init.defaultBranch=main", "-c", "gc.auto=0", "-c", "commit.gpgSign=false"])
+                .args(args)
+                .current_dir(&dest)
+                .status()
+                .context("W5 cannot run git (is it on PATH?)")?;
+            ensure!(status.success(), "W5 git {} failed: {status}", args[0]);
+        }
+        let secs = start.elapsed().as_secs_f64();
+        self.push("W5", "git init + add -A + commit", entries, bytes, secs, RateKind::Ops);
+        Ok(())
+    }
+
+    /// W6: remove everything the other workloads created (the whole work directory).
+    fn w6(&mut self) -> Result<()> {
+        let start = Instant::now();
+        let removed = remove_tree(&self.work)?;
+        let secs = start.elapsed().as_secs_f64();
+        self.push("W6", "rm -rf everything", removed, 0, secs, RateKind::Ops);
+        Ok(())
+    }
+}
+
+/// Writes `size_mib` MiB in 1 MiB writes and fsyncs; returns (writes, bytes, seconds).
+fn write_big_file(path: &Path, size_mib: u64) -> Result<(u64, u64, f64)> {
+    let mut buf = vec![0u8; MIB as usize];
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ unix_nanos();
+    for chunk in buf.chunks_exact_mut(8) {
+        chunk.copy_from_slice(&xorshift(&mut rng).to_le_bytes());
+    }
+    let start = Instant::now();
+    let mut file = File::create(path).context("W1 cannot create its file")?;
+    for i in 0..size_mib {
+        // Make every 4 KiB unique so content-addressed stores cannot dedup the data.
+        for (j, page) in buf.chunks_exact_mut(4096).enumerate() {
+            page[..8].copy_from_slice(&(i * 256 + j as u64).to_le_bytes());
+        }
+        file.write_all(&buf).context("W1 write")?;
+    }
+    file.sync_all().context("W1 fsync")?;
+    drop(file);
+    Ok((size_mib, size_mib * MIB, start.elapsed().as_secs_f64()))
+}
+
+/// Reads a file in 1 MiB reads; returns (reads, bytes, seconds).
+fn read_file(path: &Path) -> Result<(u64, u64, f64)> {
+    let mut buf = vec![0u8; MIB as usize];
+    let start = Instant::now();
+    let mut file = File::open(path).context("W2 cannot open the file")?;
+    let (mut ops, mut bytes) = (0u64, 0u64);
+    loop {
+        let n = file.read(&mut buf).context("W2 read")?;
+        if n == 0 {
+            break;
+        }
+        ops += 1;
+        bytes += n as u64;
+    }
+    Ok((ops, bytes, start.elapsed().as_secs_f64()))
+}
+
+/// `sync; echo 3 > /proc/sys/vm/drop_caches`.
+fn drop_caches() -> Result<(), String> {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    fs::write("/proc/sys/vm/drop_caches", b"3").map_err(|e| e.to_string())
+}
+
+fn dir_name(d: u64) -> String {
+    format!("d{d:03}")
+}
+
+/// Creates `files` 4 KiB files over up to 100 directories; returns (creates, bytes, seconds).
+fn create_small_files(root: &Path, files: u64) -> Result<(u64, u64, f64)> {
+    let dirs = W3_DIRS.min(files);
+    let mut data = [0u8; W3_FILE_SIZE];
+    let start = Instant::now();
+    fs::create_dir(root).context("W3 cannot create its directory")?;
+    for d in 0..dirs {
+        fs::create_dir(root.join(dir_name(d))).context("W3 mkdir")?;
+    }
+    for i in 0..files {
+        data[..8].copy_from_slice(&i.to_le_bytes());
+        let path = root.join(dir_name(i % dirs)).join(format!("f{i:06}"));
+        let mut f = File::create(&path).context("W3 create")?;
+        f.write_all(&data).context("W3 write")?;
+    }
+    Ok((files + dirs, files * W3_FILE_SIZE as u64, start.elapsed().as_secs_f64()))
+}
+
+/// Removes a tree depth-first like `rm -rf`; returns the number of entries removed.
+fn remove_tree(path: &Path) -> Result<u64> {
+    let mut removed = 0u64;
+    for entry in fs::read_dir(path).context("W6 readdir")? {
+        let entry = entry.context("W6 readdir")?;
+        let kind = entry.file_type().context("W6 file type")?;
+        if kind.is_dir() {
+            removed += remove_tree(&entry.path())?;
+        } else {
+            fs::remove_file(entry.path()).context("W6 unlink")?;
+            removed += 1;
+        }
+    }
+    fs::remove_dir(path).context("W6 rmdir")?;
+    Ok(removed + 1)
+}
+
+/// Entry count and total file bytes of a tarball (from `tar -tvf`, untimed).
+fn tar_stats(tarball: &Path) -> Result<(u64, u64)> {
+    let out = Command::new("tar").arg("-tvf").arg(tarball).output().context("cannot run tar (is it on PATH?)")?;
+    ensure!(out.status.success(), "tar -t {} failed", tarball.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut entries = 0u64;
+    let mut bytes = 0u64;
+    for line in text.lines() {
+        entries += 1;
+        if let Some(size) = line.split_whitespace().nth(2).and_then(|s| s.parse::<u64>().ok()) {
+            bytes += size;
+        }
+    }
+    ensure!(entries > 0, "{} holds no entries", tarball.display());
+    Ok((entries, bytes))
+}
+
+/// The default W5 tarball: built once from crates in the cargo source cache.
+fn default_tree() -> Result<PathBuf> {
+    let out = std::env::temp_dir().join("scopefs-bench-tree-v2.tar");
+    if out.is_file() {
+        return Ok(out);
+    }
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .context("neither CARGO_HOME nor HOME is set; pass --tree TARBALL")?;
+    let src_root = cargo_home.join("registry").join("src");
+    let mut crate_dirs: Vec<PathBuf> = Vec::new();
+    for index in fs::read_dir(&src_root).with_context(|| {
+        format!("no cargo source cache at {} to build the W5 tree from; pass --tree TARBALL", src_root.display())
+    })? {
+        let index = index?.path();
+        if index.is_dir() {
+            for c in fs::read_dir(&index)? {
+                crate_dirs.push(c?.path());
+            }
+        }
+    }
+    crate_dirs.sort();
+    let chosen = choose_crates(&crate_dirs);
+    if chosen.is_empty() {
+        bail!("the cargo source cache holds too few files for the W5 tree; pass --tree TARBALL");
+    }
+    eprintln!("bench: building the W5 tree tarball from {} crates (once)", chosen.len());
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+    let mut cmd = Command::new("tar");
+    cmd.arg("-cf").arg(&tmp);
+    for dir in &chosen {
+        let parent = dir.parent().context("crate directory without parent")?;
+        let name = dir.file_name().context("crate directory without name")?;
+        cmd.arg("-C").arg(parent).arg(name);
+    }
+    let status = cmd.status().context("cannot run tar (is it on PATH?)")?;
+    if !status.success() {
+        let _ = fs::remove_file(&tmp);
+        bail!("building the W5 tarball failed: {status}");
+    }
+    fs::rename(&tmp, &out).context("cannot store the W5 tarball")?;
+    Ok(out)
+}
+
+/// Picks the newest version of each preferred crate, then others, until the
+/// tree has at least `TREE_MIN_FILES` files. Empty when that is not reachable.
+fn choose_crates(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut chosen = Vec::new();
+    let mut files = 0usize;
+    let preferred = TREE_CRATES.iter().filter_map(|name| {
+        dirs.iter().filter(|d| crate_name(d).as_deref() == Some(*name)).max_by(|a, b| a.file_name().cmp(&b.file_name()))
+    });
+    let rest = dirs.iter();
+    for dir in preferred.chain(rest) {
+        if files >= TREE_MIN_FILES {
+            break;
+        }
+        if chosen.contains(dir) {
+            continue;
+        }
+        let n = count_files(dir);
+        if n > 0 {
+            files += n;
+            chosen.push(dir.clone());
+        }
+    }
+    if files >= TREE_MIN_FILES {
+        chosen
+    } else {
+        Vec::new()
+    }
+}
+
+/// `tokio-1.54.1` → `tokio` (the name is everything before the last `-<digit>`).
+fn crate_name(dir: &Path) -> Option<String> {
+    let base = dir.file_name()?.to_str()?;
+    let cut = base
+        .char_indices()
+        .filter(|(i, c)| *c == '-' && base[i + 1..].starts_with(|d: char| d.is_ascii_digit()))
+        .map(|(i, _)| i)
+        .next_back()?;
+    Some(base[..cut].to_string())
+}
+
+fn count_files(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => count_files(&e.path()),
+            Ok(_) => 1,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The result table: workload, step, ops, bytes, seconds, rate.
+pub fn format_table(rows: &[Row]) -> String {
+    let header = ["workload", "step", "ops", "bytes", "seconds", "rate"];
+    let cells: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.workload.clone(),
+                r.name.clone(),
+                r.ops.to_string(),
+                r.bytes.to_string(),
+                format!("{:.3}", r.seconds),
+                r.rate_text(),
+            ]
+        })
+        .collect();
+    let mut width = header.map(str::len);
+    for row in &cells {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, row: &[String]| {
+        let mut parts = Vec::with_capacity(6);
+        for (i, cell) in row.iter().enumerate() {
+            // Text columns align left, numbers right.
+            parts.push(if i < 2 { format!("{cell:<w$}", w = width[i]) } else { format!("{cell:>w$}", w = width[i]) });
+        }
+        out.push_str(parts.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(&mut out, &header.map(String::from));
+    line(&mut out, &width.map(|w| "-".repeat(w)));
+    for row in &cells {
+        line(&mut out, row);
+    }
+    out
+}
+
+fn xorshift(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
+}
+
+fn unix_nanos() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    #[test]
+    fn parses_workload_list_and_sizes() {
+        let cli =
+            Cli::try_parse_from(["bench", "/mnt/x", "--only", "W1,w3", "--size-mib", "64", "--files", "500", "--json"])
+                .expect("valid arguments");
+        assert_eq!(cli.bench.dir, PathBuf::from("/mnt/x"));
+        assert_eq!(cli.bench.only, vec![Workload::W1, Workload::W3]);
+        assert_eq!(cli.bench.size_mib, 64);
+        assert_eq!(cli.bench.files, 500);
+        assert!(cli.bench.json);
+
+        let defaults = Cli::try_parse_from(["bench", "/d"]).expect("defaults");
+        assert!(defaults.bench.only.is_empty());
+        assert_eq!((defaults.bench.size_mib, defaults.bench.files), (1024, 10_000));
+        assert!(Cli::try_parse_from(["bench", "/d", "--only", "W7"]).is_err());
+    }
+
+    #[test]
+    fn table_aligns_columns_and_reports_rates() {
+        let rows = vec![
+            Row {
+                workload: "W1".into(),
+                name: "sequential write + fsync".into(),
+                ops: 64,
+                bytes: 64 * MIB,
+                seconds: 0.5,
+                rate_kind: RateKind::Bytes,
+            },
+            Row {
+                workload: "W3".into(),
+                name: "create 4 KiB files".into(),
+                ops: 500,
+                bytes: 500 * 4096,
+                seconds: 2.0,
+                rate_kind: RateKind::Ops,
+            },
+        ];
+        let table = format_table(&rows);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(lines[0].starts_with("workload  step"), "{table}");
+        assert!(lines[2].ends_with("128.0 MiB/s"), "{table}");
+        assert!(lines[3].ends_with("250 ops/s"), "{table}");
+        // The seconds column lines up.
+        let col = |l: &str| l.find("0.500").or_else(|| l.find("2.000"));
+        assert_eq!(col(lines[2]), col(lines[3]), "{table}");
+    }
+
+    #[test]
+    fn crate_names_strip_versions() {
+        assert_eq!(crate_name(Path::new("/x/tokio-1.54.1")).as_deref(), Some("tokio"));
+        assert_eq!(crate_name(Path::new("/x/aws-sdk-s3-1.157.0")).as_deref(), Some("aws-sdk-s3"));
+        assert_eq!(crate_name(Path::new("/x/noversion")), None);
+    }
+
+    #[test]
+    fn small_run_creates_measures_and_removes() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let args = BenchArgs {
+            dir: tmp.path().to_path_buf(),
+            only: vec![Workload::W6, Workload::W1, Workload::W2, Workload::W3, Workload::W4],
+            size_mib: 2,
+            files: 150,
+            tree: None,
+            json: true,
+            keep: false,
+        };
+        run(args).expect("bench run");
+        let left: Vec<_> = fs::read_dir(tmp.path()).expect("list").collect();
+        assert!(left.is_empty(), "W6 must remove the work directory");
+    }
+
+    #[test]
+    fn workloads_count_what_they_do() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (ops, bytes, _) = write_big_file(&tmp.path().join("big"), 3).expect("write");
+        assert_eq!((ops, bytes), (3, 3 * MIB));
+        let (_, read, _) = read_file(&tmp.path().join("big")).expect("read");
+        assert_eq!(read, 3 * MIB);
+        let (ops, bytes, _) = create_small_files(&tmp.path().join("w3"), 250).expect("create");
+        assert_eq!((ops, bytes), (250 + 100, 250 * 4096));
+        // 250 files + 100 dirs + w3 itself.
+        assert_eq!(remove_tree(&tmp.path().join("w3")).expect("remove"), 351);
+        assert!(!tmp.path().join("w3").exists());
+    }
+}

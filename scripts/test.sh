@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# The scopefs test command: installs and starts everything the tests need, then
+# runs every tier (unit, engine, FUSE, Garage, Docker).
+#
+#   bash scripts/test.sh              # the whole suite (what CI runs)
+#   bash scripts/test.sh NAME...      # setup + lint, then only these test
+#                                     # targets (e.g. docker_isolation);
+#                                     # `unit` = lib/bin unit tests, `doc` = doctests
+#
+# Steps, in order (setup and lint steps stop the run at the first failure):
+#   1. scripts/install-deps.sh        Debian packages, pjdfstest, fsx, user `tests`
+#   2. cargo fmt --check
+#   3. cargo clippy --workspace --all-targets -- -D warnings
+#   4. scripts/docker.sh              dockerd + local busybox test image
+#   5. scripts/garage.sh start/env    single-node Garage S3 server + test bucket
+#   6. cargo test --no-run            build every test binary once
+#   7. test targets, one cargo invocation each: unit tests, doctests, then every
+#      integration test target found by `cargo metadata`. All targets run even
+#      when one fails; the run fails if any did. Heavy suites (pjdfstest/fsx,
+#      crash storms) run with --test-threads=1.
+# A missing prerequisite fails the run; nothing is skipped silently.
+#
+# Needs root (FUSE mounts, dockerd, apt). Idempotent: a second run reuses the
+# installed tools, the running dockerd, the image and Garage. dockerd and
+# Garage are left running afterwards so reruns start fast; stop them with
+# `scripts/garage.sh stop` and by killing dockerd (log in .test-state/).
+#
+# Environment knobs: SCOPEFS_TEST_TARGET_TIMEOUT (seconds per ordinary test
+# target, default 1200), SCOPEFS_TEST_HEAVY_TIMEOUT (default 2400).
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO" || exit 1
+export PATH="$HOME/.cargo/bin:$PATH"
+export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+if [ -n "${CI:-}" ] || [ ! -t 1 ]; then
+    export CARGO_TERM_COLOR=never
+fi
+
+# Test targets that drive heavy external suites or kill daemons: run serially.
+HEAVY_TARGETS=" posix_suites crash_storm "
+TARGET_TIMEOUT="${SCOPEFS_TEST_TARGET_TIMEOUT:-1200}"
+HEAVY_TIMEOUT="${SCOPEFS_TEST_HEAVY_TIMEOUT:-2400}"
+FILTER=("$@")
+
+STEP_NAMES=()
+STEP_RESULTS=()
+STEP_SECONDS=()
+RUN_START=$(date +%s)
+
+summary() {
+    local total=$(($(date +%s) - RUN_START))
+    echo
+    echo "==================== scopefs test summary ===================="
+    local i
+    for i in "${!STEP_NAMES[@]}"; do
+        printf '  %-6s %-44s %6ss\n' "${STEP_RESULTS[$i]}" "${STEP_NAMES[$i]}" "${STEP_SECONDS[$i]}"
+    done
+    printf '  total %ss\n' "$total"
+    echo "=============================================================="
+}
+
+record() { # name result seconds
+    STEP_NAMES+=("$1")
+    STEP_RESULTS+=("$2")
+    STEP_SECONDS+=("$3")
+}
+
+banner() { echo; echo "==> $*"; }
+
+# run_step NAME CMD...: runs CMD; on failure prints the summary and exits.
+run_step() {
+    local name=$1
+    shift
+    banner "$name"
+    local t0=$SECONDS
+    if "$@"; then
+        record "$name" PASS $((SECONDS - t0))
+    else
+        local rc=$?
+        record "$name" FAIL $((SECONDS - t0))
+        echo "test.sh: step '$name' failed (exit $rc)" >&2
+        summary
+        exit 1
+    fi
+}
+
+FAILED_TARGETS=0
+# run_target NAME TIMEOUT CMD...: runs CMD under a timeout; records the result.
+run_target() {
+    local name=$1 limit=$2
+    shift 2
+    banner "$name"
+    local t0=$SECONDS rc=0
+    # timeout runs the command in its own process group and kills the whole
+    # group (cargo and the test binary) when the limit is reached.
+    timeout -k 30 "$limit" "$@" || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        record "$name" PASS $((SECONDS - t0))
+    else
+        [ "$rc" -eq 124 ] && echo "test.sh: '$name' timed out after ${limit}s" >&2
+        record "$name" FAIL $((SECONDS - t0))
+        FAILED_TARGETS=$((FAILED_TARGETS + 1))
+    fi
+}
+
+wanted() { # is this target selected by the command-line filter?
+    [ "${#FILTER[@]}" -eq 0 ] && return 0
+    local f
+    for f in "${FILTER[@]}"; do [ "$f" = "$1" ] && return 0; done
+    return 1
+}
+
+[ "$(id -u)" -eq 0 ] || { echo "test.sh: must run as root (FUSE mounts, dockerd, apt)" >&2; exit 1; }
+
+# --- setup and lint (fail fast) -------------------------------------------------
+run_step "install dependencies" bash scripts/install-deps.sh
+run_step "cargo fmt --check" cargo fmt --all -- --check
+run_step "cargo clippy -D warnings" cargo clippy --locked --workspace --all-targets -- -D warnings
+
+start_docker() {
+    local out
+    out=$(timeout -k 10 900 bash scripts/docker.sh) || return 1
+    eval "$out"
+    [ -n "${SCOPEFS_TEST_DOCKER_IMAGE:-}" ] || { echo "docker.sh did not set SCOPEFS_TEST_DOCKER_IMAGE" >&2; return 1; }
+    export SCOPEFS_TEST_DOCKER_IMAGE
+    echo "SCOPEFS_TEST_DOCKER_IMAGE=$SCOPEFS_TEST_DOCKER_IMAGE"
+}
+run_step "docker engine + test image" start_docker
+
+start_garage() {
+    [ -f scripts/garage.sh ] || { echo "scripts/garage.sh is missing" >&2; return 1; }
+    # The first start builds Garage (cargo install, ~7 min on 2 cores).
+    timeout -k 10 1800 bash scripts/garage.sh start || return 1
+    local out
+    out=$(timeout -k 10 120 bash scripts/garage.sh env) || return 1
+    eval "$out"
+    local v missing=0
+    for v in SCOPEFS_TEST_S3_ENDPOINT SCOPEFS_TEST_S3_REGION SCOPEFS_TEST_S3_BUCKET \
+        SCOPEFS_TEST_S3_ACCESS_KEY_ID SCOPEFS_TEST_S3_SECRET_ACCESS_KEY SCOPEFS_TEST_GARAGE_CONFIG; do
+        if [ -z "${!v:-}" ]; then
+            echo "scripts/garage.sh env did not set $v" >&2
+            missing=1
+        else
+            # shellcheck disable=SC2163
+            export "$v"
+        fi
+    done
+    [ "$missing" -eq 0 ] || return 1
+    echo "Garage S3 at $SCOPEFS_TEST_S3_ENDPOINT, bucket $SCOPEFS_TEST_S3_BUCKET"
+}
+run_step "garage (S3 server)" start_garage
+
+run_step "build test binaries" cargo test --locked --workspace --no-run
+
+# --- tests (every target runs; failures are collected) ----------------------------
+if wanted unit; then
+    run_target "unit tests (lib + bins)" "$TARGET_TIMEOUT" cargo test --locked --workspace --lib --bins
+fi
+if wanted doc; then
+    run_target "doctests" "$TARGET_TIMEOUT" cargo test --locked --workspace --doc
+fi
+
+TARGETS=$(cargo metadata --locked --format-version 1 --no-deps |
+    jq -r '.packages[] | .name as $p | .targets[] | select(.kind | index("test")) | "\($p) \(.name)"') || {
+    echo "test.sh: cargo metadata failed" >&2
+    summary
+    exit 1
+}
+[ -n "$TARGETS" ] || { echo "test.sh: no integration test targets found" >&2; summary; exit 1; }
+
+while read -r pkg target; do
+    wanted "$target" || continue
+    case "$HEAVY_TARGETS" in
+    *" $target "*)
+        run_target "$target (serial)" "$HEAVY_TIMEOUT" \
+            cargo test --locked -p "$pkg" --test "$target" -- --test-threads=1
+        ;;
+    *)
+        run_target "$target" "$TARGET_TIMEOUT" cargo test --locked -p "$pkg" --test "$target"
+        ;;
+    esac
+done <<<"$TARGETS"
+
+for f in "${FILTER[@]}"; do
+    case "$f" in unit | doc) continue ;; esac
+    if ! grep -qx "[^ ]* $f" <<<"$TARGETS"; then
+        echo "test.sh: no test target named '$f'" >&2
+        record "$f (no such target)" FAIL 0
+        FAILED_TARGETS=$((FAILED_TARGETS + 1))
+    fi
+done
+
+summary
+if [ "$FAILED_TARGETS" -gt 0 ]; then
+    echo "test.sh: FAILED ($FAILED_TARGETS failing)" >&2
+    exit 1
+fi
+echo "test.sh: all tests passed"
