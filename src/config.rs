@@ -84,6 +84,10 @@ pub struct Config {
     pub quota_inodes: u64,
     pub trash_retention_days: u64,
     pub draft_ttl_hours: u64,
+    /// How long a delete waits for a scope's owners to settle before it records why it cannot finish.
+    pub delete_drain_secs: u64,
+    /// Interval of the maintenance loop (draft expiry, delete retries, purge); at least 1.
+    pub maintenance_interval_secs: u64,
     /// Largest single upload or file write through the HTTP API, in bytes.
     pub max_upload_bytes: u64,
     /// Read-only legacy shared workspace that files can be imported from (seed 000 §11.1); none by default.
@@ -115,6 +119,8 @@ impl Default for Config {
             quota_inodes: 1_000_000,
             trash_retention_days: 7,
             draft_ttl_hours: 24,
+            delete_drain_secs: 30,
+            maintenance_interval_secs: 60,
             max_upload_bytes: 512 * 1024 * 1024,
             legacy_root: None,
             store: StoreConfig::Local { path: None },
@@ -170,6 +176,8 @@ impl Config {
             "LEGACY_ROOT" => self.legacy_root = Some(value.into()),
             "TRASH_RETENTION_DAYS" => self.trash_retention_days = num(value)?,
             "DRAFT_TTL_HOURS" => self.draft_ttl_hours = num(value)?,
+            "DELETE_DRAIN_SECS" => self.delete_drain_secs = num(value)?,
+            "MAINTENANCE_INTERVAL_SECS" => self.maintenance_interval_secs = num(value)?,
             "ATTR_TTL_MS" => self.fuse.attr_ttl_ms = num(value)?,
             "S3_ENDPOINT" | "S3_REGION" | "S3_BUCKET" | "S3_PREFIX" | "S3_ACCESS_KEY_ID" | "S3_SECRET_ACCESS_KEY" => {
                 self.apply_s3_env(name, value)
@@ -220,6 +228,9 @@ impl Config {
         }
         if self.store_timeout_ms == 0 {
             return invalid("store_timeout_ms", "must be at least 1");
+        }
+        if self.maintenance_interval_secs == 0 {
+            return invalid("maintenance_interval_secs", "must be at least 1");
         }
         if self.fuse.threads == 0 {
             return invalid("fuse.threads", "must be at least 1");

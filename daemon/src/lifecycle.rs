@@ -33,8 +33,8 @@ pub fn failpoint(name: &str) {
     }
 }
 
-/// Timing of the lifecycle. Durations come from the configuration; the drain bound and the
-/// maintenance interval from `SCOPEFS_DELETE_DRAIN_SECS` and `SCOPEFS_MAINTENANCE_INTERVAL_SECS`.
+/// Timing of the lifecycle, from the configuration (`draft_ttl_hours`, `trash_retention_days`,
+/// `delete_drain_secs`, `maintenance_interval_secs`; `SCOPEFS_*` variables override them there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LifecycleSettings {
     pub draft_ttl: Duration,
@@ -46,25 +46,14 @@ pub struct LifecycleSettings {
 }
 
 impl LifecycleSettings {
-    pub fn from_config(cfg: &Config, env: impl IntoIterator<Item = (String, String)>) -> anyhow::Result<Self> {
-        let mut s = LifecycleSettings {
+    pub fn from_config(cfg: &Config) -> Self {
+        LifecycleSettings {
             draft_ttl: Duration::from_secs(cfg.draft_ttl_hours.saturating_mul(3600)),
             trash_retention: Duration::from_secs(cfg.trash_retention_days.saturating_mul(86_400)),
-            drain_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(cfg.delete_drain_secs),
             drain_poll: Duration::from_millis(250),
-            maintenance_interval: Duration::from_secs(60),
-        };
-        for (k, v) in env {
-            let target = match k.as_str() {
-                "SCOPEFS_DELETE_DRAIN_SECS" => &mut s.drain_timeout,
-                "SCOPEFS_MAINTENANCE_INTERVAL_SECS" => &mut s.maintenance_interval,
-                _ => continue,
-            };
-            let secs: u64 = v.parse().map_err(|_| anyhow::anyhow!("{k} must be a non-negative integer"))?;
-            *target = Duration::from_secs(secs);
+            maintenance_interval: Duration::from_secs(cfg.maintenance_interval_secs.max(1)),
         }
-        s.maintenance_interval = s.maintenance_interval.max(Duration::from_secs(1));
-        Ok(s)
     }
 }
 
@@ -274,20 +263,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn settings_come_from_config_and_env() {
-        let cfg = Config { draft_ttl_hours: 2, trash_retention_days: 3, ..Config::default() };
-        let s = LifecycleSettings::from_config(&cfg, Vec::new()).unwrap();
+    fn settings_come_from_config() {
+        let cfg = Config {
+            draft_ttl_hours: 2,
+            trash_retention_days: 3,
+            delete_drain_secs: 5,
+            maintenance_interval_secs: 7,
+            ..Config::default()
+        };
+        let s = LifecycleSettings::from_config(&cfg);
         assert_eq!(s.draft_ttl, Duration::from_secs(7200));
         assert_eq!(s.trash_retention, Duration::from_secs(3 * 86_400));
-        assert_eq!(s.maintenance_interval, Duration::from_secs(60));
-        let env = vec![
-            ("SCOPEFS_DELETE_DRAIN_SECS".to_string(), "2".to_string()),
-            ("SCOPEFS_MAINTENANCE_INTERVAL_SECS".to_string(), "0".to_string()),
-        ];
-        let s = LifecycleSettings::from_config(&cfg, env).unwrap();
-        assert_eq!(s.drain_timeout, Duration::from_secs(2));
-        assert_eq!(s.maintenance_interval, Duration::from_secs(1), "the interval is at least one second");
+        assert_eq!(s.drain_timeout, Duration::from_secs(5));
+        assert_eq!(s.maintenance_interval, Duration::from_secs(7));
+        let env = vec![("SCOPEFS_DELETE_DRAIN_SECS".to_string(), "2".to_string())];
+        let cfg = Config::load(None, env).unwrap();
+        assert_eq!(LifecycleSettings::from_config(&cfg).drain_timeout, Duration::from_secs(2));
         let bad = vec![("SCOPEFS_DELETE_DRAIN_SECS".to_string(), "soon".to_string())];
-        assert!(LifecycleSettings::from_config(&cfg, bad).is_err());
+        assert!(Config::load(None, bad).is_err());
     }
 }

@@ -81,7 +81,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         registry = registry.with_clock(Arc::new(OffsetFileClock::new(path.into())));
     }
     let registry = Arc::new(registry);
-    let lifecycle = LifecycleSettings::from_config(&cfg, std::env::vars())?;
+    let lifecycle = LifecycleSettings::from_config(&cfg);
     tracing::info!(schema_version = registry.schema_version(), "registry open");
     let mounts = MountManager::new(&cfg.mount_root, setup::mount_options(&cfg)).context("preparing the mount root")?;
     let service = Arc::new(
