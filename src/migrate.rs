@@ -23,6 +23,8 @@ pub const REGISTRY: &[Migration] = &[
     Migration { version: 1, sql: include_str!("../migrations/registry/0001_scopes.sql") },
     Migration { version: 2, sql: include_str!("../migrations/registry/0002_owners_runs_leases.sql") },
     Migration { version: 3, sql: include_str!("../migrations/registry/0003_import_records.sql") },
+    Migration { version: 4, sql: include_str!("../migrations/registry/0004_auth_nonces.sql") },
+    Migration { version: 5, sql: include_str!("../migrations/registry/0005_environments.sql") },
 ];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.

@@ -3,6 +3,7 @@
 mod error;
 mod internal;
 pub mod routes;
+mod tools;
 mod workspace;
 
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub fn route_table() -> RouteTable<AppState> {
         .add("GET", "/openapi.json", Auth::Public, "This document", get(openapi_json))
         .merge_from(internal::add_routes)
         .merge_from(workspace::add_routes)
+        .merge_from(tools::add_routes)
 }
 
 /// The whole API.

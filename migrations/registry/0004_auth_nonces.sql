@@ -1,0 +1,2 @@
+-- Single-use nonces of signed /tools requests (being written).
+SELECT 1;

@@ -1,0 +1,2 @@
+-- Execution environments and background processes (being written).
+SELECT 1;
