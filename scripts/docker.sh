@@ -11,7 +11,8 @@
 #
 # Progress goes to stderr. The only stdout line is
 #   export SCOPEFS_TEST_DOCKER_IMAGE=scopefs-test:busybox
-# so callers can `eval "$(bash scripts/docker.sh)"`.
+# so callers can `eval "$(bash scripts/docker.sh)"`. SCOPEFS_TEST_DOCKER_IMAGE_TAG
+# overrides the tag.
 set -euo pipefail
 
 die() {

@@ -16,8 +16,9 @@
 #   6. cargo test --no-run            build every test binary once
 #   7. test targets, one cargo invocation each: unit tests, doctests, then every
 #      integration test target found by `cargo metadata`. All targets run even
-#      when one fails; the run fails if any did. Heavy suites (pjdfstest/fsx,
-#      crash storms) run with --test-threads=1.
+#      when one fails; the run fails if any did, or if an integration target
+#      ran no test at all. Heavy suites (pjdfstest/fsx, crash storms) run with
+#      --test-threads=1.
 # A missing prerequisite fails the run; nothing is skipped silently.
 #
 # Needs root (FUSE mounts, dockerd, apt). Idempotent: a second run reuses the
@@ -86,15 +87,29 @@ run_step() {
 }
 
 FAILED_TARGETS=0
-# run_target NAME TIMEOUT CMD...: runs CMD under a timeout; records the result.
+TARGET_LOG=$(mktemp)
+trap 'rm -f "$TARGET_LOG"' EXIT
+# run_target [--must-run-tests] NAME TIMEOUT CMD...: runs CMD under a timeout
+# and records the result. With --must-run-tests a target whose binary ran no
+# test at all counts as failed (an empty target proves nothing).
 run_target() {
+    local must_run=0
+    if [ "$1" = "--must-run-tests" ]; then
+        must_run=1
+        shift
+    fi
     local name=$1 limit=$2
     shift 2
     banner "$name"
     local t0=$SECONDS rc=0
     # timeout runs the command in its own process group and kills the whole
     # group (cargo and the test binary) when the limit is reached.
-    timeout -k 30 "$limit" "$@" || rc=$?
+    timeout -k 30 "$limit" "$@" 2>&1 | tee "$TARGET_LOG"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 0 ] && [ "$must_run" -eq 1 ] && grep -qx 'running 0 tests' "$TARGET_LOG"; then
+        echo "test.sh: '$name' ran no tests" >&2
+        rc=1
+    fi
     if [ "$rc" -eq 0 ]; then
         record "$name" PASS $((SECONDS - t0))
     else
@@ -173,11 +188,11 @@ while read -r pkg target; do
     wanted "$target" || continue
     case "$HEAVY_TARGETS" in
     *" $target "*)
-        run_target "$target (serial)" "$HEAVY_TIMEOUT" \
+        run_target --must-run-tests "$target (serial)" "$HEAVY_TIMEOUT" \
             cargo test --locked -p "$pkg" --test "$target" -- --test-threads=1
         ;;
     *)
-        run_target "$target" "$TARGET_TIMEOUT" cargo test --locked -p "$pkg" --test "$target"
+        run_target --must-run-tests "$target" "$TARGET_TIMEOUT" cargo test --locked -p "$pkg" --test "$target"
         ;;
     esac
 done <<<"$TARGETS"
