@@ -64,7 +64,8 @@ ensure_garage() {
 }
 
 g() {
-    "$GARAGE" -c "$CONFIG" "$@"
+    # Every admin call is bounded: a server that is restarting must not hang the caller.
+    timeout 60 "$GARAGE" -c "$CONFIG" "$@"
 }
 
 write_config() {
