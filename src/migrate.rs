@@ -25,6 +25,7 @@ pub const REGISTRY: &[Migration] = &[
     Migration { version: 3, sql: include_str!("../migrations/registry/0003_import_records.sql") },
     Migration { version: 4, sql: include_str!("../migrations/registry/0004_auth_nonces.sql") },
     Migration { version: 5, sql: include_str!("../migrations/registry/0005_environments.sql") },
+    Migration { version: 6, sql: include_str!("../migrations/registry/0006_billing.sql") },
 ];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.

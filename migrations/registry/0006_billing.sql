@@ -1,0 +1,2 @@
+-- Accounts, usage log, wallet ledger (being written).
+SELECT 1;
