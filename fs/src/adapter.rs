@@ -454,8 +454,7 @@ impl Filesystem for ScopeFs {
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        // Namespace changes are committed to the metadata database as they happen.
-        reply.ok();
+        reply_empty(reply, call("fsyncdir", || self.engine.fsync_dir()));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

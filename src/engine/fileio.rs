@@ -428,13 +428,22 @@ impl ScopeEngine {
         }
     }
 
-    /// Commits and waits until every block of the file is in the object store.
+    /// Makes the namespace durable (directory fsync): every earlier metadata commit survives power loss.
+    pub fn fsync_dir(&self) -> EngineResult<()> {
+        self.meta.lock().make_durable()
+    }
+
+    /// Commits and waits until every block of the file is in the object store; the metadata of
+    /// the file (and everything committed before) is durable when it returns.
     pub fn fsync(&self, ino: Ino, fh: Option<Fh>) -> EngineResult<()> {
         let file = match fh {
             Some(fh) => self.file_of(ino, fh, false)?,
             None => match self.open_files.lock().get(&ino) {
                 Some(e) => e.file.clone(),
-                None => return self.upload_now(&self.committed_shas(ino)?),
+                None => {
+                    self.upload_now(&self.committed_shas(ino)?)?;
+                    return self.meta.lock().make_durable();
+                }
             },
         };
         self.commit_and_upload(ino, &file)
@@ -452,7 +461,8 @@ impl ScopeEngine {
                 self.enqueue_upload(sha);
             }
         }
-        result
+        result?;
+        self.meta.lock().make_durable()
     }
 
     fn committed_shas(&self, ino: Ino) -> EngineResult<Vec<String>> {

@@ -116,7 +116,10 @@ impl MetaDb {
     pub fn open(path: &Path, root_uid: u32, root_gid: u32) -> EngineResult<MetaDb> {
         let mut conn = Connection::open(path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
+        // NORMAL: in WAL mode a commit survives a process crash; a power loss may drop the newest
+        // commits but never corrupts. Commits that must survive power loss (a file version at
+        // close/fsync) switch to FULL for their own transaction (`commit_file`).
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(Duration::from_secs(30))?;
         migrate::apply(&mut conn, migrate::SCOPE_META)?;
@@ -328,6 +331,21 @@ impl MetaDb {
         blocks: &BTreeMap<u64, BlockRef>,
         content_sha256: Option<&str>,
     ) -> EngineResult<Vec<String>> {
+        // The upload journal: durable before close() returns (this also flushes earlier NORMAL commits).
+        self.conn.pragma_update(None, "synchronous", "FULL")?;
+        let result = self.commit_file_tx(ino, size, mtime_ns, blocks, content_sha256);
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        result
+    }
+
+    fn commit_file_tx(
+        &mut self,
+        ino: Ino,
+        size: u64,
+        mtime_ns: i64,
+        blocks: &BTreeMap<u64, BlockRef>,
+        content_sha256: Option<&str>,
+    ) -> EngineResult<Vec<String>> {
         let tx = self.tx()?;
         let row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;
         let old = {
@@ -523,6 +541,15 @@ impl MetaDb {
         }
         tx.commit()?;
         Ok(found)
+    }
+
+    /// Makes every earlier commit durable (an fsync of the WAL through a FULL-synchronous commit).
+    pub fn make_durable(&mut self) -> EngineResult<()> {
+        self.conn.pragma_update(None, "synchronous", "FULL")?;
+        let r = self.conn.execute("UPDATE usage SET id = id WHERE id = 1", []);
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        r?;
+        Ok(())
     }
 
     pub fn integrity_check(&self) -> EngineResult<String> {
