@@ -72,6 +72,11 @@ pub struct Config {
     pub allow_remote: bool,
     pub service_token: Option<String>,
     pub admin_token: Option<String>,
+    /// Secret of the HMAC-signed `/tools/*` API (seed 003 §4.3); generated into
+    /// `<data_dir>/control/hmac-secret` on first start when absent.
+    pub hmac_secret: Option<String>,
+    /// How far `auth_context.issued_at` of a signed request may be from now, either way, in seconds.
+    pub signature_window_secs: u64,
     pub durability: Durability,
     pub block_size: u64,
     pub cache_max_bytes: u64,
@@ -94,6 +99,8 @@ pub struct Config {
     pub legacy_root: Option<PathBuf>,
     pub store: StoreConfig,
     pub fuse: FuseConfig,
+    /// The sandbox executor (SPEC §8).
+    pub executor: ExecutorConfig,
 }
 
 impl Default for Config {
@@ -107,6 +114,8 @@ impl Default for Config {
             allow_remote: false,
             service_token: None,
             admin_token: None,
+            hmac_secret: None,
+            signature_window_secs: 300,
             durability: s.durability,
             block_size: s.block_size,
             cache_max_bytes: s.cache_max_bytes,
@@ -125,6 +134,7 @@ impl Default for Config {
             legacy_root: None,
             store: StoreConfig::Local { path: None },
             fuse: FuseConfig::default(),
+            executor: ExecutorConfig::default(),
         }
     }
 }
@@ -160,6 +170,8 @@ impl Config {
             "ALLOW_REMOTE" => self.allow_remote = value.parse().map_err(|_| bad("expected true or false"))?,
             "SERVICE_TOKEN" => self.service_token = Some(value.into()),
             "ADMIN_TOKEN" => self.admin_token = Some(value.into()),
+            "HMAC_SECRET" => self.hmac_secret = Some(value.into()),
+            "SIGNATURE_WINDOW_SECS" => self.signature_window_secs = num(value)?,
             "DURABILITY" => {
                 self.durability = match value {
                     "writeback" => Durability::Writeback,
@@ -182,6 +194,7 @@ impl Config {
             "S3_ENDPOINT" | "S3_REGION" | "S3_BUCKET" | "S3_PREFIX" | "S3_ACCESS_KEY_ID" | "S3_SECRET_ACCESS_KEY" => {
                 self.apply_s3_env(name, value)
             }
+            n if n.starts_with("EXECUTOR_") => self.executor.apply_env(key, &n["EXECUTOR_".len()..], value)?,
             // Variables the daemon reads itself (e.g. SCOPEFS_CONFIG, SCOPEFS_LOG) are not config keys.
             _ => {}
         }
@@ -232,6 +245,9 @@ impl Config {
         if self.maintenance_interval_secs == 0 {
             return invalid("maintenance_interval_secs", "must be at least 1");
         }
+        if self.signature_window_secs == 0 || self.signature_window_secs > 86_400 {
+            return invalid("signature_window_secs", "must be between 1 and 86400");
+        }
         if self.fuse.threads == 0 {
             return invalid("fuse.threads", "must be at least 1");
         }
@@ -243,7 +259,7 @@ impl Config {
                 return invalid("store.bucket", "must be set for an s3 store");
             }
         }
-        Ok(())
+        self.executor.validate()
     }
 
     /// The engine settings this configuration describes.
@@ -263,6 +279,138 @@ impl Config {
     /// The default quota of new scopes.
     pub fn default_quota(&self) -> Quota {
         Quota { bytes: self.quota_bytes, inodes: self.quota_inodes }
+    }
+}
+
+/// How strictly the sandbox policy is enforced.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Docker missing: the daemon starts and the compute tools answer 503; weak settings are warnings.
+    Optional,
+    /// Refuse to start without a reachable engine, a digest-pinned image and the full container policy.
+    Required,
+}
+
+/// `[executor]`: the sandbox containers agent commands run in (SPEC §8). `SCOPEFS_EXECUTOR_<KEY>`
+/// variables override each key (e.g. `SCOPEFS_EXECUTOR_IMAGE`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExecutorConfig {
+    /// The sandbox image; `name@sha256:<digest>` (or an image id `sha256:<digest>`) pins it.
+    pub image: String,
+    /// The user commands run as: `uid:gid`, never root.
+    pub user: String,
+    /// Memory limit per environment (also the memory+swap limit: no swap).
+    pub memory_bytes: u64,
+    /// CPU limit per environment in billionths of a CPU.
+    pub nano_cpus: u64,
+    /// Process limit per environment.
+    pub pids_limit: u64,
+    /// Size of the tmpfs at `/tmp` (the root filesystem is read-only).
+    pub tmp_bytes: u64,
+    /// Docker network mode: `none` (default) or `bridge`.
+    pub network: String,
+    /// Largest stdout+stderr an `execute_command` returns; more is cut and flagged `truncated`.
+    pub max_output_bytes: u64,
+    /// Default and largest `execute_command` timeout.
+    pub command_timeout_secs: u64,
+    /// Largest runtime of an environment; it is killed when it is reached.
+    pub max_runtime_secs: u64,
+    /// Live environments one scope may have at once.
+    pub max_environments_per_scope: u64,
+    /// Largest log a background process keeps (bytes); output beyond it is dropped.
+    pub max_process_log_bytes: u64,
+    pub isolation: Isolation,
+    /// The Docker engine socket: `unix:///path` or an absolute path.
+    pub docker_host: String,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        ExecutorConfig {
+            image: "scopefs-sandbox:busybox".into(),
+            user: "1000:1000".into(),
+            memory_bytes: 1024 * 1024 * 1024,
+            nano_cpus: 1_000_000_000,
+            pids_limit: 256,
+            tmp_bytes: 256 * 1024 * 1024,
+            network: "none".into(),
+            max_output_bytes: 1024 * 1024,
+            command_timeout_secs: 600,
+            max_runtime_secs: 4 * 3600,
+            max_environments_per_scope: 4,
+            max_process_log_bytes: 16 * 1024 * 1024,
+            isolation: Isolation::Optional,
+            docker_host: "unix:///var/run/docker.sock".into(),
+        }
+    }
+}
+
+impl ExecutorConfig {
+    fn apply_env(&mut self, key: &str, name: &str, value: &str) -> Result<(), ConfigError> {
+        let bad = |reason: &str| ConfigError::Env { key: key.to_string(), reason: reason.to_string() };
+        let num = |v: &str| v.parse::<u64>().map_err(|_| bad("expected a non-negative integer"));
+        match name {
+            "IMAGE" => self.image = value.into(),
+            "USER" => self.user = value.into(),
+            "MEMORY_BYTES" => self.memory_bytes = num(value)?,
+            "NANO_CPUS" => self.nano_cpus = num(value)?,
+            "PIDS_LIMIT" => self.pids_limit = num(value)?,
+            "TMP_BYTES" => self.tmp_bytes = num(value)?,
+            "NETWORK" => self.network = value.into(),
+            "MAX_OUTPUT_BYTES" => self.max_output_bytes = num(value)?,
+            "COMMAND_TIMEOUT_SECS" => self.command_timeout_secs = num(value)?,
+            "MAX_RUNTIME_SECS" => self.max_runtime_secs = num(value)?,
+            "MAX_ENVIRONMENTS_PER_SCOPE" => self.max_environments_per_scope = num(value)?,
+            "MAX_PROCESS_LOG_BYTES" => self.max_process_log_bytes = num(value)?,
+            "ISOLATION" => {
+                self.isolation = match value {
+                    "optional" => Isolation::Optional,
+                    "required" => Isolation::Required,
+                    _ => return Err(bad("expected optional or required")),
+                }
+            }
+            "DOCKER_HOST" => self.docker_host = value.into(),
+            _ => return Err(bad("unknown executor setting")),
+        }
+        Ok(())
+    }
+
+    /// The socket path of `docker_host`, if it names a Unix socket.
+    pub fn docker_socket(&self) -> Option<&str> {
+        let path = self.docker_host.strip_prefix("unix://").unwrap_or(&self.docker_host);
+        path.starts_with('/').then_some(path)
+    }
+
+    /// Refuses values no mode can run with, naming the key (strict mode checks more at startup).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: &str| Err(ConfigError::Invalid { key, reason: reason.into() });
+        if self.image.trim().is_empty() {
+            return invalid("executor.image", "must name the sandbox image");
+        }
+        if self.user.trim().is_empty() {
+            return invalid("executor.user", "must be set (uid:gid of a non-root user)");
+        }
+        if !matches!(self.network.as_str(), "none" | "bridge") {
+            return invalid("executor.network", "must be none or bridge");
+        }
+        if self.max_output_bytes == 0 {
+            return invalid("executor.max_output_bytes", "must be at least 1");
+        }
+        if self.command_timeout_secs == 0 {
+            return invalid("executor.command_timeout_secs", "must be at least 1");
+        }
+        if self.max_runtime_secs == 0 {
+            return invalid("executor.max_runtime_secs", "must be at least 1");
+        }
+        if self.max_environments_per_scope == 0 {
+            return invalid("executor.max_environments_per_scope", "must be at least 1");
+        }
+        if self.docker_socket().is_none() {
+            return invalid("executor.docker_host", "must be a Unix socket (unix:///path or /path)");
+        }
+        Ok(())
     }
 }
 
@@ -290,5 +438,28 @@ mod tests {
         let bad = vec![("SCOPEFS_QUOTA_BYTES".to_string(), "lots".to_string())];
         let err = Config::load(None, bad).unwrap_err().to_string();
         assert!(err.contains("SCOPEFS_QUOTA_BYTES"), "{err}");
+    }
+
+    #[test]
+    fn executor_section_env_and_validation() {
+        let cfg = Config::from_toml("[executor]\nimage = \"img@sha256:ab\"\nisolation = \"required\"").unwrap();
+        assert_eq!(cfg.executor.isolation, Isolation::Required);
+        assert_eq!(cfg.executor.network, "none");
+        let env = vec![
+            ("SCOPEFS_EXECUTOR_NETWORK".to_string(), "bridge".to_string()),
+            ("SCOPEFS_EXECUTOR_PIDS_LIMIT".to_string(), "64".to_string()),
+            ("SCOPEFS_EXECUTOR_DOCKER_HOST".to_string(), "/tmp/none.sock".to_string()),
+        ];
+        let cfg = Config::load(None, env).unwrap();
+        assert_eq!((cfg.executor.network.as_str(), cfg.executor.pids_limit), ("bridge", 64));
+        assert_eq!(cfg.executor.docker_socket(), Some("/tmp/none.sock"));
+        let host = vec![("SCOPEFS_EXECUTOR_NETWORK".to_string(), "host".to_string())];
+        assert!(Config::load(None, host).unwrap_err().to_string().contains("executor.network"));
+        let tcp = vec![("SCOPEFS_EXECUTOR_DOCKER_HOST".to_string(), "tcp://1.2.3.4:2375".to_string())];
+        assert!(Config::load(None, tcp).unwrap_err().to_string().contains("executor.docker_host"));
+        let typo = vec![("SCOPEFS_EXECUTOR_IMAGES".to_string(), "x".to_string())];
+        assert!(Config::load(None, typo).unwrap_err().to_string().contains("SCOPEFS_EXECUTOR_IMAGES"));
+        let iso = vec![("SCOPEFS_EXECUTOR_ISOLATION".to_string(), "strict".to_string())];
+        assert!(Config::load(None, iso).is_err());
     }
 }

@@ -6,9 +6,11 @@
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod executor;
 pub mod ids;
 pub mod migrate;
 pub mod names;
 pub mod registry;
+pub mod signing;
 pub mod store;
 pub mod vpath;

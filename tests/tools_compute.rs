@@ -1,1 +1,460 @@
-//! (being written)
+//! The compute tools through the running daemon with signed requests (acceptance d, e, f, g):
+//! per-scope environments and processes, `kill -9` + restart reconciliation, Docker unreachable
+//! (503 and nothing runs on the host), and strict mode refusing weak configurations. Needs root,
+//! /dev/fuse, a Docker engine and `SCOPEFS_TEST_DOCKER_IMAGE`; without them it fails.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::Client;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_scopefs");
+const SERVICE_TOKEN: &str = "compute-test-service-token-0123456789";
+const HMAC_SECRET: &str = "compute-test-hmac-secret";
+
+fn image() -> String {
+    let image = std::env::var("SCOPEFS_TEST_DOCKER_IMAGE").unwrap_or_default();
+    assert!(!image.is_empty(), "SCOPEFS_TEST_DOCKER_IMAGE is not set: run scripts/test.sh (or scripts/docker.sh)");
+    let ok = Command::new("docker").args(["image", "inspect", &image]).output().expect("docker CLI missing");
+    assert!(ok.status.success(), "Docker engine not answering or image {image} missing (run scripts/docker.sh)");
+    image
+}
+
+fn image_id(image: &str) -> String {
+    let out = Command::new("docker").args(["image", "inspect", "--format", "{{.Id}}", image]).output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn uid() -> String {
+    uuid::Uuid::now_v7().simple().to_string()
+}
+
+/// A config for a local-store daemon; `executor` is the body of its `[executor]` section.
+fn write_config(dir: &Path, port: u16, deployment: &str, executor: &str) -> PathBuf {
+    let text = format!(
+        "deployment_id = {deployment:?}\ndata_dir = {data:?}\nmount_root = {mnt:?}\nlisten = \"127.0.0.1:{port}\"\n\
+         service_token = {SERVICE_TOKEN:?}\nhmac_secret = {HMAC_SECRET:?}\n\n[store]\nkind = \"local\"\n\n[executor]\n{executor}\n",
+        data = dir.join("data"),
+        mnt = dir.join("mnt"),
+    );
+    let path = dir.join("scopefs.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+struct Daemon {
+    child: Option<Child>,
+    log: PathBuf,
+    mount_root: PathBuf,
+    base: String,
+    client: Client,
+}
+
+impl Daemon {
+    fn start(dir: &Path, config: &Path, port: u16) -> Daemon {
+        let log = dir.join(format!("daemon-{}.log", uid()));
+        let child = Command::new(BIN)
+            .env_remove("SCOPEFS_SERVICE_TOKEN")
+            .env_remove("NOTIFY_SOCKET")
+            .arg("--config")
+            .arg(config)
+            .arg("serve")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting scopefs serve");
+        let client = Client::builder().timeout(Duration::from_secs(120)).build().unwrap();
+        let mut d = Daemon {
+            child: Some(child),
+            log,
+            mount_root: dir.join("mnt"),
+            base: format!("http://127.0.0.1:{port}"),
+            client,
+        };
+        d.wait_ready();
+        d
+    }
+
+    fn log_text(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("scopefs serve exited early ({status}); log:\n{}", self.log_text());
+            }
+            if let Ok(r) = self.client.get(format!("{}/ready", self.base)).send() {
+                if r.status() == StatusCode::OK {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "daemon not ready within 60 s; log:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn kill9(&mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    fn provision(&self, thread: &str) -> String {
+        let resp = self
+            .client
+            .post(format!("{}/internal/workspace-scopes/provision", self.base))
+            .bearer_auth(SERVICE_TOKEN)
+            .json(&json!({"operation_id": format!("op-{thread}"), "primary_thread_id": thread}))
+            .send()
+            .unwrap();
+        assert!(resp.status().is_success(), "provision: {}", resp.status());
+        let v: Value = resp.json().unwrap();
+        v["scope_id"].as_str().expect("scope_id").to_string()
+    }
+
+    /// A signed `/tools/<tool>` call as `thread`.
+    fn tool(&self, thread: &str, tool: &str, params: Value) -> (StatusCode, Value) {
+        let path = format!("/tools/{tool}");
+        let issued_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let nonce = uid();
+        let mut body = params;
+        body["auth_context"] =
+            json!({"user_id": "user-1", "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
+        let canonical = scopefs::signing::parse(&serde_json::to_vec(&body).unwrap()).unwrap().to_canonical();
+        let hash = scopefs::signing::payload_hash(&canonical);
+        let string = scopefs::signing::canonical_string("POST", &path, &issued_at.to_string(), &nonce, &hash);
+        body["auth_context"]["token"] = json!(scopefs::signing::sign(HMAC_SECRET.as_bytes(), &string));
+        let resp = self.client.post(format!("{}{path}", self.base)).json(&body).send().expect("request failed");
+        let status = resp.status();
+        let text = resp.text().unwrap();
+        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("non-JSON answer ({e}): {text}")))
+    }
+
+    fn ok(&self, thread: &str, tool: &str, params: Value) -> Value {
+        let (s, v) = self.tool(thread, tool, params);
+        assert_eq!(s, StatusCode::OK, "{tool}: {v}\nlog:\n{}", self.log_text());
+        v
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let root = self.mount_root.to_string_lossy().into_owned();
+        for mp in std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+        {
+            if mp.starts_with(&root) {
+                let _ = Command::new("umount").arg("-l").arg(mp).status();
+            }
+        }
+    }
+}
+
+/// Ids of the containers (running or not) labelled with `deployment`.
+fn containers_of(deployment: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--no-trunc", "--filter", &format!("label=io.scopefs.deployment={deployment}")])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+fn remove_containers(deployment: &str) {
+    for c in containers_of(deployment) {
+        let _ = Command::new("docker").args(["rm", "-f", &c]).output();
+    }
+}
+
+fn executor_section(image: &str) -> String {
+    format!("image = {image:?}\nmax_runtime_secs = 600\ncommand_timeout_secs = 30\n")
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn environments_and_processes_are_per_scope() {
+    let image = image();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let deployment = format!("ct-{}", &uid()[20..]);
+    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
+    let d = Daemon::start(dir.path(), &cfg, port);
+    let (ta, tb) = (format!("thread-a-{}", uid()), format!("thread-b-{}", uid()));
+    let scope_a = d.provision(&ta);
+    d.provision(&tb);
+
+    let env = d.ok(&ta, "create_environment", json!({"max_runtime_seconds": 300}));
+    let env_id = env["environment_id"].as_str().unwrap().to_string();
+    assert_eq!(env["state"], "running");
+    assert_eq!(env["effective_max_runtime_seconds"], 300);
+    assert!(env.get("container_id").is_none(), "container id leaked: {env}");
+    let out = d.ok(
+        &ta,
+        "execute_command",
+        json!({"environment_id": env_id, "command": "echo hi; echo x > /workspace/made-in-sandbox"}),
+    );
+    assert_eq!((out["stdout"].as_str(), out["exit_code"].as_i64()), (Some("hi\n"), Some(0)), "{out}");
+    let secret = format!("secret-of-a-{}", uid());
+    let p =
+        d.ok(&ta, "start_process", json!({"environment_id": env_id, "command": format!("echo {secret}; sleep 300")}));
+    let pid = p["process_id"].as_str().unwrap().to_string();
+    assert_eq!(p["state"], "running");
+    wait_until("the process log", || {
+        d.ok(&ta, "check_process", json!({"process_id": pid}))["log_tail"].as_str().unwrap_or("").contains(&secret)
+    });
+
+    // The log lives in the runtime area, not in the workspace.
+    let log = dir.path().join("data/runtime").join(&scope_a).join("processes").join(format!("{pid}.log"));
+    assert!(std::fs::read_to_string(&log).unwrap().contains(&secret));
+    let listed = d.ok(&ta, "list_dir", json!({"path": "/workspace"})).to_string();
+    assert!(listed.contains("made-in-sandbox") && !listed.contains(".log"), "{listed}");
+
+    // B sees none of A's, and every id of A is 404.
+    assert_eq!(d.ok(&tb, "list_environments", json!({}))["environments"], json!([]));
+    assert_eq!(d.ok(&tb, "list_processes", json!({}))["processes"], json!([]));
+    for (tool, params) in [
+        ("get_environment_status", json!({"environment_id": env_id})),
+        ("execute_command", json!({"environment_id": env_id, "command": "echo pwned"})),
+        ("destroy_environment", json!({"environment_id": env_id})),
+        ("start_process", json!({"environment_id": env_id, "command": "echo pwned"})),
+        ("check_process", json!({"process_id": pid})),
+        ("stop_process", json!({"process_id": pid})),
+        ("list_processes", json!({"environment_id": env_id})),
+    ] {
+        let (s, v) = d.tool(&tb, tool, params);
+        assert_eq!(s, StatusCode::NOT_FOUND, "{tool} from B: {v}");
+        assert!(!v.to_string().contains(&secret), "{tool} leaked A's log: {v}");
+    }
+    assert_eq!(d.ok(&ta, "list_environments", json!({}))["environments"].as_array().unwrap().len(), 1);
+    assert_eq!(d.ok(&ta, "list_processes", json!({}))["processes"].as_array().unwrap().len(), 1);
+
+    // A stops its process and destroys its environment; twice is harmless.
+    let stopped = d.ok(&ta, "stop_process", json!({"process_id": pid}));
+    assert_eq!(stopped["state"], "stopped");
+    let gone = d.ok(&ta, "destroy_environment", json!({"environment_id": env_id}));
+    assert_eq!(
+        (gone["state"].as_str(), gone["end_reason"].as_str(), gone["already_ended"].as_bool()),
+        (Some("ended"), Some("destroyed"), Some(false))
+    );
+    assert!(gone["runtime_seconds"].as_u64().is_some());
+    let again = d.ok(&ta, "destroy_environment", json!({"environment_id": env_id}));
+    assert_eq!(
+        (again["already_ended"].as_bool(), again["runtime_seconds"].clone()),
+        (Some(true), gone["runtime_seconds"].clone())
+    );
+    assert!(containers_of(&deployment).is_empty(), "containers left after destroy");
+    let (s, _) = d.tool(&ta, "execute_command", json!({"environment_id": env_id, "command": "true"}));
+    assert_eq!(s, StatusCode::CONFLICT, "exec in an ended environment");
+}
+
+#[test]
+fn kill9_and_restart_leave_nothing_unknown_running() {
+    let image = image();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let deployment = format!("ct-{}", &uid()[20..]);
+    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
+    let mut d = Daemon::start(dir.path(), &cfg, port);
+    let ta = format!("thread-a-{}", uid());
+    d.provision(&ta);
+    let env_id = d.ok(&ta, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
+    let pid = d.ok(&ta, "start_process", json!({"command": "sleep 600"}))["process_id"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(1200));
+    d.kill9();
+    assert_eq!(containers_of(&deployment).len(), 1, "the environment's container outlives the daemon");
+    // A container the registry never knew, carrying the deployment's label.
+    let rogue = Command::new("docker")
+        .args(["run", "-d", "--network", "none", "--label", &format!("io.scopefs.deployment={deployment}")])
+        .args(["--label", "io.scopefs.environment=env_unknown", &image, "sleep", "600"])
+        .output()
+        .unwrap();
+    assert!(rogue.status.success(), "starting a rogue container");
+
+    let d = Daemon::start(dir.path(), &cfg, port);
+    assert_eq!(containers_of(&deployment), Vec::<String>::new(), "containers survive the restart");
+    let env = d.ok(&ta, "get_environment_status", json!({"environment_id": env_id}));
+    assert_eq!((env["state"].as_str(), env["end_reason"].as_str()), (Some("ended"), Some("daemon_restart")), "{env}");
+    assert!(env["runtime_seconds"].as_u64().is_some_and(|s| s >= 1), "runtime recorded: {env}");
+    let p = d.ok(&ta, "check_process", json!({"process_id": pid}));
+    assert_eq!(p["state"], "lost", "{p}");
+    // Compute works again after the restart.
+    let env2 = d.ok(&ta, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        d.ok(&ta, "execute_command", json!({"environment_id": env2, "command": "ls /workspace >/dev/null && echo ok"}))
+            ["stdout"],
+        "ok\n"
+    );
+    d.ok(&ta, "destroy_environment", json!({"environment_id": env2}));
+    remove_containers(&deployment);
+}
+
+#[test]
+fn docker_unreachable_file_tools_work_compute_is_503_and_nothing_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let sock = dir.path().join("no-such-docker.sock");
+    let cfg = write_config(dir.path(), port, "ct-nodocker", &format!("docker_host = {:?}\n", sock.to_string_lossy()));
+    let d = Daemon::start(dir.path(), &cfg, port);
+    let ta = format!("thread-a-{}", uid());
+    d.provision(&ta);
+    d.ok(&ta, "write_file", json!({"path": "/workspace/notes.txt", "content": "still works"}));
+    assert_eq!(d.ok(&ta, "read_file", json!({"path": "notes.txt"}))["content"], "still works");
+
+    let marker = PathBuf::from(format!("/tmp/marker-{}", uid()));
+    let touch = format!("touch {}", marker.display());
+    for (tool, params) in [
+        ("create_environment", json!({})),
+        ("list_environments", json!({})),
+        ("execute_command", json!({"environment_id": "env_x", "command": touch})),
+        ("start_process", json!({"command": touch})),
+        ("get_environment_status", json!({"environment_id": "env_x"})),
+        ("destroy_environment", json!({"environment_id": "env_x"})),
+        ("check_process", json!({"process_id": "proc_x"})),
+        ("stop_process", json!({"process_id": "proc_x"})),
+        ("list_processes", json!({})),
+    ] {
+        let (s, v) = d.tool(&ta, tool, params);
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("compute_unavailable")),
+            "{tool}: {v}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!marker.exists(), "a command ran on the host");
+    assert!(!d.mount_root.join("marker").exists());
+}
+
+/// Runs `scopefs serve` with a strict config and returns (exit success, stderr).
+fn strict_serve(executor: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = write_config(
+        dir.path(),
+        port,
+        &format!("ct-{}", &uid()[20..]),
+        &format!("isolation = \"required\"\n{executor}"),
+    );
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("serve")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            return (status.success(), err);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return (true, "still running".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn strict_mode_refuses_each_weak_configuration() {
+    let image = image();
+    let pinned = image_id(&image);
+    assert!(pinned.starts_with("sha256:"), "image id {pinned}");
+    let missing = format!("sandbox@sha256:{}", "0".repeat(64));
+    let cases = [
+        (format!("image = {image:?}\n"), "executor.image"),
+        (format!("image = {pinned:?}\nnetwork = \"bridge\"\n"), "executor.network"),
+        (format!("image = {pinned:?}\nuser = \"0:0\"\n"), "executor.user"),
+        (format!("image = {pinned:?}\nuser = \"root\"\n"), "executor.user"),
+        (format!("image = {pinned:?}\nmemory_bytes = 0\n"), "executor.memory_bytes"),
+        (format!("image = {pinned:?}\nnano_cpus = 0\n"), "executor.nano_cpus"),
+        (format!("image = {pinned:?}\npids_limit = 0\n"), "executor.pids_limit"),
+        (format!("image = {pinned:?}\ntmp_bytes = 0\n"), "executor.tmp_bytes"),
+        (format!("image = {pinned:?}\ndocker_host = \"/nonexistent/docker.sock\"\n"), "reachable Docker engine"),
+        (format!("image = {missing:?}\n"), "executor.image"),
+        (format!("image = {pinned:?}\nnetwork = \"host\"\n"), "executor.network"),
+    ];
+    for (section, needle) in cases {
+        let (ok, err) = strict_serve(&section);
+        assert!(!ok, "strict mode started with:\n{section}");
+        assert!(err.contains(needle), "stderr for\n{section}does not name {needle:?}:\n{err}");
+    }
+    // The full policy with a pinned image starts, and runs commands.
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let deployment = format!("ct-{}", &uid()[20..]);
+    let cfg = write_config(dir.path(), port, &deployment, &format!("isolation = \"required\"\nimage = {pinned:?}\n"));
+    let d = Daemon::start(dir.path(), &cfg, port);
+    let t = format!("thread-s-{}", uid());
+    d.provision(&t);
+    let env = d.ok(&t, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
+    assert_eq!(d.ok(&t, "execute_command", json!({"environment_id": env, "command": "id -u"}))["stdout"], "1000\n");
+    d.ok(&t, "destroy_environment", json!({"environment_id": env}));
+    remove_containers(&deployment);
+}
+
+#[test]
+fn an_environment_is_killed_at_its_max_runtime_and_a_dead_container_is_recorded() {
+    let image = image();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let deployment = format!("ct-{}", &uid()[20..]);
+    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
+    let d = Daemon::start(dir.path(), &cfg, port);
+    let t = format!("thread-r-{}", uid());
+    d.provision(&t);
+    let short = d.ok(&t, "create_environment", json!({"max_runtime_seconds": 2}))["environment_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let other = d.ok(&t, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
+    wait_until("the max-runtime kill", || {
+        d.ok(&t, "get_environment_status", json!({"environment_id": short}))["state"] == "ended"
+    });
+    let env = d.ok(&t, "get_environment_status", json!({"environment_id": short}));
+    assert_eq!(env["end_reason"], "max_runtime", "{env}");
+    assert!(env["runtime_seconds"].as_u64().is_some_and(|s| (2..=5).contains(&s)), "{env}");
+    // A container killed behind the daemon's back is recorded as ended, not left "running".
+    let ids = containers_of(&deployment);
+    assert_eq!(ids.len(), 1, "only the second environment's container remains");
+    assert!(Command::new("docker").args(["kill", &ids[0]]).output().unwrap().status.success());
+    wait_until("the death of the container", || {
+        d.ok(&t, "get_environment_status", json!({"environment_id": other}))["state"] == "ended"
+    });
+    let env = d.ok(&t, "get_environment_status", json!({"environment_id": other}));
+    assert_eq!(env["end_reason"], "container_exited", "{env}");
+    remove_containers(&deployment);
+}

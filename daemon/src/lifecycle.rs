@@ -121,9 +121,12 @@ impl ScopeService {
         self.stop_daemon_work(scope)
     }
 
-    /// Hook: stops every environment and process the daemon itself runs in `scope` and marks their
-    /// owners settled. The executor (SPEC §8) fills this; nothing runs in a scope yet.
-    fn stop_daemon_work(&self, _scope: &ScopeId) -> Result<(), ServiceError> {
+    /// Stops every environment and process the daemon itself runs in `scope` and marks their
+    /// owners settled (see `executor`); a failure is logged and retried by the maintenance pass.
+    fn stop_daemon_work(&self, scope: &ScopeId) -> Result<(), ServiceError> {
+        if let Err(e) = self.stop_scope_compute(scope) {
+            tracing::error!(scope_id = %scope, error = %e, "stopping the scope's environments failed; retried by maintenance");
+        }
         Ok(())
     }
 

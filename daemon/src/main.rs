@@ -3,6 +3,7 @@
 mod api;
 mod bench;
 mod doctor;
+mod executor;
 mod lifecycle;
 mod notify;
 mod scope_cmd;

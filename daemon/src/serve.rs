@@ -61,6 +61,12 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     // Generated now so operators find it; the admin routes use it.
     tokens::load_or_generate(cfg.admin_token.as_deref(), &control.join("admin-token"))
         .context("loading the admin token")?;
+    let hmac_secret = tokens::load_or_generate(cfg.hmac_secret.as_deref(), &control.join("hmac-secret"))
+        .context("loading the HMAC secret of /tools")?;
+    let tools_auth = api::ToolsAuth::new(hmac_secret, cfg.signature_window_secs, cfg.max_upload_bytes);
+
+    // Strict isolation refuses to start here, before anything is mounted (see `executor::build`).
+    let compute = crate::executor::build(&cfg, rt.handle().clone()).context("sandbox executor")?;
 
     let store = {
         let _in_runtime = rt.enter();
@@ -94,9 +100,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             lifecycle,
             rt.handle().clone(),
         )
-        .with_workspace(crate::service::WorkspaceSettings::from_config(&cfg)),
+        .with_workspace(crate::service::WorkspaceSettings::from_config(&cfg))
+        .with_compute(compute),
     );
-    let state = AppState { service: service.clone(), service_token: Arc::new(service_token) };
+    let state =
+        AppState { service: service.clone(), service_token: Arc::new(service_token), tools: Arc::new(tools_auth) };
     let result = rt.block_on(serve(addr, state, signals));
     rt.shutdown_timeout(Duration::from_secs(5));
     result
@@ -152,6 +160,11 @@ async fn serve(addr: SocketAddr, state: AppState, (term, int): (Signal, Signal))
 
     let svc = service.clone();
     let recovered = tokio::task::spawn_blocking(move || {
+        // Containers first: a restart ends every environment (their leaf bind mounts are dead).
+        match svc.reconcile_compute_at_startup() {
+            Ok(r) => tracing::info!(?r, "environments reconciled"),
+            Err(e) => tracing::error!(error = %e, "environment reconciliation failed; retried before compute requests"),
+        }
         let report = svc.recover()?;
         // Finishes deletes and purges a crash interrupted, before readiness.
         let maintenance = svc.maintenance_pass()?;

@@ -93,6 +93,8 @@ pub struct ScopeService {
     ready: AtomicBool,
     /// Limits and sources of the `/api/workspace*` routes.
     workspace: WorkspaceSettings,
+    /// The sandbox executor (SPEC §8); `None`: compute tools answer 503.
+    pub(crate) compute: Option<crate::executor::Compute>,
 }
 
 impl ScopeService {
@@ -118,7 +120,14 @@ impl ScopeService {
             rt,
             ready: AtomicBool::new(false),
             workspace: WorkspaceSettings::default(),
+            compute: None,
         }
+    }
+
+    /// Runs environments through `compute` (see `executor`).
+    pub fn with_compute(mut self, compute: crate::executor::Compute) -> ScopeService {
+        self.compute = Some(compute);
+        self
     }
 
     /// Sets the limits of the workspace file routes (default: `WorkspaceSettings::default()`).
@@ -306,6 +315,38 @@ impl ScopeService {
         }
         self.mounts.unmount_all();
         self.engines.lock().clear();
+    }
+}
+
+/// Signed `/tools/*` requests (seed 003 §4.3): the registry clock, single-use nonces, and the scope
+/// a request's thread acts in.
+impl ScopeService {
+    /// Now by the registry's clock (Unix milliseconds), so windows and nonce expiry agree.
+    pub fn now_ms(&self) -> i64 {
+        self.registry.now_ms()
+    }
+
+    /// Records a verified request's nonce until `expires_at_ms`; `false` if it was used before.
+    pub fn consume_nonce(&self, nonce: &str, expires_at_ms: i64) -> Result<bool, ServiceError> {
+        Ok(self.registry.consume_nonce(&self.deployment, nonce, expires_at_ms)?)
+    }
+
+    /// The scope `thread` acts in (its primary thread, or a live thread owner of it) with its open
+    /// engine. `ScopeNotFound` for an unknown thread or a scope that is not draft/active,
+    /// `NotMountable(Deleting)` while it is being deleted.
+    pub fn tool_scope(
+        &self,
+        thread: &ThreadId,
+    ) -> Result<(scopefs::registry::nonces::ThreadBinding, Arc<ScopeEngine>), ServiceError> {
+        let binding = self.registry.thread_binding(&self.deployment, thread)?.ok_or(ServiceError::ScopeNotFound)?;
+        match binding.scope.state {
+            ScopeState::Draft | ScopeState::Active => {
+                let engine = self.engine(&binding.scope)?;
+                Ok((binding, engine))
+            }
+            ScopeState::Deleting => Err(ServiceError::NotMountable(ScopeState::Deleting)),
+            _ => Err(ServiceError::ScopeNotFound),
+        }
     }
 }
 

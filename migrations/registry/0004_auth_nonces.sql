@@ -1,2 +1,11 @@
--- Single-use nonces of signed /tools requests (being written).
-SELECT 1;
+-- Single-use nonces of signed /tools requests (seed 003 §4.3): a nonce is recorded when its request
+-- is accepted and kept until its signature window has passed; a second use is refused (replay).
+CREATE TABLE auth_nonces (
+    deployment_id TEXT    NOT NULL,
+    nonce         TEXT    NOT NULL CHECK (length(nonce) BETWEEN 1 AND 128),
+    -- Unix milliseconds after which the request could not verify any more, so the row can go.
+    expires_at    INTEGER NOT NULL,
+    created_at    INTEGER NOT NULL,
+    PRIMARY KEY (deployment_id, nonce)
+) WITHOUT ROWID;
+CREATE INDEX auth_nonces_expiry ON auth_nonces (expires_at);

@@ -7,9 +7,11 @@
 //! machines are data, not code. All SQL of the registry lives in this module.
 //! Time comes from an injectable [`Clock`].
 
+pub mod environments;
 pub mod imports;
 mod leases;
 mod lifecycle;
+pub mod nonces;
 mod operations;
 mod owners;
 mod runs;

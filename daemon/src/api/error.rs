@@ -8,6 +8,7 @@ use axum::Json;
 use scopefs::engine::EngineError;
 use scopefs::ids::IdError;
 use scopefs::registry::{RegistryError, ScopeState};
+use scopefs::signing::SigningError;
 use scopefs::vpath::PathError;
 
 use crate::service::ServiceError;
@@ -74,6 +75,23 @@ impl ApiError {
         }
     }
 
+    /// A failure of a `/tools/*` route (seed 003 §4.7): a thread without a workspace is 404
+    /// `scope_not_found`, a missing file 404 `file_not_found`, a scope being deleted 409 `scope_deleting`.
+    pub fn tools(e: ServiceError) -> ApiError {
+        match &e {
+            ServiceError::ScopeNotFound => {
+                Self::new(StatusCode::NOT_FOUND, "scope_not_found", "no workspace is bound to this thread")
+            }
+            ServiceError::Engine(EngineError::NotFound) => {
+                Self::new(StatusCode::NOT_FOUND, "file_not_found", "no such file or directory")
+            }
+            ServiceError::NotMountable(ScopeState::Deleting) | ServiceError::Engine(EngineError::ReadOnly) => {
+                Self::new(StatusCode::CONFLICT, "scope_deleting", "the workspace is being deleted")
+            }
+            _ => ApiError::from(e),
+        }
+    }
+
     /// An internal failure: logged with its detail, answered with a generic message.
     pub fn internal(code: &'static str, detail: &dyn std::fmt::Display) -> ApiError {
         tracing::error!(code, error = %detail, "request failed");
@@ -132,6 +150,20 @@ impl From<MultipartError> for ApiError {
 impl From<PathRejection> for ApiError {
     fn from(e: PathRejection) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.body_text())
+    }
+}
+
+/// Signed-request failures (seed 003 §4.7): anything about authentication is 401.
+impl From<SigningError> for ApiError {
+    fn from(e: SigningError) -> ApiError {
+        let code = match e {
+            SigningError::BadJson(_) => return ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", e.to_string()),
+            SigningError::BadAuthContext(_) => "invalid_auth_context",
+            SigningError::BadSignature => "invalid_signature",
+            SigningError::OutsideWindow => "signature_expired",
+            SigningError::Replayed => "nonce_replayed",
+        };
+        ApiError::new(StatusCode::UNAUTHORIZED, code, e.to_string())
     }
 }
 
@@ -237,6 +269,36 @@ impl From<ServiceError> for ApiError {
     }
 }
 
+impl From<crate::executor::ComputeError> for ApiError {
+    /// Compute tools (seed 003 §4.7): 503 unavailable, 404 environment/process missing (another
+    /// scope's ids alike), 409 not running, 429 capacity, 400 validation.
+    fn from(e: crate::executor::ComputeError) -> ApiError {
+        use crate::executor::ComputeError as C;
+        match e {
+            C::Unavailable(detail) => {
+                tracing::warn!(error = %detail, "compute unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "compute_unavailable",
+                    "the sandbox executor is unavailable",
+                )
+            }
+            C::EnvironmentNotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "environment_not_found", "no such environment")
+            }
+            C::ProcessNotFound => ApiError::new(StatusCode::NOT_FOUND, "process_not_found", "no such process"),
+            C::NotRunning => {
+                ApiError::new(StatusCode::CONFLICT, "environment_not_running", "the environment is not running")
+            }
+            C::AtCapacity => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "compute_capacity_exceeded", e.to_string()),
+            C::Invalid(..) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()),
+            C::Service(s) => ApiError::tools(s),
+            C::Executor(_) => ApiError::internal("executor_error", &e),
+            C::Io(_) => ApiError::internal("runtime_area_error", &e),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
@@ -325,6 +387,24 @@ mod tests {
         assert_eq!(reg(RegistryError::LeaseNotHeld), (409, "lease_not_held"));
         assert_eq!(reg(RegistryError::Invalid { field: "turn_id", reason: "bad" }), (400, "invalid_request"));
         assert_eq!(status_code(ServiceError::StateNotRequestable), (409, "invalid_state_transition"));
+    }
+
+    #[test]
+    fn maps_signing_and_tool_errors() {
+        assert_eq!(status_code(SigningError::BadSignature), (401, "invalid_signature"));
+        assert_eq!(status_code(SigningError::OutsideWindow), (401, "signature_expired"));
+        assert_eq!(status_code(SigningError::Replayed), (401, "nonce_replayed"));
+        assert_eq!(status_code(SigningError::BadAuthContext("x")), (401, "invalid_auth_context"));
+        assert_eq!(status_code(SigningError::BadJson("x")), (400, "invalid_json"));
+        let tools = |e: ServiceError| {
+            let e = ApiError::tools(e);
+            (e.status.as_u16(), e.code)
+        };
+        assert_eq!(tools(ServiceError::ScopeNotFound), (404, "scope_not_found"));
+        assert_eq!(tools(ServiceError::Engine(EngineError::NotFound)), (404, "file_not_found"));
+        assert_eq!(tools(ServiceError::NotMountable(ScopeState::Deleting)), (409, "scope_deleting"));
+        assert_eq!(tools(ServiceError::Engine(EngineError::QuotaExceeded("bytes"))), (507, "quota_exceeded"));
+        assert_eq!(tools(ServiceError::Engine(EngineError::TooLarge)), (413, "too_large"));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use axum::{Json, Router};
 
 pub use error::ApiError;
 use routes::{Auth, RouteTable};
+pub use tools::ToolsAuth;
 
 use crate::service::{ScopeService, ServiceError};
 use crate::tokens::Token;
@@ -26,6 +27,8 @@ use crate::tokens::Token;
 pub struct AppState {
     pub service: Arc<ScopeService>,
     pub service_token: Arc<Token>,
+    /// Secret, window and limits of the signed `/tools/*` routes.
+    pub tools: Arc<ToolsAuth>,
 }
 
 /// Every route of the API (the single source of the router, `/openapi.json` and the auth tests).
@@ -47,8 +50,10 @@ pub fn router(state: AppState) -> Router {
         let group = match auth {
             Auth::Public => group,
             Auth::Service => group.route_layer(middleware::from_fn_with_state(state.clone(), require_service_token)),
-            // No admin or signed route exists yet: refuse until their checks are wired in.
-            Auth::Admin | Auth::Signed => group.route_layer(middleware::from_fn(refuse_unauthenticated)),
+            // Every signed route verifies its request in the `SignedRequest` extractor.
+            Auth::Signed => group,
+            // No admin route exists yet: refuse until its check is wired in.
+            Auth::Admin => group.route_layer(middleware::from_fn(refuse_unauthenticated)),
         };
         app = app.merge(group);
     }

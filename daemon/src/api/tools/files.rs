@@ -1,8 +1,673 @@
-//! `/tools/*` files routes (being written).
+//! `/tools/*` file tools (seed 003 §4.5–4.7): read, write, edit, list, grep, glob, upload and
+//! download, on the scope's file engine (no container needed).
+//!
+//! Conventions:
+//! - Every route takes a [`SignedRequest`]; `environment_id` may be sent and is ignored: the files
+//!   of every environment of a scope are the scope's files.
+//! - Paths are `/workspace/...` or relative to `/workspace`; anything else (another absolute path,
+//!   `..`, control characters, reserved names) is 400 `invalid_path` (rules of `scopefs::vpath`).
+//!   Answers name files as `/workspace/...`.
+//! - Symlinks are never followed: the engine's path API resolves without following them, and
+//!   `grep_files`/`glob_files` walk directories with `list_path`, descending only into real
+//!   directories, so nothing outside the scope is ever reached whatever the pattern.
+//! - Content moved in one request is at most `ToolsAuth::file_limit` bytes (more is 413); read_file
+//!   and edit_file need UTF-8 text (otherwise 409 `not_utf8`: use download_file); a full quota is 507.
+//! - `edit_file`: `old_string` must occur exactly once unless `replace_all`; absent → 409
+//!   `old_string_not_found`, several → 409 `old_string_not_unique` (a conflict with the file's
+//!   current content, not a malformed request). The edit is an atomic replace of the whole file.
+//! - `grep_files`: `pattern` is a literal substring (no regular expressions: nothing to backtrack),
+//!   matched per line; optional `glob` filters file paths (relative to `path`); at most 200 matches,
+//!   files over the file limit are skipped, lines are cut at 1000 bytes.
+//! - `glob_files`: `*` and `?` within a name, `**` across directories, `[abc]` classes; at most 1000
+//!   results. Patterns with `..`, or absolute outside `/workspace`, are 400.
+//! - Walks stop after 100 000 entries and say `truncated`.
+//! - Writes (write_file, edit_file, upload_file) are refused with 403 `read_only` for a memory
+//!   worker's thread (SPEC §8).
 
-use super::super::routes::RouteTable;
-use super::super::AppState;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::Json;
+use scopefs::engine::{Attr, EngineError, FileKind, ScopeEngine, WriteMode};
+use scopefs::vpath::{self, PathError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::time::UNIX_EPOCH;
 
+use super::super::routes::{Auth, RouteTable};
+use super::super::{ApiError, AppState};
+use super::auth::{run_tool, SignedRequest};
+use crate::service::{api_owner, ServiceError};
+
+/// Most entries `list_dir` returns.
+const MAX_LIST: usize = 1000;
+/// Most matches `grep_files` returns.
+const MAX_GREP_MATCHES: usize = 200;
+/// Most paths `glob_files` returns.
+const MAX_GLOB: usize = 1000;
+/// Most directory entries a walk visits.
+const MAX_WALK: usize = 100_000;
+/// Longest line `grep_files` returns.
+const MAX_LINE: usize = 1000;
+/// The prefix of the container view of a scope.
+const WORKSPACE: &str = "/workspace";
+
+/// Adds the file tool routes to the table.
 pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
+    let s = Auth::Signed;
     table
+        .add("POST", "/tools/read_file", s, "Read a text file of the workspace", post(read_file))
+        .add("POST", "/tools/write_file", s, "Write a text file (atomic replace, creates parents)", post(write_file))
+        .add("POST", "/tools/edit_file", s, "Replace a unique old_string (or all with replace_all)", post(edit_file))
+        .add("POST", "/tools/list_dir", s, "List one directory (bounded)", post(list_dir))
+        .add("POST", "/tools/grep_files", s, "Literal search in files below a directory (bounded)", post(grep_files))
+        .add("POST", "/tools/glob_files", s, "Paths matching a glob pattern (bounded)", post(glob_files))
+        .add("POST", "/tools/upload_file", s, "Write base64 content checked against its sha256", post(upload_file))
+        .add("POST", "/tools/download_file", s, "A file's content as base64 with its sha256", post(download_file))
+}
+
+fn engine_err(e: EngineError) -> ApiError {
+    ApiError::tools(ServiceError::Engine(e))
+}
+
+fn bad(code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, code, message)
+}
+
+fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, code, message)
+}
+
+/// A tool path (`/workspace/...` or relative) as a normalized scope path; `""` is the root, which
+/// only directory arguments (`dir = true`) accept.
+pub fn tool_path(raw: &str, dir: bool) -> Result<String, ApiError> {
+    let rel = if raw == WORKSPACE {
+        ""
+    } else if let Some(rest) = raw.strip_prefix("/workspace/") {
+        rest
+    } else if raw.starts_with('/') {
+        return Err(PathError::Absolute.into());
+    } else {
+        raw
+    };
+    let rel = if rel.trim_matches('/').is_empty() || rel == "." || rel == "./" { "" } else { rel };
+    if rel.is_empty() {
+        return if dir { Ok(String::new()) } else { Err(PathError::Empty.into()) };
+    }
+    Ok(vpath::normalize(rel)?)
+}
+
+/// The container view of a scope path.
+fn shown(rel: &str) -> String {
+    if rel.is_empty() {
+        WORKSPACE.to_string()
+    } else {
+        format!("{WORKSPACE}/{rel}")
+    }
+}
+
+fn kind_str(k: FileKind) -> &'static str {
+    match k {
+        FileKind::File => "file",
+        FileKind::Dir => "directory",
+        FileKind::Symlink => "symlink",
+        FileKind::Fifo => "fifo",
+        FileKind::Socket => "socket",
+    }
+}
+
+fn mtime_secs(a: &Attr) -> f64 {
+    a.mtime.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+/// Reads a whole regular file of at most `limit` bytes.
+fn read_whole(engine: &ScopeEngine, rel: &str, limit: u64) -> Result<Vec<u8>, ApiError> {
+    let attr = engine.resolve_path(rel).map_err(engine_err)?;
+    match attr.kind {
+        FileKind::File => {}
+        FileKind::Dir => return Err(engine_err(EngineError::IsDir)),
+        _ => return Err(engine_err(EngineError::NotFound)),
+    }
+    if attr.size > limit {
+        return Err(ApiError::too_large());
+    }
+    let data = engine.read_path(rel, 0, limit + 1).map_err(engine_err)?;
+    if data.len() as u64 > limit {
+        return Err(ApiError::too_large());
+    }
+    Ok(data)
+}
+
+/// Writes `data` as the new version of `rel` (creating parent directories).
+fn write_whole(engine: &ScopeEngine, rel: &str, data: &[u8], limit: u64) -> Result<Attr, ApiError> {
+    if data.len() as u64 > limit {
+        return Err(ApiError::too_large());
+    }
+    let owner = api_owner(engine).map_err(engine_err)?;
+    if let Some((parent, _)) = rel.rsplit_once('/') {
+        engine.make_dirs(parent, owner).map_err(engine_err)?;
+    }
+    engine.write_path(rel, &mut &data[..], limit, WriteMode::Replace, owner).map_err(engine_err)
+}
+
+fn require_write<T>(req: &SignedRequest<T>) -> Result<(), ApiError> {
+    if req.may_write() {
+        Ok(())
+    } else {
+        Err(ApiError::new(StatusCode::FORBIDDEN, "read_only", "this thread may not change workspace files"))
+    }
+}
+
+fn text(data: Vec<u8>) -> Result<String, ApiError> {
+    String::from_utf8(data).map_err(|_| conflict("not_utf8", "the file is not UTF-8 text; use download_file"))
+}
+
+#[derive(Debug, Deserialize)]
+struct PathParams {
+    path: String,
+}
+
+async fn read_file(State(st): State<AppState>, req: SignedRequest<PathParams>) -> Result<Json<Value>, ApiError> {
+    let limit = st.tools.file_limit;
+    run_tool(move || {
+        let rel = tool_path(&req.body.path, false)?;
+        let content = text(read_whole(&req.engine, &rel, limit)?)?;
+        Ok(Json(json!({ "path": shown(&rel), "content": content, "size_bytes": content.len() })))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct WriteParams {
+    path: String,
+    content: String,
+}
+
+async fn write_file(State(st): State<AppState>, req: SignedRequest<WriteParams>) -> Result<Json<Value>, ApiError> {
+    require_write(&req)?;
+    let limit = st.tools.file_limit;
+    run_tool(move || {
+        let rel = tool_path(&req.body.path, false)?;
+        let data = req.body.content.as_bytes();
+        let attr = write_whole(&req.engine, &rel, data, limit)?;
+        Ok(Json(json!({ "path": shown(&rel), "size_bytes": attr.size, "sha256": sha256_hex(data) })))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct EditParams {
+    path: String,
+    old_string: String,
+    new_string: String,
+    #[serde(default)]
+    replace_all: bool,
+}
+
+async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -> Result<Json<Value>, ApiError> {
+    require_write(&req)?;
+    let limit = st.tools.file_limit;
+    run_tool(move || {
+        let p = &req.body;
+        let rel = tool_path(&p.path, false)?;
+        if p.old_string.is_empty() {
+            return Err(bad("invalid_request", "old_string must not be empty"));
+        }
+        if p.old_string == p.new_string {
+            return Err(bad("invalid_request", "old_string and new_string are the same"));
+        }
+        let before = text(read_whole(&req.engine, &rel, limit)?)?;
+        let count = before.matches(p.old_string.as_str()).count();
+        match count {
+            0 => return Err(conflict("old_string_not_found", "old_string does not occur in the file")),
+            1 => {}
+            n if !p.replace_all => {
+                return Err(conflict(
+                    "old_string_not_unique",
+                    format!("old_string occurs {n} times; give more context or set replace_all"),
+                ))
+            }
+            _ => {}
+        }
+        let after = before.replace(p.old_string.as_str(), &p.new_string);
+        let attr = write_whole(&req.engine, &rel, after.as_bytes(), limit)?;
+        let lines = |s: &str| s.lines().count();
+        Ok(Json(json!({
+            "path": shown(&rel),
+            "replacements": count,
+            "lines_removed": lines(&p.old_string) * count,
+            "lines_added": lines(&p.new_string) * count,
+            "size_bytes": attr.size,
+        })))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct DirParams {
+    #[serde(default = "workspace_root")]
+    path: String,
+}
+
+fn workspace_root() -> String {
+    WORKSPACE.to_string()
+}
+
+async fn list_dir(req: SignedRequest<DirParams>) -> Result<Json<Value>, ApiError> {
+    run_tool(move || {
+        let rel = tool_path(&req.body.path, true)?;
+        let entries = req.engine.list_path(&rel, false).map_err(engine_err)?;
+        let truncated = entries.len() > MAX_LIST;
+        let items: Vec<Value> = entries
+            .iter()
+            .take(MAX_LIST)
+            .map(|e| {
+                json!({
+                    "name": vpath::file_name(&e.path),
+                    "path": shown(&e.path),
+                    "type": kind_str(e.attr.kind),
+                    "size_bytes": e.attr.size,
+                    "mtime": mtime_secs(&e.attr),
+                })
+            })
+            .collect();
+        Ok(Json(json!({ "path": shown(&rel), "entries": items, "truncated": truncated })))
+    })
+    .await
+}
+
+/// Visits every entry below `dir` (breadth first, sorted per directory), never following a
+/// symlink; stops when `visit` returns `false` or after `MAX_WALK` entries. Returns whether it was cut short.
+fn walk(
+    engine: &ScopeEngine,
+    dir: &str,
+    mut visit: impl FnMut(&str, &Attr) -> Result<bool, ApiError>,
+) -> Result<bool, ApiError> {
+    let mut queue = std::collections::VecDeque::from([dir.to_string()]);
+    let mut seen = 0usize;
+    while let Some(d) = queue.pop_front() {
+        let entries = match engine.list_path(&d, false) {
+            Ok(e) => e,
+            // Removed or replaced while walking: skip it.
+            Err(EngineError::NotFound | EngineError::NotDir) if d != dir => continue,
+            Err(e) => return Err(engine_err(e)),
+        };
+        for e in entries {
+            seen += 1;
+            if seen > MAX_WALK {
+                return Ok(true);
+            }
+            if e.attr.kind == FileKind::Dir {
+                queue.push_back(e.path.clone());
+            }
+            if !visit(&e.path, &e.attr)? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// The part of `path` below `base` (`base` may be the root `""`).
+fn below<'a>(base: &str, path: &'a str) -> &'a str {
+    if base.is_empty() {
+        path
+    } else {
+        path.strip_prefix(base).and_then(|p| p.strip_prefix('/')).unwrap_or(path)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct GrepParams {
+    pattern: String,
+    #[serde(default = "workspace_root")]
+    path: String,
+    #[serde(default)]
+    glob: Option<String>,
+}
+
+async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) -> Result<Json<Value>, ApiError> {
+    let limit = st.tools.file_limit;
+    run_tool(move || {
+        let p = &req.body;
+        if p.pattern.is_empty() {
+            return Err(bad("invalid_request", "pattern must not be empty"));
+        }
+        let base = tool_path(&p.path, true)?;
+        let filter = p.glob.as_deref().map(Glob::parse).transpose()?;
+        let engine = &req.engine;
+        let mut matches = Vec::new();
+        let mut files_searched = 0u64;
+        let mut grep_one = |path: &str, attr: &Attr| -> Result<bool, ApiError> {
+            if attr.kind != FileKind::File || attr.size > limit {
+                return Ok(true);
+            }
+            if filter.as_ref().is_some_and(|g| !g.matches(below(&base, path))) {
+                return Ok(true);
+            }
+            let data = match engine.read_path(path, 0, limit) {
+                Ok(d) => d,
+                Err(EngineError::NotFound) => return Ok(true),
+                Err(e) => return Err(engine_err(e)),
+            };
+            files_searched += 1;
+            let needle = p.pattern.as_bytes();
+            for (i, line) in data.split(|&b| b == b'\n').enumerate() {
+                if line.windows(needle.len()).any(|w| w == needle) {
+                    if matches.len() == MAX_GREP_MATCHES {
+                        return Ok(false);
+                    }
+                    let cut = &line[..line.len().min(MAX_LINE)];
+                    matches.push(json!({
+                        "path": shown(path),
+                        "line_number": i + 1,
+                        "line": String::from_utf8_lossy(cut),
+                    }));
+                }
+            }
+            Ok(true)
+        };
+        let start = engine.resolve_path(&base).map_err(engine_err)?;
+        let truncated =
+            if start.kind == FileKind::File { !grep_one(&base, &start)? } else { walk(engine, &base, grep_one)? };
+        Ok(Json(json!({ "matches": matches, "files_searched": files_searched, "truncated": truncated })))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct GlobParams {
+    pattern: String,
+    #[serde(default = "workspace_root")]
+    path: String,
+}
+
+async fn glob_files(req: SignedRequest<GlobParams>) -> Result<Json<Value>, ApiError> {
+    run_tool(move || {
+        let base = tool_path(&req.body.path, true)?;
+        let pattern = req.body.pattern.strip_prefix("/workspace/").unwrap_or(&req.body.pattern);
+        let glob = Glob::parse(pattern)?;
+        let mut found = Vec::new();
+        let truncated = walk(&req.engine, &base, |path, _| {
+            if glob.matches(below(&base, path)) {
+                if found.len() == MAX_GLOB {
+                    return Ok(false);
+                }
+                found.push(shown(path));
+            }
+            Ok(true)
+        })?;
+        found.sort();
+        Ok(Json(json!({ "paths": found, "truncated": truncated })))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct UploadParams {
+    remote_path: String,
+    content_base64: String,
+    sha256: String,
+}
+
+async fn upload_file(State(st): State<AppState>, req: SignedRequest<UploadParams>) -> Result<Json<Value>, ApiError> {
+    require_write(&req)?;
+    let limit = st.tools.file_limit;
+    run_tool(move || {
+        let p = &req.body;
+        let rel = tool_path(&p.remote_path, false)?;
+        if p.content_base64.len() as u64 / 4 * 3 > limit + 3 {
+            return Err(ApiError::too_large());
+        }
+        let data = base64::decode(&p.content_base64)
+            .ok_or_else(|| bad("invalid_base64", "content_base64 is not valid base64"))?;
+        let digest = sha256_hex(&data);
+        if !digest.eq_ignore_ascii_case(p.sha256.trim()) {
+            return Err(bad("sha256_mismatch", "the content does not match sha256"));
+        }
+        let attr = write_whole(&req.engine, &rel, &data, limit)?;
+        Ok(Json(json!({ "path": shown(&rel), "size_bytes": attr.size, "sha256": digest })))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct DownloadParams {
+    remote_path: String,
+}
+
+async fn download_file(
+    State(st): State<AppState>,
+    req: SignedRequest<DownloadParams>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = st.tools.file_limit;
+    run_tool(move || {
+        let rel = tool_path(&req.body.remote_path, false)?;
+        let data = read_whole(&req.engine, &rel, limit)?;
+        Ok(Json(json!({
+            "path": shown(&rel),
+            "content_base64": base64::encode(&data),
+            "sha256": sha256_hex(&data),
+            "size_bytes": data.len(),
+        })))
+    })
+    .await
+}
+
+/// A glob pattern over `/`-separated relative paths.
+#[derive(Debug)]
+struct Glob {
+    parts: Vec<String>,
+}
+
+impl Glob {
+    fn parse(pattern: &str) -> Result<Glob, ApiError> {
+        if pattern.is_empty() || pattern.len() > 1024 {
+            return Err(bad("invalid_pattern", "pattern must be 1-1024 bytes"));
+        }
+        if pattern.starts_with('/') {
+            return Err(bad("invalid_pattern", "pattern must be relative to the directory searched"));
+        }
+        if pattern.chars().any(char::is_control) || pattern.contains('\\') {
+            return Err(bad("invalid_pattern", "pattern contains a control character or backslash"));
+        }
+        let parts: Vec<String> =
+            pattern.split('/').filter(|p| !p.is_empty() && *p != ".").map(str::to_string).collect();
+        if parts.iter().any(|p| p == "..") {
+            return Err(bad("invalid_pattern", "pattern contains '..'"));
+        }
+        if parts.iter().filter(|p| p.as_str() == "**").count() > 4 {
+            return Err(bad("invalid_pattern", "at most four '**' components"));
+        }
+        Ok(Glob { parts })
+    }
+
+    fn matches(&self, path: &str) -> bool {
+        let segs: Vec<&str> = path.split('/').collect();
+        match_parts(&self.parts, &segs)
+    }
+}
+
+fn match_parts(pat: &[String], segs: &[&str]) -> bool {
+    match pat.split_first() {
+        None => segs.is_empty(),
+        Some((p, rest)) if p == "**" => (0..=segs.len()).any(|skip| match_parts(rest, &segs[skip..])),
+        Some((p, rest)) => segs
+            .split_first()
+            .is_some_and(|(s, more)| match_name(p.as_bytes(), s.as_bytes()) && match_parts(rest, more)),
+    }
+}
+
+/// `*`, `?` and `[...]` within one name (a leading `.` is matched like any character).
+fn match_name(p: &[u8], s: &[u8]) -> bool {
+    // Iterative matching with one backtrack point for the last `*` (linear in practice).
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        if pi < p.len() {
+            match p[pi] {
+                b'*' => {
+                    star = Some((pi, si));
+                    pi += 1;
+                    continue;
+                }
+                b'?' => {
+                    pi += 1;
+                    si += 1;
+                    continue;
+                }
+                b'[' => {
+                    if let Some((ok, next)) = class(&p[pi..], s[si]) {
+                        if ok {
+                            pi += next;
+                            si += 1;
+                            continue;
+                        }
+                    } else if s[si] == b'[' {
+                        pi += 1;
+                        si += 1;
+                        continue;
+                    }
+                }
+                c if c == s[si] => {
+                    pi += 1;
+                    si += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        match star {
+            Some((sp, ss)) => {
+                pi = sp + 1;
+                si = ss + 1;
+                star = Some((sp, ss + 1));
+            }
+            None => return false,
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// A `[...]` class at the start of `p`: whether `c` is in it and the class's length; `None` if unclosed.
+fn class(p: &[u8], c: u8) -> Option<(bool, usize)> {
+    let end = p.iter().skip(2).position(|&b| b == b']')? + 2;
+    let body = &p[1..end];
+    let (negate, body) = match body.first() {
+        Some(b'!' | b'^') => (true, &body[1..]),
+        _ => (false, body),
+    };
+    let mut hit = false;
+    let mut i = 0;
+    while i < body.len() {
+        if i + 2 < body.len() && body[i + 1] == b'-' {
+            hit |= body[i] <= c && c <= body[i + 2];
+            i += 3;
+        } else {
+            hit |= body[i] == c;
+            i += 1;
+        }
+    }
+    Some((hit != negate, end + 1))
+}
+
+/// Standard base64 with padding (RFC 4648 §4).
+mod base64 {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+    pub fn encode(data: &[u8]) -> String {
+        let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+        for chunk in data.chunks(3) {
+            let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    /// Strict decoding (padding required, no whitespace); `None` if malformed.
+    pub fn decode(text: &str) -> Option<Vec<u8>> {
+        let t = text.as_bytes();
+        if !t.len().is_multiple_of(4) {
+            return None;
+        }
+        let val = |c: u8| ALPHABET.iter().position(|&a| a == c).map(|v| v as u32);
+        let mut out = Vec::with_capacity(t.len() / 4 * 3);
+        for (k, q) in t.chunks(4).enumerate() {
+            let last = k == t.len() / 4 - 1;
+            let pad = q.iter().rev().take_while(|&&c| c == b'=').count();
+            if pad > 2 || (pad > 0 && !last) {
+                return None;
+            }
+            let mut n = 0u32;
+            for &c in &q[..4 - pad] {
+                n = (n << 6) | val(c)?;
+            }
+            n <<= 6 * pad as u32;
+            let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+            // Bits below the last byte must be zero (canonical encoding).
+            if (pad == 1 && bytes[2] != 0) || (pad == 2 && (bytes[1] != 0 || bytes[2] != 0)) {
+                return None;
+            }
+            out.extend_from_slice(&bytes[..3 - pad]);
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_paths_stay_in_the_workspace() {
+        assert_eq!(tool_path("/workspace/a/b.txt", false).unwrap(), "a/b.txt");
+        assert_eq!(tool_path("a//b.txt", false).unwrap(), "a/b.txt");
+        assert_eq!(tool_path("/workspace", true).unwrap(), "");
+        assert_eq!(tool_path(".", true).unwrap(), "");
+        for bad in ["/etc/passwd", "../x", "/workspace/../x", "a/../../x", "a\u{1}b", "/workspace", "", "/workspacex/a"]
+        {
+            assert_eq!(tool_path(bad, false).unwrap_err().status, StatusCode::BAD_REQUEST, "{bad:?}");
+        }
+        assert!(tool_path("/workspace/.control/x", false).is_err());
+    }
+
+    #[test]
+    fn globs_match_names_and_directories() {
+        let g = |p: &str, s: &str| Glob::parse(p).unwrap().matches(s);
+        assert!(g("*.py", "a.py"));
+        assert!(!g("*.py", "d/a.py"));
+        assert!(g("**/*.py", "a.py"));
+        assert!(g("**/*.py", "d/e/a.py"));
+        assert!(g("d/**", "d/e/a.py"));
+        assert!(g("?.[ch]", "x.c"));
+        assert!(!g("?.[!ch]", "x.c"));
+        assert!(g("a*b*c", "aXbYbc"));
+        assert!(!g("a*b*c", "aXbYb"));
+        assert!(Glob::parse("../*").is_err());
+        assert!(Glob::parse("/etc/*").is_err());
+    }
+
+    #[test]
+    fn base64_round_trips_and_is_strict() {
+        for data in [&b""[..], b"f", b"fo", b"foo", b"foob", b"fooba", b"foobar", &[0, 255, 128, 7]] {
+            assert_eq!(base64::decode(&base64::encode(data)).unwrap(), data);
+        }
+        assert_eq!(base64::encode(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64::encode(b"fo"), "Zm8=");
+        for bad in ["Zm8", "Zm9=", "Z===", "Zm8=Zm8=", "Zm 8"] {
+            assert!(base64::decode(bad).is_none(), "{bad}");
+        }
+    }
 }

@@ -1,7 +1,12 @@
 //! `/tools/*`: the HMAC-signed execution API of the agent runtime (SPEC §7.3, seed 003 §4).
 
+pub mod auth;
 mod compute;
 mod files;
+
+#[allow(unused_imports)] // For the compute tools.
+pub use auth::SignedRequest;
+pub use auth::ToolsAuth;
 
 use super::routes::RouteTable;
 use super::AppState;

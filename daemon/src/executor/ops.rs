@@ -1,0 +1,551 @@
+//! Compute work of a scope (`ScopeService` methods, synchronous — call them on blocking threads):
+//! environments, commands, background processes, stopping a scope's work, startup reconciliation.
+//!
+//! Every request is scoped: an environment or process id of another scope is "not found", lists
+//! only show the caller's scope, and process logs live under `<data_dir>/runtime/<scope>/processes/`
+//! (outside every scope's files) where only this scope's requests read them. Every method first
+//! checks that the engine answers — otherwise `ComputeError::Unavailable` (HTTP 503) and nothing
+//! runs anywhere, in particular never on the host.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use scopefs::executor::{ContainerSpec, ExecOutput, ExecRequest, ExecutorError, ProcessExit, SpawnRequest};
+use scopefs::ids::ScopeId;
+use scopefs::registry::environments::{
+    EnvironmentRecord, EnvironmentState, NewEnvironment, ProcessRecord, ProcessState,
+};
+
+use super::{Compute, ComputeError};
+use crate::service::ScopeService;
+
+/// Who asks (from the signed `auth_context`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub user_id: String,
+    pub thread_id: String,
+    /// The caller is a memory worker: `/workspace` is bound read-only.
+    pub read_only: bool,
+}
+
+/// `create_environment` parameters the daemon honours.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreateEnvironment {
+    pub max_runtime_seconds: Option<u64>,
+}
+
+/// The end of a process log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogTail {
+    pub text: String,
+    /// Size of the whole log in bytes.
+    pub log_bytes: u64,
+    /// The tail does not start at the beginning of the log.
+    pub truncated: bool,
+}
+
+/// What reconciliation did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcileReport {
+    pub environments_ended: usize,
+    pub containers_removed: usize,
+    pub containers_kept: usize,
+}
+
+/// End reasons recorded on environments.
+pub mod reason {
+    pub const DESTROYED: &str = "destroyed";
+    pub const MAX_RUNTIME: &str = "max_runtime";
+    pub const EXITED: &str = "container_exited";
+    pub const CREATE_FAILED: &str = "create_failed";
+    pub const DAEMON_RESTART: &str = "daemon_restart";
+    pub const SCOPE_DELETED: &str = "scope_deleted";
+}
+
+impl ScopeService {
+    /// The executor, once it answers and leftover containers are reconciled.
+    fn compute_ready(&self) -> Result<&Compute, ComputeError> {
+        let compute =
+            self.compute.as_ref().ok_or_else(|| ComputeError::Unavailable("no executor is configured".into()))?;
+        compute.executor.ping()?;
+        if compute.needs_reconcile() {
+            self.reconcile_containers()?;
+        }
+        Ok(compute)
+    }
+
+    fn scoped_env(&self, scope: &ScopeId, env: &str) -> Result<EnvironmentRecord, ComputeError> {
+        self.registry.environment(&self.deployment, scope, env)?.ok_or(ComputeError::EnvironmentNotFound)
+    }
+
+    fn process_log_path(&self, compute: &Compute, scope: &ScopeId, process_id: &str) -> PathBuf {
+        compute.settings.runtime_dir.join(scope.as_str()).join("processes").join(format!("{process_id}.log"))
+    }
+
+    /// Creates an environment: registry row and owner first, then the container (the scope's
+    /// mountpoint at `/workspace`), then `running`, a max-runtime timer and a watcher that records
+    /// the container's death.
+    pub fn create_environment(
+        self: &Arc<Self>,
+        scope: &ScopeId,
+        caller: &Caller,
+        req: &CreateEnvironment,
+    ) -> Result<EnvironmentRecord, ComputeError> {
+        let compute = self.compute_ready()?;
+        let max = compute.settings.max_runtime_secs;
+        let requested = req.max_runtime_seconds;
+        if requested == Some(0) {
+            return Err(ComputeError::Invalid("max_runtime_seconds", "must be at least 1".into()));
+        }
+        let effective = requested.unwrap_or(max).min(max);
+        let (_, mountpoint) = self.mount(scope)?;
+        if let Some((uid, gid)) = compute.settings.sandbox_owner.filter(|_| !caller.read_only) {
+            use std::os::unix::fs::MetadataExt;
+            if std::fs::metadata(&mountpoint)?.uid() == 0 {
+                std::os::unix::fs::chown(&mountpoint, Some(uid), Some(gid))?;
+            }
+        }
+        let new = NewEnvironment {
+            user_id: caller.user_id.clone(),
+            thread_id: caller.thread_id.clone(),
+            read_only: caller.read_only,
+            requested_max_runtime_seconds: requested,
+            effective_max_runtime_seconds: effective,
+            max_live_per_scope: compute.settings.max_environments_per_scope,
+        };
+        let env = self.registry.create_environment(&self.deployment, scope, &new)?.ok_or(ComputeError::AtCapacity)?;
+        let spec = ContainerSpec {
+            deployment_id: self.deployment.clone(),
+            scope_id: scope.to_string(),
+            owner_id: env.owner_id.clone(),
+            environment_id: env.environment_id.clone(),
+            workspace: mountpoint,
+            read_only_workspace: caller.read_only,
+        };
+        let container = match compute.executor.create(&spec) {
+            Ok(c) => c,
+            Err(e) => {
+                self.registry.end_environment(&self.deployment, &env.environment_id, true, reason::CREATE_FAILED)?;
+                return Err(e.into());
+            }
+        };
+        self.registry.attach_container(&self.deployment, &env.environment_id, &container)?;
+        let Some(running) = self.registry.environment_started(&self.deployment, &env.environment_id)? else {
+            // Ended meanwhile (scope deleted): make sure the container goes too.
+            let _ = compute.executor.remove(&container);
+            return Err(ComputeError::NotRunning);
+        };
+        tracing::info!(scope_id = %scope, environment_id = %running.environment_id, effective_max_runtime_seconds = effective, "environment started");
+        self.arm_environment(&running, &container);
+        Ok(running)
+    }
+
+    /// The max-runtime timer and the death watcher of a running environment.
+    fn arm_environment(self: &Arc<Self>, env: &EnvironmentRecord, container: &str) {
+        let Some(compute) = self.compute.as_ref() else { return };
+        let svc = self.clone();
+        let env_id = env.environment_id.clone();
+        let runtime = Duration::from_secs(env.effective_max_runtime_seconds);
+        self.rt.spawn(async move {
+            tokio::time::sleep(runtime).await;
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Err(e) = svc.stop_environment(&env_id, reason::MAX_RUNTIME, true) {
+                    tracing::error!(environment_id = %env_id, error = %e, "stopping an environment at its max runtime failed");
+                }
+            })
+            .await;
+        });
+        let svc = self.clone();
+        let env_id = env.environment_id.clone();
+        let watched = compute.executor.watch(
+            container,
+            Box::new(move || {
+                let Some(compute) = svc.compute.as_ref() else { return };
+                if compute.stopping.lock().contains(&env_id) {
+                    return;
+                }
+                match svc.registry.end_environment(&svc.deployment, &env_id, false, reason::EXITED) {
+                    Ok((_, true)) => {
+                        tracing::warn!(environment_id = %env_id, "environment's container stopped by itself")
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(environment_id = %env_id, error = %e, "recording a stopped container failed")
+                    }
+                }
+            }),
+        );
+        if let Err(e) = watched {
+            tracing::warn!(environment_id = %env.environment_id, error = %e, "cannot watch the environment's container");
+        }
+    }
+
+    /// Removes an environment's container and records its end once. With `record_anyway`, the end
+    /// is recorded even if the engine could not be reached (the container is then removed by the
+    /// next reconciliation); otherwise such a failure is returned and the environment stays live.
+    pub(crate) fn stop_environment(
+        &self,
+        env_id: &str,
+        why: &str,
+        record_anyway: bool,
+    ) -> Result<(EnvironmentRecord, bool), ComputeError> {
+        let compute =
+            self.compute.as_ref().ok_or_else(|| ComputeError::Unavailable("no executor is configured".into()))?;
+        let env =
+            self.registry.environment_unscoped(&self.deployment, env_id)?.ok_or(ComputeError::EnvironmentNotFound)?;
+        if !env.state.is_live() {
+            return Ok((env, false));
+        }
+        compute.stopping.lock().insert(env_id.to_string());
+        let removed = match &env.container_id {
+            Some(c) => compute.executor.remove(c),
+            None => Ok(()),
+        };
+        let result = match removed {
+            Ok(()) => self.registry.end_environment(&self.deployment, env_id, false, why).map_err(ComputeError::from),
+            Err(e) if record_anyway => {
+                tracing::warn!(environment_id = %env_id, error = %e, "container not removed; reconciliation removes it later");
+                compute.set_reconciled(false);
+                self.registry.end_environment(&self.deployment, env_id, false, why).map_err(ComputeError::from)
+            }
+            Err(e) => Err(e.into()),
+        };
+        compute.stopping.lock().remove(env_id);
+        if let Ok((rec, true)) = &result {
+            tracing::info!(environment_id = %env_id, reason = why, runtime_seconds = rec.runtime_seconds, "environment ended");
+        }
+        result
+    }
+
+    /// Destroys an environment of `scope`; destroying an ended one again returns it unchanged.
+    pub fn destroy_environment(
+        &self,
+        scope: &ScopeId,
+        env_id: &str,
+    ) -> Result<(EnvironmentRecord, bool), ComputeError> {
+        self.compute_ready()?;
+        let env = self.scoped_env(scope, env_id)?;
+        self.stop_environment(&env.environment_id, reason::DESTROYED, false)
+    }
+
+    /// The environments of `scope`, oldest first.
+    pub fn list_environments(&self, scope: &ScopeId) -> Result<Vec<EnvironmentRecord>, ComputeError> {
+        self.compute_ready()?;
+        Ok(self.registry.environments(&self.deployment, scope)?)
+    }
+
+    /// One environment of `scope`; a running one whose container has gone is recorded as ended first.
+    pub fn environment_status(&self, scope: &ScopeId, env_id: &str) -> Result<EnvironmentRecord, ComputeError> {
+        let compute = self.compute_ready()?;
+        let env = self.scoped_env(scope, env_id)?;
+        if env.state == EnvironmentState::Running {
+            if let Some(c) = &env.container_id {
+                match compute.executor.is_running(c) {
+                    Ok(true) => {}
+                    Ok(false) | Err(ExecutorError::NoSuchContainer) => {
+                        return Ok(self.stop_environment(env_id, reason::EXITED, true)?.0);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(env)
+    }
+
+    /// The running container of an environment of `scope`.
+    fn running_container(&self, scope: &ScopeId, env_id: &str) -> Result<(EnvironmentRecord, String), ComputeError> {
+        let env = self.scoped_env(scope, env_id)?;
+        match (&env.state, env.container_id.clone()) {
+            (EnvironmentState::Running, Some(c)) => Ok((env, c)),
+            _ => Err(ComputeError::NotRunning),
+        }
+    }
+
+    /// Runs one command in an environment of `scope` (timeout and output limit capped by the config).
+    pub fn execute_command(
+        &self,
+        scope: &ScopeId,
+        env_id: &str,
+        command: &str,
+        timeout_secs: Option<u64>,
+        max_output_bytes: Option<u64>,
+    ) -> Result<ExecOutput, ComputeError> {
+        let compute = self.compute_ready()?;
+        if command.is_empty() {
+            return Err(ComputeError::Invalid("command", "must not be empty".into()));
+        }
+        let limit = compute.settings.command_timeout;
+        let timeout = match timeout_secs {
+            Some(0) => return Err(ComputeError::Invalid("timeout_seconds", "must be at least 1".into())),
+            Some(s) => Duration::from_secs(s).min(limit),
+            None => limit,
+        };
+        let max_out = max_output_bytes.unwrap_or(u64::MAX).min(compute.settings.max_output_bytes);
+        let (_, container) = self.running_container(scope, env_id)?;
+        let req = ExecRequest { command: command.to_string(), timeout, max_output_bytes: max_out };
+        match compute.executor.exec(&container, &req) {
+            Ok(out) => Ok(out),
+            Err(ExecutorError::NoSuchContainer | ExecutorError::NotRunning) => {
+                self.stop_environment(env_id, reason::EXITED, true)?;
+                Err(ComputeError::NotRunning)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Starts a detached command in an environment of `scope` (the newest running one when none is
+    /// named); its output goes to the scope's runtime area on the host.
+    pub fn start_process(
+        self: &Arc<Self>,
+        scope: &ScopeId,
+        env_id: Option<&str>,
+        command: &str,
+    ) -> Result<ProcessRecord, ComputeError> {
+        let compute = self.compute_ready()?;
+        if command.is_empty() {
+            return Err(ComputeError::Invalid("command", "must not be empty".into()));
+        }
+        let env_id = match env_id {
+            Some(id) => id.to_string(),
+            None => self
+                .registry
+                .environments(&self.deployment, scope)?
+                .into_iter()
+                .rev()
+                .find(|e| e.state == EnvironmentState::Running)
+                .map(|e| e.environment_id)
+                .ok_or(ComputeError::EnvironmentNotFound)?,
+        };
+        let (_, container) = self.running_container(scope, &env_id)?;
+        let proc =
+            self.registry.create_process(&self.deployment, scope, &env_id, command)?.ok_or(ComputeError::NotRunning)?;
+        let path = self.process_log_path(compute, scope, &proc.process_id);
+        let log = open_log(&path);
+        let log = match log {
+            Ok(f) => f,
+            Err(e) => {
+                self.registry.end_process(
+                    &self.deployment,
+                    &proc.process_id,
+                    ProcessState::Failed,
+                    None,
+                    "log_unavailable",
+                )?;
+                return Err(e.into());
+            }
+        };
+        let svc = self.clone();
+        let pid = proc.process_id.clone();
+        let on_exit = Box::new(move |exit: ProcessExit| {
+            let Some(compute) = svc.compute.as_ref() else { return };
+            if compute.stopping.lock().contains(&pid) {
+                return;
+            }
+            let (state, why) = match exit.exit_code {
+                Some(_) => (ProcessState::Exited, "exited"),
+                None => (ProcessState::Lost, "lost"),
+            };
+            if let Err(e) = svc.registry.end_process(&svc.deployment, &pid, state, exit.exit_code, why) {
+                tracing::error!(process_id = %pid, error = %e, "recording a process exit failed");
+            }
+        });
+        let spawn =
+            SpawnRequest { command: command.to_string(), log, max_log_bytes: compute.settings.max_process_log_bytes };
+        // Registered before it starts, so a fast exit always finds a `running` row to end.
+        match compute.executor.spawn(&container, spawn, on_exit) {
+            Ok(exec_id) => {
+                let started = self.registry.process_started(&self.deployment, &proc.process_id, &exec_id)?;
+                let rec = match started {
+                    Some(r) => r,
+                    None => self
+                        .registry
+                        .process(&self.deployment, scope, &proc.process_id)?
+                        .ok_or(ComputeError::ProcessNotFound)?,
+                };
+                tracing::info!(scope_id = %scope, process_id = %rec.process_id, environment_id = %env_id, "process started");
+                Ok(rec)
+            }
+            Err(e) => {
+                self.registry.end_process(
+                    &self.deployment,
+                    &proc.process_id,
+                    ProcessState::Failed,
+                    None,
+                    "start_failed",
+                )?;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// A process of `scope` with the tail of its log (`tail_bytes`, capped by `max_output_bytes`).
+    pub fn check_process(
+        &self,
+        scope: &ScopeId,
+        process_id: &str,
+        tail_bytes: Option<u64>,
+    ) -> Result<(ProcessRecord, LogTail), ComputeError> {
+        let compute = self.compute_ready()?;
+        let rec = self.registry.process(&self.deployment, scope, process_id)?.ok_or(ComputeError::ProcessNotFound)?;
+        let want = tail_bytes.unwrap_or(4096).min(compute.settings.max_output_bytes);
+        let tail = read_tail(&self.process_log_path(compute, scope, &rec.process_id), want)?;
+        Ok((rec, tail))
+    }
+
+    /// Kills a process of `scope` (its whole process group) and records it `stopped`; stopping an
+    /// ended one returns it unchanged.
+    pub fn stop_process(&self, scope: &ScopeId, process_id: &str) -> Result<ProcessRecord, ComputeError> {
+        let compute = self.compute_ready()?;
+        let rec = self.registry.process(&self.deployment, scope, process_id)?.ok_or(ComputeError::ProcessNotFound)?;
+        if !rec.state.is_live() {
+            return Ok(rec);
+        }
+        let env = self.scoped_env(scope, &rec.environment_id)?;
+        compute.stopping.lock().insert(rec.process_id.clone());
+        let killed = match (&env.container_id, &rec.exec_id) {
+            (Some(c), Some(exec)) => compute.executor.kill(c, exec),
+            _ => Ok(()),
+        };
+        let result = match killed {
+            Ok(()) | Err(ExecutorError::NoSuchContainer) => self
+                .registry
+                .end_process(&self.deployment, &rec.process_id, ProcessState::Stopped, None, "stopped")
+                .map(|(r, _)| r)
+                .map_err(ComputeError::from),
+            Err(e) => Err(e.into()),
+        };
+        compute.stopping.lock().remove(&rec.process_id);
+        result
+    }
+
+    /// The processes of `scope` (optionally of one of its environments).
+    pub fn list_processes(&self, scope: &ScopeId, env_id: Option<&str>) -> Result<Vec<ProcessRecord>, ComputeError> {
+        self.compute_ready()?;
+        if let Some(env) = env_id {
+            self.scoped_env(scope, env)?;
+        }
+        Ok(self.registry.processes(&self.deployment, scope, env_id)?)
+    }
+
+    /// Scope delete: stops every live environment of `scope` (its processes end with it) and drops
+    /// the scope's runtime area. Works without an engine too: the ends are recorded and the
+    /// containers are removed by the next reconciliation.
+    pub(crate) fn stop_scope_compute(&self, scope: &ScopeId) -> Result<(), ComputeError> {
+        let Some(compute) = self.compute.as_ref() else { return Ok(()) };
+        for env in self.registry.environments(&self.deployment, scope)?.into_iter().filter(|e| e.state.is_live()) {
+            self.stop_environment(&env.environment_id, reason::SCOPE_DELETED, true)?;
+        }
+        match std::fs::remove_dir_all(compute.settings.runtime_dir.join(scope.as_str())) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Startup, before scopes are remounted: every environment still recorded live is ended with
+    /// reason `daemon_restart` (see the module docs of `executor`), then leftover containers are
+    /// removed if the engine answers (else before the first compute request).
+    pub fn reconcile_compute_at_startup(&self) -> Result<ReconcileReport, ComputeError> {
+        let Some(compute) = self.compute.as_ref() else { return Ok(ReconcileReport::default()) };
+        let mut report = ReconcileReport::default();
+        for env in self.registry.live_environments(&self.deployment)? {
+            let (_, ended) =
+                self.registry.end_environment(&self.deployment, &env.environment_id, false, reason::DAEMON_RESTART)?;
+            if ended {
+                report.environments_ended += 1;
+                tracing::info!(scope_id = %env.scope_id, environment_id = %env.environment_id, "environment ended by the daemon restart");
+            }
+        }
+        compute.set_reconciled(false);
+        match compute.executor.ping() {
+            Ok(()) => {
+                let r = self.reconcile_containers()?;
+                report.containers_removed = r.containers_removed;
+                report.containers_kept = r.containers_kept;
+            }
+            Err(e) => tracing::warn!(error = %e, "Docker not reachable: containers are reconciled once it answers"),
+        }
+        Ok(report)
+    }
+
+    /// Removes every container of this deployment whose environment is unknown, not live, or not
+    /// the one the registry records (quarantine: their owners are marked `quarantined` if still live).
+    pub fn reconcile_containers(&self) -> Result<ReconcileReport, ComputeError> {
+        let compute =
+            self.compute.as_ref().ok_or_else(|| ComputeError::Unavailable("no executor is configured".into()))?;
+        let _one_at_a_time = compute.reconcile_guard();
+        if !compute.needs_reconcile() {
+            return Ok(ReconcileReport::default());
+        }
+        let mut report = ReconcileReport::default();
+        for c in compute.executor.list(&self.deployment)? {
+            let env = match &c.environment_id {
+                Some(id) => self.registry.environment_unscoped(&self.deployment, id)?,
+                None => None,
+            };
+            let known = env
+                .as_ref()
+                .is_some_and(|e| e.state.is_live() && e.container_id.as_deref() == Some(c.container_id.as_str()));
+            if known {
+                report.containers_kept += 1;
+                continue;
+            }
+            compute.executor.remove(&c.container_id)?;
+            report.containers_removed += 1;
+            tracing::warn!(
+                environment_id = c.environment_id.as_deref().unwrap_or("-"),
+                scope_id = c.scope_id.as_deref().unwrap_or("-"),
+                known_environment = env.is_some(),
+                "removed a sandbox container the registry does not run (quarantine)"
+            );
+            if let (Some(scope), Some(owner)) = (c.scope_id.as_deref(), c.owner_id.as_deref()) {
+                if let Ok(scope) = ScopeId::parse(scope) {
+                    self.quarantine_owner(&scope, owner);
+                }
+            }
+        }
+        compute.set_reconciled(true);
+        Ok(report)
+    }
+
+    /// Marks a container's owner `quarantined` if it is known and not settled.
+    fn quarantine_owner(&self, scope: &ScopeId, owner_id: &str) {
+        use scopefs::registry::{OwnerState, OwnerUpdate};
+        if let Ok(owner) = self.registry.owner(&self.deployment, scope, owner_id) {
+            if !owner.state.is_settled() {
+                let update = OwnerUpdate { state: Some(OwnerState::Quarantined), ..OwnerUpdate::default() };
+                if let Err(e) = self.registry.update_owner(&self.deployment, scope, owner_id, &update) {
+                    tracing::error!(owner_id, error = %e, "quarantining an owner failed");
+                }
+            }
+        }
+    }
+}
+
+/// Creates a process log (directories 0700, file 0600; never reused).
+fn open_log(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    }
+    std::fs::OpenOptions::new().create_new(true).append(true).mode(0o600).open(path)
+}
+
+/// The last `want` bytes of a log (an absent log is empty).
+fn read_tail(path: &std::path::Path, want: u64) -> std::io::Result<LogTail> {
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(LogTail { text: String::new(), log_bytes: 0, truncated: false })
+        }
+        Err(e) => return Err(e),
+    };
+    let len = f.metadata()?.len();
+    let start = len.saturating_sub(want);
+    f.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::new();
+    f.take(want).read_to_end(&mut buf)?;
+    Ok(LogTail { text: String::from_utf8_lossy(&buf).into_owned(), log_bytes: len, truncated: start > 0 })
+}
