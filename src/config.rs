@@ -101,6 +101,8 @@ pub struct Config {
     pub fuse: FuseConfig,
     /// The sandbox executor (SPEC §8).
     pub executor: ExecutorConfig,
+    /// `[pricing]`: compute billing (SPEC §9).
+    pub pricing: crate::billing::PricingConfig,
 }
 
 impl Default for Config {
@@ -135,6 +137,7 @@ impl Default for Config {
             store: StoreConfig::Local { path: None },
             fuse: FuseConfig::default(),
             executor: ExecutorConfig::default(),
+            pricing: crate::billing::PricingConfig::default(),
         }
     }
 }
@@ -194,6 +197,7 @@ impl Config {
             "S3_ENDPOINT" | "S3_REGION" | "S3_BUCKET" | "S3_PREFIX" | "S3_ACCESS_KEY_ID" | "S3_SECRET_ACCESS_KEY" => {
                 self.apply_s3_env(name, value)
             }
+            "PRICING_SETTLE_INTERVAL_SECS" => self.pricing.settle_interval_secs = num(value)?,
             n if n.starts_with("EXECUTOR_") => self.executor.apply_env(key, &n["EXECUTOR_".len()..], value)?,
             // Variables the daemon reads itself (e.g. SCOPEFS_CONFIG, SCOPEFS_LOG) are not config keys.
             _ => {}
@@ -259,6 +263,7 @@ impl Config {
                 return invalid("store.bucket", "must be set for an s3 store");
             }
         }
+        self.pricing.validate().map_err(|e| ConfigError::Invalid { key: e.key, reason: e.reason })?;
         self.executor.validate()
     }
 
@@ -461,5 +466,36 @@ mod tests {
         assert!(Config::load(None, typo).unwrap_err().to_string().contains("SCOPEFS_EXECUTOR_IMAGES"));
         let iso = vec![("SCOPEFS_EXECUTOR_ISOLATION".to_string(), "strict".to_string())];
         assert!(Config::load(None, iso).is_err());
+    }
+}
+
+#[cfg(test)]
+mod pricing_tests {
+    use super::*;
+    use crate::billing::Micros;
+
+    #[test]
+    fn pricing_section_defaults_parse_and_refuse_a_price_not_above_zero() {
+        let cfg = Config::default();
+        assert_eq!(cfg.pricing.overtime_price_per_minute, Micros::from_micros(50_000));
+        assert_eq!(cfg.pricing.default_plan, "starter");
+        let text = "[pricing]\ncurrency = \"EUR\"\npricing_version = \"v2\"\novertime_price_per_minute = \"0.100000\"\n\
+                    default_plan = \"team\"\n[pricing.plans.team]\ncompute_allowed = true\nmonthly_minutes = 30\nhard_max_runtime_seconds = 600\n";
+        let cfg = Config::from_toml(text).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.pricing.plan("team").unwrap().monthly_minutes, 30);
+        assert_eq!(cfg.pricing.overtime_price_per_minute.to_string(), "0.100000");
+        for price in ["\"0\"", "\"0.000000\"", "\"-1.0\""] {
+            let cfg = Config::from_toml(&format!("[pricing]\novertime_price_per_minute = {price}\n")).unwrap();
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains("pricing.overtime_price_per_minute"), "{err}");
+        }
+        // A float or excess precision never becomes money.
+        for price in ["0.05", "\"0.0500001\"", "\"abc\""] {
+            let err = Config::from_toml(&format!("[pricing]\novertime_price_per_minute = {price}\n")).unwrap_err().to_string();
+            assert!(err.contains("overtime_price_per_minute"), "{err}");
+        }
+        let err = Config::from_toml("[pricing]\ndefault_plan = \"nope\"\n").unwrap().validate().unwrap_err().to_string();
+        assert!(err.contains("pricing.default_plan"), "{err}");
     }
 }

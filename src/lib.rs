@@ -3,6 +3,7 @@
 //! Core knows nothing of FUSE, HTTP or Docker: adapters in `scopefs-fs` and
 //! `scopefs-daemon` call into it and map its errors in one place each.
 
+pub mod billing;
 pub mod clock;
 pub mod config;
 pub mod engine;

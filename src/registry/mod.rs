@@ -7,6 +7,7 @@
 //! machines are data, not code. All SQL of the registry lives in this module.
 //! Time comes from an injectable [`Clock`].
 
+pub mod billing;
 pub mod environments;
 pub mod imports;
 mod leases;

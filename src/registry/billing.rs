@@ -1,0 +1,709 @@
+//! SQL of compute billing (seed 003 §9–§11): `accounts`, `compute_usage_log`, `wallet_ledger`, `artifacts`.
+//!
+//! A settlement is ONE `BEGIN IMMEDIATE` transaction: it reads the usage (settled → `already_settled`),
+//! refuses while its artifacts are unregistered and under the retry limit, charges free minutes
+//! first and overtime from cash, writes the ledger row (idempotency key
+//! `compute:{user}:{thread}:{environment}`, UNIQUE) and marks the usage settled. Insufficient cash
+//! returns `InsufficientComputeBalance` with nothing written. Accounts are created on first use with
+//! the default plan; a monthly period that has ended is refreshed before the account is used.
+
+use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use serde::Serialize;
+
+use super::{validate_key, Registry, RegistryError};
+use crate::billing::{self, AccountBalance, BillingError, Micros, Preflight, PricingConfig};
+
+/// One account (seed 003 §9.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Account {
+    pub user_id: String,
+    pub plan: String,
+    pub compute_minutes_remaining: i64,
+    pub compute_minutes_used: i64,
+    pub compute_minutes_lifetime: i64,
+    pub compute_overtime_charged: Micros,
+    pub cash_balance: Micros,
+    pub total_credited: Micros,
+    pub compute_quota_monthly: i64,
+    pub compute_quota_period_start: i64,
+    pub compute_quota_period_end: i64,
+    pub compute_quota_refreshed_at: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl Account {
+    pub fn balance(&self) -> AccountBalance {
+        AccountBalance {
+            plan: self.plan.clone(),
+            compute_minutes_remaining: self.compute_minutes_remaining,
+            cash_balance: self.cash_balance,
+        }
+    }
+}
+
+/// Artifact registration state of a usage record (seed 003 §10.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArtifactsState {
+    None,
+    Pending,
+    Registered,
+    Unregistered,
+}
+
+impl ArtifactsState {
+    fn parse(s: &str) -> Result<Self, RegistryError> {
+        Ok(match s {
+            "none" => ArtifactsState::None,
+            "pending" => ArtifactsState::Pending,
+            "registered" => ArtifactsState::Registered,
+            "unregistered" => ArtifactsState::Unregistered,
+            o => return Err(RegistryError::Corrupt(format!("unknown artifacts state {o:?}"))),
+        })
+    }
+}
+
+/// One row of `compute_usage_log`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UsageRecord {
+    pub usage_id: i64,
+    pub environment_id: String,
+    pub user_id: String,
+    pub thread_id: String,
+    pub runtime_seconds: i64,
+    pub compute_minutes: i64,
+    /// `pending` or `settled`.
+    pub settlement_status: String,
+    pub artifacts_state: ArtifactsState,
+    pub artifact_attempts: i64,
+    pub settle_failures: i64,
+    pub settlement_error: Option<String>,
+    pub next_attempt_at: Option<i64>,
+    pub plan: Option<String>,
+    pub free_minutes: Option<i64>,
+    pub overtime_minutes: Option<i64>,
+    pub overtime_charged: Option<Micros>,
+    pub quota_remaining: Option<i64>,
+    pub ledger_entry_id: Option<i64>,
+    pub created_at: i64,
+    pub settled_at: Option<i64>,
+}
+
+impl UsageRecord {
+    pub fn is_settled(&self) -> bool {
+        self.settlement_status == "settled"
+    }
+}
+
+/// One row of `wallet_ledger`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LedgerEntry {
+    pub entry_id: i64,
+    pub user_id: String,
+    pub idempotency_key: String,
+    pub entry_type: String,
+    pub source_type: String,
+    pub source_id: String,
+    pub direction: String,
+    pub amount: Micros,
+    pub balance_after: Micros,
+    pub compute_minutes: Option<i64>,
+    pub free_minutes: Option<i64>,
+    pub currency: String,
+    pub pricing_snapshot: Option<String>,
+    pub note: Option<String>,
+    pub created_at: i64,
+}
+
+/// Outcome of a settlement that did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettleStatus {
+    Settled,
+    AlreadySettled,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    pub status: SettleStatus,
+    pub usage: UsageRecord,
+}
+
+/// Whether an account's books agree: ledger, usage log and balances (see `billing_audit`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BillingAudit {
+    pub accounts: usize,
+    pub settled_usages: usize,
+    pub compute_ledger_rows: usize,
+    /// Human-readable disagreements; empty when the books agree to the micro-unit.
+    pub problems: Vec<String>,
+}
+
+const ACCOUNT_COLS: &str = "user_id, plan, compute_minutes_remaining, compute_minutes_used, compute_minutes_lifetime, \
+     compute_overtime_charged_micros, cash_balance_micros, total_credited_micros, compute_quota_monthly, \
+     compute_quota_period_start, compute_quota_period_end, compute_quota_refreshed_at, created_at, updated_at";
+
+fn account_row(r: &Row<'_>) -> rusqlite::Result<Account> {
+    Ok(Account {
+        user_id: r.get(0)?,
+        plan: r.get(1)?,
+        compute_minutes_remaining: r.get(2)?,
+        compute_minutes_used: r.get(3)?,
+        compute_minutes_lifetime: r.get(4)?,
+        compute_overtime_charged: Micros::from_micros(r.get(5)?),
+        cash_balance: Micros::from_micros(r.get(6)?),
+        total_credited: Micros::from_micros(r.get(7)?),
+        compute_quota_monthly: r.get(8)?,
+        compute_quota_period_start: r.get(9)?,
+        compute_quota_period_end: r.get(10)?,
+        compute_quota_refreshed_at: r.get(11)?,
+        created_at: r.get(12)?,
+        updated_at: r.get(13)?,
+    })
+}
+
+const USAGE_COLS: &str = "usage_id, environment_id, user_id, thread_id, runtime_seconds, compute_minutes, \
+     settlement_status, artifacts_state, artifact_attempts, settle_failures, settlement_error, next_attempt_at, plan, \
+     free_minutes, overtime_minutes, overtime_charged_micros, quota_remaining, ledger_entry_id, created_at, settled_at";
+
+fn usage_row(r: &Row<'_>) -> rusqlite::Result<Result<UsageRecord, RegistryError>> {
+    let artifacts: String = r.get(7)?;
+    let charged: Option<i64> = r.get(15)?;
+    let rec = UsageRecord {
+        usage_id: r.get(0)?,
+        environment_id: r.get(1)?,
+        user_id: r.get(2)?,
+        thread_id: r.get(3)?,
+        runtime_seconds: r.get(4)?,
+        compute_minutes: r.get(5)?,
+        settlement_status: r.get(6)?,
+        artifacts_state: ArtifactsState::None,
+        artifact_attempts: r.get(8)?,
+        settle_failures: r.get(9)?,
+        settlement_error: r.get(10)?,
+        next_attempt_at: r.get(11)?,
+        plan: r.get(12)?,
+        free_minutes: r.get(13)?,
+        overtime_minutes: r.get(14)?,
+        overtime_charged: charged.map(Micros::from_micros),
+        quota_remaining: r.get(16)?,
+        ledger_entry_id: r.get(17)?,
+        created_at: r.get(18)?,
+        settled_at: r.get(19)?,
+    };
+    Ok(ArtifactsState::parse(&artifacts).map(|a| UsageRecord { artifacts_state: a, ..rec }))
+}
+
+const LEDGER_COLS: &str = "entry_id, user_id, idempotency_key, entry_type, source_type, source_id, direction, \
+     amount_micros, balance_after_micros, compute_minutes, free_minutes, currency, pricing_snapshot, note, created_at";
+
+fn ledger_row(r: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
+    Ok(LedgerEntry {
+        entry_id: r.get(0)?,
+        user_id: r.get(1)?,
+        idempotency_key: r.get(2)?,
+        entry_type: r.get(3)?,
+        source_type: r.get(4)?,
+        source_id: r.get(5)?,
+        direction: r.get(6)?,
+        amount: Micros::from_micros(r.get(7)?),
+        balance_after: Micros::from_micros(r.get(8)?),
+        compute_minutes: r.get(9)?,
+        free_minutes: r.get(10)?,
+        currency: r.get(11)?,
+        pricing_snapshot: r.get(12)?,
+        note: r.get(13)?,
+        created_at: r.get(14)?,
+    })
+}
+
+fn get_account_in(conn: &Connection, user: &str) -> Result<Option<Account>, RegistryError> {
+    let sql = format!("SELECT {ACCOUNT_COLS} FROM accounts WHERE user_id = ?1");
+    Ok(conn.query_row(&sql, [user], account_row).optional()?)
+}
+
+fn get_usage_in(conn: &Connection, usage_id: i64) -> Result<Option<UsageRecord>, RegistryError> {
+    let sql = format!("SELECT {USAGE_COLS} FROM compute_usage_log WHERE usage_id = ?1");
+    conn.query_row(&sql, [usage_id], usage_row).optional()?.transpose()
+}
+
+fn query_usages(conn: &Connection, where_sql: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<UsageRecord>, RegistryError> {
+    let sql = format!("SELECT {USAGE_COLS} FROM compute_usage_log WHERE {where_sql}");
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt.query_map(args, usage_row)?;
+    let mut out = Vec::new();
+    for r in rows {
+        out.push(r??);
+    }
+    Ok(out)
+}
+
+/// The account of `user`, created with the default plan if missing, its monthly period refreshed if over.
+fn ensure_account_in(conn: &Connection, pricing: &PricingConfig, user: &str, now: i64) -> Result<Account, RegistryError> {
+    if let Some(acc) = get_account_in(conn, user)? {
+        if acc.compute_quota_period_end > now {
+            return Ok(acc);
+        }
+        refresh_account_in(conn, pricing, &acc, now)?;
+    } else {
+        let plan = &pricing.default_plan;
+        let monthly = pricing.plan(plan).map(|p| p.monthly_minutes).unwrap_or(0);
+        let (start, end) = billing::month_period(now);
+        conn.execute(
+            "INSERT INTO accounts (user_id, plan, compute_minutes_remaining, compute_quota_monthly,
+                                   compute_quota_period_start, compute_quota_period_end, compute_quota_refreshed_at,
+                                   created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6, ?6, ?6)",
+            params![user, plan, monthly, start, end, now],
+        )?;
+    }
+    get_account_in(conn, user)?.ok_or_else(|| RegistryError::Corrupt("account vanished".into()))
+}
+
+/// Starts the period containing `now`: remaining minutes = the plan's monthly minutes, used = 0.
+fn refresh_account_in(conn: &Connection, pricing: &PricingConfig, acc: &Account, now: i64) -> Result<(), RegistryError> {
+    let monthly = pricing.plan(&acc.plan).map(|p| p.monthly_minutes).unwrap_or(0);
+    let (start, end) = billing::month_period(now);
+    conn.execute(
+        "UPDATE accounts SET compute_minutes_remaining = ?1, compute_minutes_used = 0, compute_quota_monthly = ?1,
+                compute_quota_period_start = ?2, compute_quota_period_end = ?3, compute_quota_refreshed_at = ?4,
+                updated_at = ?4
+         WHERE user_id = ?5 AND compute_quota_period_end <= ?4",
+        params![monthly, start, end, now, acc.user_id],
+    )?;
+    Ok(())
+}
+
+fn validate_artifact_path(p: &str) -> Result<(), RegistryError> {
+    let ok = !p.is_empty() && p.len() <= 4096 && !p.chars().any(char::is_control);
+    ok.then_some(()).ok_or(RegistryError::Invalid { field: "artifacts", reason: "paths must be 1-4096 characters without control characters" })
+}
+
+/// Records an environment's pending usage and its artifacts inside the caller's transaction;
+/// idempotent on `environment_id` (a second call changes nothing but may add artifact paths).
+pub(crate) fn record_usage_in(
+    conn: &Connection,
+    now: i64,
+    user: &str,
+    thread: &str,
+    environment_id: &str,
+    runtime_seconds: u64,
+    artifacts: &[String],
+) -> Result<(), RegistryError> {
+    let minutes = billing::compute_minutes(runtime_seconds);
+    let runtime = i64::try_from(runtime_seconds).unwrap_or(i64::MAX);
+    let state = if artifacts.is_empty() { "none" } else { "pending" };
+    conn.execute(
+        "INSERT INTO compute_usage_log (environment_id, user_id, thread_id, runtime_seconds, compute_minutes,
+                                        artifacts_state, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (environment_id) DO NOTHING",
+        params![environment_id, user, thread, runtime, minutes, state, now],
+    )?;
+    let mut added = 0;
+    for path in artifacts {
+        added += conn.execute(
+            "INSERT INTO artifacts (environment_id, path, created_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (environment_id, path) DO NOTHING",
+            params![environment_id, path, now],
+        )?;
+    }
+    if added > 0 {
+        conn.execute(
+            "UPDATE compute_usage_log SET artifacts_state = 'pending', artifact_attempts = 0
+             WHERE environment_id = ?1 AND settlement_status = 'pending' AND artifacts_state IN ('none', 'registered')",
+            [environment_id],
+        )?;
+    }
+    Ok(())
+}
+
+impl Registry {
+    /// Records the pending usage of an ended environment (`runtime_seconds`, artifact paths); idempotent
+    /// on `environment_id`. Returns the record.
+    pub fn record_usage(
+        &self,
+        user: &str,
+        thread: &str,
+        environment_id: &str,
+        runtime_seconds: u64,
+        artifacts: &[String],
+    ) -> Result<UsageRecord, BillingError> {
+        validate_key("user_id", user)?;
+        validate_key("thread_id", thread)?;
+        validate_key("environment_id", environment_id)?;
+        artifacts.iter().try_for_each(|p| validate_artifact_path(p))?;
+        let now = self.now_ms();
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        record_usage_in(&tx, now, user, thread, environment_id, runtime_seconds, artifacts)?;
+        let rec = query_usages(&tx, "environment_id = ?1", &[&environment_id])?.pop().ok_or(BillingError::UsageNotFound)?;
+        tx.commit()?;
+        Ok(rec)
+    }
+
+    /// The account of `user`, if it exists.
+    pub fn account(&self, user: &str) -> Result<Option<Account>, BillingError> {
+        Ok(get_account_in(&self.conn.lock(), user)?)
+    }
+
+    /// The account of `user`, created with the default plan (and refreshed) if needed.
+    pub fn ensure_account(&self, pricing: &PricingConfig, user: &str) -> Result<Account, BillingError> {
+        validate_key("user_id", user)?;
+        let now = self.now_ms();
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let acc = ensure_account_in(&tx, pricing, user, now)?;
+        tx.commit()?;
+        Ok(acc)
+    }
+
+    /// Preflight of seed 003 §10.1 for `user` (account created on first use).
+    pub fn compute_preflight(
+        &self,
+        pricing: &PricingConfig,
+        user: &str,
+        requested_runtime_seconds: Option<u64>,
+    ) -> Result<Preflight, BillingError> {
+        let acc = self.ensure_account(pricing, user)?;
+        Ok(pricing.preflight(&acc.balance(), requested_runtime_seconds))
+    }
+
+    /// What `create_environment` calls: the effective max runtime, or `ComputeQuotaExceeded` (429).
+    pub fn admit_environment(
+        &self,
+        pricing: &PricingConfig,
+        user: &str,
+        requested_runtime_seconds: Option<u64>,
+    ) -> Result<u64, BillingError> {
+        self.compute_preflight(pricing, user, requested_runtime_seconds)?.into_effective()
+    }
+
+    /// One usage record.
+    pub fn usage(&self, usage_id: i64) -> Result<Option<UsageRecord>, BillingError> {
+        Ok(get_usage_in(&self.conn.lock(), usage_id)?)
+    }
+
+    /// The usage record of an environment.
+    pub fn usage_by_environment(&self, environment_id: &str) -> Result<Option<UsageRecord>, BillingError> {
+        Ok(query_usages(&self.conn.lock(), "environment_id = ?1", &[&environment_id])?.pop())
+    }
+
+    /// Pending usage, least recently attempted first. `due_only`: skip records backing off until later.
+    pub fn pending_usage(&self, limit: usize, due_only: bool) -> Result<Vec<UsageRecord>, BillingError> {
+        let now = self.now_ms();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let conn = self.conn.lock();
+        Ok(query_usages(
+            &conn,
+            "settlement_status = 'pending' AND (?1 = 0 OR next_attempt_at IS NULL OR next_attempt_at <= ?2)
+             ORDER BY COALESCE(last_attempt_at, 0), usage_id LIMIT ?3",
+            &[&i64::from(due_only), &now, &limit],
+        )?)
+    }
+
+    /// The artifact paths recorded for an environment.
+    pub fn usage_artifacts(&self, environment_id: &str) -> Result<Vec<String>, BillingError> {
+        let conn = self.conn.lock();
+        let mut stmt = conn.prepare("SELECT path FROM artifacts WHERE environment_id = ?1 ORDER BY path")?;
+        let rows = stmt.query_map([environment_id], |r| r.get(0))?;
+        Ok(rows.collect::<Result<Vec<String>, _>>()?)
+    }
+
+    /// Marks the artifacts of these usages registered (idempotent; settled usages are left alone).
+    /// Returns how many records changed.
+    pub fn mark_artifacts_registered(&self, usage_ids: &[i64]) -> Result<usize, BillingError> {
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut changed = 0;
+        for id in usage_ids {
+            changed += tx.execute(
+                "UPDATE compute_usage_log SET artifacts_state = 'registered', artifact_error = NULL
+                 WHERE usage_id = ?1 AND artifacts_state IN ('pending', 'unregistered')",
+                [id],
+            )?;
+        }
+        tx.commit()?;
+        Ok(changed)
+    }
+
+    /// Records a failed artifact registration; at `max_retries` failures the artifacts become
+    /// `unregistered` and the usage may be settled. Returns the new state.
+    pub fn record_artifact_failure(&self, usage_id: i64, error: &str, max_retries: u32) -> Result<ArtifactsState, BillingError> {
+        let now = self.now_ms();
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "UPDATE compute_usage_log
+             SET artifact_attempts = artifact_attempts + 1, artifact_error = ?2, last_attempt_at = ?3,
+                 artifacts_state = CASE WHEN artifact_attempts + 1 >= ?4 THEN 'unregistered' ELSE artifacts_state END
+             WHERE usage_id = ?1 AND artifacts_state = 'pending' AND settlement_status = 'pending'",
+            params![usage_id, truncate(error), now, i64::from(max_retries)],
+        )?;
+        let rec = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
+        tx.commit()?;
+        Ok(rec.artifacts_state)
+    }
+
+    /// Records a failed settlement attempt (`code`); after `backoff_after` consecutive failures the
+    /// record waits `backoff_ms` before the loop tries it again (`backoff_after == 0`: never waits).
+    pub fn record_settle_failure(&self, usage_id: i64, code: &str, backoff_after: u32, backoff_ms: i64) -> Result<(), BillingError> {
+        let now = self.now_ms();
+        let conn = self.conn.lock();
+        conn.execute(
+            "UPDATE compute_usage_log
+             SET settle_failures = settle_failures + 1, settlement_error = ?2, last_attempt_at = ?3,
+                 next_attempt_at = CASE WHEN ?4 > 0 AND settle_failures + 1 >= ?4 THEN ?3 + ?5 ELSE NULL END
+             WHERE usage_id = ?1 AND settlement_status = 'pending'",
+            params![usage_id, truncate(code), now, i64::from(backoff_after), backoff_ms],
+        )?;
+        Ok(())
+    }
+
+    /// Settles one usage record exactly as seed 003 §10.2, in one `BEGIN IMMEDIATE` transaction.
+    pub fn settle_usage(&self, pricing: &PricingConfig, usage_id: i64) -> Result<Settlement, BillingError> {
+        let now = self.now_ms();
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let usage = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
+        if usage.is_settled() {
+            return Ok(Settlement { status: SettleStatus::AlreadySettled, usage });
+        }
+        if usage.artifacts_state == ArtifactsState::Pending {
+            return Err(BillingError::ArtifactsPending);
+        }
+        let acc = ensure_account_in(&tx, pricing, &usage.user_id, now)?;
+        let price = pricing.overtime_price_per_minute;
+        let charge = billing::split_charge(usage.compute_minutes, acc.compute_minutes_remaining, price)?;
+        if acc.cash_balance < charge.overtime_amount {
+            // Dropping `tx` rolls back everything, including an account created just now.
+            return Err(BillingError::InsufficientComputeBalance { needed: charge.overtime_amount, available: acc.cash_balance });
+        }
+        let cash_after = acc.cash_balance.checked_sub(charge.overtime_amount).ok_or(BillingError::Overflow)?;
+        let charged_total = acc.compute_overtime_charged.checked_add(charge.overtime_amount).ok_or(BillingError::Overflow)?;
+        let remaining_after = acc.compute_minutes_remaining - charge.free_minutes;
+        tx.execute(
+            "UPDATE accounts SET compute_minutes_remaining = ?2, cash_balance_micros = ?3,
+                    compute_minutes_used = compute_minutes_used + ?4, compute_minutes_lifetime = compute_minutes_lifetime + ?4,
+                    compute_overtime_charged_micros = ?5, updated_at = ?6
+             WHERE user_id = ?1",
+            params![acc.user_id, remaining_after, cash_after.micros(), charge.compute_minutes, charged_total.micros(), now],
+        )?;
+        billing::failpoint("billing_settle_after_charge");
+        let snapshot = pricing.snapshot_json(&acc.plan);
+        let key = format!("compute:{}:{}:{}", usage.user_id, usage.thread_id, usage.environment_id);
+        tx.execute(
+            "INSERT INTO wallet_ledger (user_id, idempotency_key, entry_type, source_type, source_id, direction,
+                                        amount_micros, balance_after_micros, compute_minutes, free_minutes, currency,
+                                        pricing_snapshot, created_at)
+             VALUES (?1, ?2, 'compute_overtime', 'compute_usage', ?3, 'debit', ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                acc.user_id,
+                key,
+                usage.environment_id,
+                charge.overtime_amount.micros(),
+                cash_after.micros(),
+                charge.compute_minutes,
+                charge.free_minutes,
+                pricing.currency,
+                snapshot,
+                now
+            ],
+        )?;
+        let entry_id = tx.last_insert_rowid();
+        billing::failpoint("billing_settle_after_ledger");
+        let n = tx.execute(
+            "UPDATE compute_usage_log
+             SET settlement_status = 'settled', plan = ?2, free_minutes = ?3, overtime_minutes = ?4,
+                 overtime_charged_micros = ?5, quota_remaining = ?6, currency = ?7, pricing_snapshot = ?8,
+                 ledger_entry_id = ?9, settled_at = ?10, settlement_error = NULL, next_attempt_at = NULL,
+                 last_attempt_at = ?10
+             WHERE usage_id = ?1 AND EXISTS (SELECT 1 FROM usage_state_transitions
+                                             WHERE from_state = compute_usage_log.settlement_status AND to_state = 'settled')",
+            params![
+                usage_id,
+                acc.plan,
+                charge.free_minutes,
+                charge.overtime_minutes,
+                charge.overtime_amount.micros(),
+                remaining_after,
+                pricing.currency,
+                snapshot,
+                entry_id,
+                now
+            ],
+        )?;
+        if n != 1 {
+            return Err(RegistryError::Corrupt("usage settlement transition refused".into()).into());
+        }
+        let usage = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
+        tx.commit()?;
+        Ok(Settlement { status: SettleStatus::Settled, usage })
+    }
+
+    /// Credits cash to `user` (account created if needed), idempotent on `idempotency_key`: the same
+    /// key with the same amount returns the first entry; with another amount it is `CreditConflict`.
+    pub fn credit_cash(
+        &self,
+        pricing: &PricingConfig,
+        user: &str,
+        amount: Micros,
+        idempotency_key: &str,
+        note: Option<&str>,
+    ) -> Result<(Account, LedgerEntry), BillingError> {
+        validate_key("user_id", user)?;
+        validate_key("idempotency_key", idempotency_key)?;
+        if !amount.is_positive() {
+            return Err(BillingError::Invalid { field: "amount", reason: "must be greater than 0".into() });
+        }
+        let now = self.now_ms();
+        let key = format!("credit:{user}:{idempotency_key}");
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let existing = tx
+            .query_row(&format!("SELECT {LEDGER_COLS} FROM wallet_ledger WHERE idempotency_key = ?1"), [&key], ledger_row)
+            .optional()?;
+        if let Some(entry) = existing {
+            if entry.amount != amount {
+                return Err(BillingError::CreditConflict);
+            }
+            let acc = get_account_in(&tx, user)?.ok_or(BillingError::AccountNotFound)?;
+            return Ok((acc, entry));
+        }
+        let acc = ensure_account_in(&tx, pricing, user, now)?;
+        let cash = acc.cash_balance.checked_add(amount).ok_or(BillingError::Overflow)?;
+        let credited = acc.total_credited.checked_add(amount).ok_or(BillingError::Overflow)?;
+        tx.execute(
+            "UPDATE accounts SET cash_balance_micros = ?2, total_credited_micros = ?3, updated_at = ?4 WHERE user_id = ?1",
+            params![user, cash.micros(), credited.micros(), now],
+        )?;
+        tx.execute(
+            "INSERT INTO wallet_ledger (user_id, idempotency_key, entry_type, source_type, source_id, direction,
+                                        amount_micros, balance_after_micros, currency, note, created_at)
+             VALUES (?1, ?2, 'credit', 'admin', ?3, 'credit', ?4, ?5, ?6, ?7, ?8)",
+            params![user, key, idempotency_key, amount.micros(), cash.micros(), pricing.currency, note.map(truncate), now],
+        )?;
+        let id = tx.last_insert_rowid();
+        // New money: records waiting for it are due again.
+        tx.execute(
+            "UPDATE compute_usage_log SET next_attempt_at = NULL WHERE user_id = ?1 AND settlement_status = 'pending'",
+            [user],
+        )?;
+        let entry = tx.query_row(&format!("SELECT {LEDGER_COLS} FROM wallet_ledger WHERE entry_id = ?1"), [id], ledger_row)?;
+        let acc = get_account_in(&tx, user)?.ok_or(BillingError::AccountNotFound)?;
+        tx.commit()?;
+        Ok((acc, entry))
+    }
+
+    /// Moves `user` to `plan`: the monthly quota becomes the plan's, and the minutes remaining this
+    /// period become `max(0, monthly - used this period)`.
+    pub fn set_plan(&self, pricing: &PricingConfig, user: &str, plan: &str) -> Result<Account, BillingError> {
+        validate_key("user_id", user)?;
+        let monthly = pricing.plan(plan).ok_or_else(|| BillingError::UnknownPlan(plan.to_string()))?.monthly_minutes;
+        let now = self.now_ms();
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        ensure_account_in(&tx, pricing, user, now)?;
+        tx.execute(
+            "UPDATE accounts SET plan = ?2, compute_quota_monthly = ?3,
+                    compute_minutes_remaining = MAX(0, ?3 - compute_minutes_used), updated_at = ?4
+             WHERE user_id = ?1",
+            params![user, plan, monthly, now],
+        )?;
+        let acc = get_account_in(&tx, user)?.ok_or(BillingError::AccountNotFound)?;
+        tx.commit()?;
+        Ok(acc)
+    }
+
+    /// Ledger entries of `user`, newest first, at most `limit`, older than `before` if given.
+    pub fn ledger(&self, user: &str, limit: usize, before: Option<i64>) -> Result<Vec<LedgerEntry>, BillingError> {
+        let conn = self.conn.lock();
+        let sql = format!(
+            "SELECT {LEDGER_COLS} FROM wallet_ledger WHERE user_id = ?1 AND (?2 IS NULL OR entry_id < ?2)
+             ORDER BY entry_id DESC LIMIT ?3"
+        );
+        let mut stmt = conn.prepare(&sql)?;
+        let rows = stmt.query_map(params![user, before, i64::try_from(limit).unwrap_or(i64::MAX)], ledger_row)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Starts a new monthly period for every account whose period has ended. Returns how many.
+    pub fn refresh_compute_quotas(&self, pricing: &PricingConfig) -> Result<usize, BillingError> {
+        let now = self.now_ms();
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let due: Vec<Account> = {
+            let mut stmt = tx.prepare(&format!("SELECT {ACCOUNT_COLS} FROM accounts WHERE compute_quota_period_end <= ?1"))?;
+            let rows = stmt.query_map([now], account_row)?;
+            rows.collect::<Result<_, _>>()?
+        };
+        for acc in &due {
+            refresh_account_in(&tx, pricing, acc, now)?;
+        }
+        tx.commit()?;
+        Ok(due.len())
+    }
+
+    /// Checks that balances, ledger and usage log agree to the micro-unit for every account:
+    /// cash = credited − compute debits; overtime charged = compute debits = Σ settled overtime;
+    /// lifetime minutes = Σ settled minutes; each settled usage has exactly its one ledger row and
+    /// no pending usage has one.
+    pub fn billing_audit(&self) -> Result<BillingAudit, BillingError> {
+        let conn = self.conn.lock();
+        let mut audit = BillingAudit::default();
+        let accounts: Vec<Account> = {
+            let mut stmt = conn.prepare(&format!("SELECT {ACCOUNT_COLS} FROM accounts ORDER BY user_id"))?;
+            let rows = stmt.query_map([], account_row)?;
+            rows.collect::<Result<_, _>>()?
+        };
+        audit.accounts = accounts.len();
+        for a in &accounts {
+            let (credits, debits, compute_rows): (i64, i64, i64) = conn.query_row(
+                "SELECT COALESCE(SUM(CASE WHEN direction = 'credit' THEN amount_micros END), 0),
+                        COALESCE(SUM(CASE WHEN direction = 'debit' THEN amount_micros END), 0),
+                        COUNT(CASE WHEN entry_type = 'compute_overtime' THEN 1 END)
+                 FROM wallet_ledger WHERE user_id = ?1",
+                [&a.user_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?;
+            let (settled, minutes, overtime): (i64, i64, i64) = conn.query_row(
+                "SELECT COUNT(*), COALESCE(SUM(compute_minutes), 0), COALESCE(SUM(overtime_charged_micros), 0)
+                 FROM compute_usage_log WHERE user_id = ?1 AND settlement_status = 'settled'",
+                [&a.user_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?;
+            let u = &a.user_id;
+            let mut check = |ok: bool, what: String| {
+                if !ok {
+                    audit.problems.push(format!("{u}: {what}"));
+                }
+            };
+            check(a.total_credited.micros() == credits, format!("credited {} != ledger credits {credits}", a.total_credited.micros()));
+            check(a.cash_balance.micros() == credits - debits, format!("cash {} != credits - debits {}", a.cash_balance.micros(), credits - debits));
+            check(a.compute_overtime_charged.micros() == debits, format!("overtime charged {} != debits {debits}", a.compute_overtime_charged.micros()));
+            check(overtime == debits, format!("usage overtime {overtime} != debits {debits}"));
+            check(a.compute_minutes_lifetime == minutes, format!("lifetime minutes {} != settled minutes {minutes}", a.compute_minutes_lifetime));
+            check(settled == compute_rows, format!("settled usages {settled} != compute ledger rows {compute_rows}"));
+            audit.settled_usages += usize::try_from(settled).unwrap_or(0);
+            audit.compute_ledger_rows += usize::try_from(compute_rows).unwrap_or(0);
+        }
+        let mismatched: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM compute_usage_log u
+             WHERE (u.settlement_status = 'settled') != EXISTS (
+                 SELECT 1 FROM wallet_ledger l
+                 WHERE l.idempotency_key = 'compute:' || u.user_id || ':' || u.thread_id || ':' || u.environment_id
+                   AND l.entry_id = COALESCE(u.ledger_entry_id, l.entry_id))",
+            [],
+            |r| r.get(0),
+        )?;
+        if mismatched != 0 {
+            audit.problems.push(format!("{mismatched} usage records disagree with the ledger about being settled"));
+        }
+        Ok(audit)
+    }
+}
+
+/// Error texts stored in the registry are bounded.
+fn truncate(s: &str) -> String {
+    s.chars().take(500).collect()
+}
