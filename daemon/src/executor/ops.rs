@@ -199,7 +199,11 @@ impl ScopeService {
         if !env.state.is_live() {
             return Ok((env, false));
         }
-        compute.stopping.lock().insert(env_id.to_string());
+        // One stop at a time: a concurrent stop (max-runtime timer, destroy, a status check that
+        // finds the container gone) leaves recording the end, and its reason, to the first one.
+        if !compute.stopping.lock().insert(env_id.to_string()) {
+            return Ok((env, false));
+        }
         let removed = match &env.container_id {
             Some(c) => compute.executor.remove(c),
             None => Ok(()),
