@@ -67,6 +67,7 @@ fn run_pjdfstest(attr_ttl: Duration, label: &str) {
         String::from_utf8_lossy(&out.stderr),
         log.display()
     );
+    eprintln!("pjdfstest ({label}): {summary}");
 }
 
 #[test]
