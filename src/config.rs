@@ -492,10 +492,13 @@ mod pricing_tests {
         }
         // A float or excess precision never becomes money.
         for price in ["0.05", "\"0.0500001\"", "\"abc\""] {
-            let err = Config::from_toml(&format!("[pricing]\novertime_price_per_minute = {price}\n")).unwrap_err().to_string();
+            let err = Config::from_toml(&format!("[pricing]\novertime_price_per_minute = {price}\n"))
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("overtime_price_per_minute"), "{err}");
         }
-        let err = Config::from_toml("[pricing]\ndefault_plan = \"nope\"\n").unwrap().validate().unwrap_err().to_string();
+        let err =
+            Config::from_toml("[pricing]\ndefault_plan = \"nope\"\n").unwrap().validate().unwrap_err().to_string();
         assert!(err.contains("pricing.default_plan"), "{err}");
     }
 }

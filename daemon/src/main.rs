@@ -2,10 +2,12 @@
 
 mod api;
 mod bench;
+mod billing_loop;
 mod doctor;
 mod executor;
 mod lifecycle;
 mod notify;
+mod ops_cmd;
 mod scope_cmd;
 mod serve;
 mod service;
@@ -37,7 +39,11 @@ enum Command {
     /// Logs go to stderr; `SCOPEFS_LOG` sets the filter (default `info,fuser=warn`) and
     /// `SCOPEFS_LOG_FORMAT=json` switches to JSON lines. Under systemd
     /// (`Type=notify`) READY=1 is sent once scopes are mounted and the API is up.
-    Serve,
+    Serve {
+        /// Print the effective configuration (file + environment) as TOML, secrets redacted, and exit.
+        #[arg(long)]
+        print_config: bool,
+    },
     /// Manage scopes directly in the registry (no running daemon needed).
     Scope {
         #[command(subcommand)]
@@ -48,6 +54,50 @@ enum Command {
     Doctor,
     /// Run file-system benchmarks against a directory.
     Bench(bench::BenchArgs),
+    /// Check every block of a scope against the object store; reports damaged files by virtual
+    /// path and orphan objects. Exits non-zero when problems were found. Stop the daemon first.
+    Fsck {
+        /// Scope id.
+        scope: String,
+        /// Delete orphan objects (damaged files are reported; their reads fail, never return wrong bytes).
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Delete a scope's blocks that no file refers to any more. Stop the daemon first.
+    Gc {
+        /// Scope id.
+        scope: String,
+        /// Only blocks unreferenced for at least this many seconds.
+        #[arg(long, default_value_t = 0)]
+        grace_secs: u64,
+    },
+    /// Copy a local directory tree into a thread's scope (created if needed), with a progress bar.
+    Import {
+        /// Directory to import (regular files and directories; symlinks are skipped).
+        dir: PathBuf,
+        /// Primary thread id of the target scope.
+        #[arg(long, value_name = "ID")]
+        thread: String,
+    },
+    /// Show or rotate the generated secrets in <data_dir>/control.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TokenCommand {
+    /// Print a secret (generated if absent).
+    Show {
+        #[arg(value_enum, default_value = "service")]
+        kind: ops_cmd::TokenKind,
+    },
+    /// Replace a generated secret with a new random one; restart the daemon afterwards.
+    Rotate {
+        #[arg(value_enum, default_value = "service")]
+        kind: ops_cmd::TokenKind,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -73,10 +123,40 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             bench::run(args)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve => {
-            setup::init_logging("info,fuser=warn");
+        Command::Serve { print_config } => {
             let cfg = setup::load_config(cli.config.as_deref())?;
+            if print_config {
+                ops_cmd::print_config(&cfg)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            setup::init_logging("info,fuser=warn");
             serve::run(cfg)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fsck { scope, repair } => {
+            setup::init_logging("warn");
+            let cfg = setup::load_config(cli.config.as_deref())?;
+            Ok(if ops_cmd::fsck(&cfg, &scope, repair)? { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Gc { scope, grace_secs } => {
+            setup::init_logging("warn");
+            let cfg = setup::load_config(cli.config.as_deref())?;
+            ops_cmd::gc(&cfg, &scope, std::time::Duration::from_secs(grace_secs))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Import { dir, thread } => {
+            setup::init_logging("warn");
+            let cfg = setup::load_config(cli.config.as_deref())?;
+            ops_cmd::import(&cfg, &dir, &thread)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Token { command } => {
+            setup::init_logging("warn");
+            let cfg = setup::load_config(cli.config.as_deref())?;
+            match command {
+                TokenCommand::Show { kind } => ops_cmd::token_show(&cfg, kind)?,
+                TokenCommand::Rotate { kind } => ops_cmd::token_rotate(&cfg, kind)?,
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => {

@@ -58,8 +58,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let control = setup::control_dir(&cfg).context("preparing the control directory")?;
     let service_token = tokens::load_or_generate(cfg.service_token.as_deref(), &control.join("service-token"))
         .context("loading the service token")?;
-    // Generated now so operators find it; the admin routes use it.
-    tokens::load_or_generate(cfg.admin_token.as_deref(), &control.join("admin-token"))
+    let admin_token = tokens::load_or_generate(cfg.admin_token.as_deref(), &control.join("admin-token"))
         .context("loading the admin token")?;
     let hmac_secret = tokens::load_or_generate(cfg.hmac_secret.as_deref(), &control.join("hmac-secret"))
         .context("loading the HMAC secret of /tools")?;
@@ -87,6 +86,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         registry = registry.with_clock(Arc::new(OffsetFileClock::new(path.into())));
     }
     let registry = Arc::new(registry);
+    let billing = Arc::new(crate::billing_loop::BillingService::new(registry.clone(), cfg.pricing.clone()));
     let lifecycle = LifecycleSettings::from_config(&cfg);
     tracing::info!(schema_version = registry.schema_version(), "registry open");
     let mounts = MountManager::new(&cfg.mount_root, setup::mount_options(&cfg)).context("preparing the mount root")?;
@@ -101,10 +101,16 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             rt.handle().clone(),
         )
         .with_workspace(crate::service::WorkspaceSettings::from_config(&cfg))
-        .with_compute(compute),
+        .with_compute(compute)
+        .with_billing(billing.clone()),
     );
-    let state =
-        AppState { service: service.clone(), service_token: Arc::new(service_token), tools: Arc::new(tools_auth) };
+    let state = AppState {
+        service: service.clone(),
+        service_token: Arc::new(service_token),
+        tools: Arc::new(tools_auth),
+        admin_token: Arc::new(admin_token),
+        billing,
+    };
     let result = rt.block_on(serve(addr, state, signals));
     rt.shutdown_timeout(Duration::from_secs(5));
     result
@@ -147,6 +153,7 @@ async fn serve(addr: SocketAddr, state: AppState, (term, int): (Signal, Signal))
     });
 
     let service = state.service.clone();
+    let billing = state.billing.clone();
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     tracing::info!(listen = %addr, "HTTP API listening");
     let mut server_stop = stop_rx.clone();
@@ -174,6 +181,7 @@ async fn serve(addr: SocketAddr, state: AppState, (term, int): (Signal, Signal))
         Ok(Ok((report, maintenance))) => {
             tracing::info!(mounted = report.mounted, failed = report.failed, ?maintenance, "scopes recovered");
             tokio::spawn(maintenance_loop(service.clone(), stop_rx.clone()));
+            tokio::spawn(crate::billing_loop::run(billing.clone(), stop_rx.clone()));
             service.set_ready(true);
             notify_or_log("READY=1");
             tracing::info!("ready");

@@ -95,6 +95,8 @@ pub struct ScopeService {
     workspace: WorkspaceSettings,
     /// The sandbox executor (SPEC §8); `None`: compute tools answer 503.
     pub(crate) compute: Option<crate::executor::Compute>,
+    /// Compute preflight (plan, minutes, cash) of environments; none means no billing checks.
+    pub(crate) billing: Option<Arc<crate::billing_loop::BillingService>>,
 }
 
 impl ScopeService {
@@ -121,10 +123,16 @@ impl ScopeService {
             ready: AtomicBool::new(false),
             workspace: WorkspaceSettings::default(),
             compute: None,
+            billing: None,
         }
     }
 
     /// Runs environments through `compute` (see `executor`).
+    pub fn with_billing(mut self, billing: Arc<crate::billing_loop::BillingService>) -> ScopeService {
+        self.billing = Some(billing);
+        self
+    }
+
     pub fn with_compute(mut self, compute: crate::executor::Compute) -> ScopeService {
         self.compute = Some(compute);
         self

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 pub use money::{Micros, MoneyError};
-pub use pass::{ArtifactRegistrar, PassReport, PassSettings, RecordOnlyRegistrar};
+pub use pass::{run_pending_pass, ArtifactRegistrar, PassReport, PassSettings, RecordOnlyRegistrar};
 
 use crate::registry::RegistryError;
 
@@ -198,7 +198,9 @@ impl Preflight {
     /// The effective max runtime, or `ComputeQuotaExceeded` (429) when not admitted.
     pub fn into_effective(self) -> Result<u64, BillingError> {
         if !self.quota_ok {
-            return Err(BillingError::ComputeQuotaExceeded("the plan does not allow compute or the balance is below one minute"));
+            return Err(BillingError::ComputeQuotaExceeded(
+                "the plan does not allow compute or the balance is below one minute",
+            ));
         }
         if self.effective_max_runtime_seconds < MIN_ADMITTED_RUNTIME_SECONDS {
             return Err(BillingError::ComputeQuotaExceeded("the effective max runtime is below one minute"));
@@ -220,8 +222,7 @@ pub fn preflight(account: &AccountBalance, plan: &PlanConfig, price: Micros, req
         tracing::error!(plan = %account.plan, "account has negative compute minutes or cash balance; compute refused");
     }
     let price_ok = price.is_positive();
-    let quota_ok =
-        plan.compute_allowed && price_ok && !negative && (minutes > 0 || cash.micros() >= price.micros());
+    let quota_ok = plan.compute_allowed && price_ok && !negative && (minutes > 0 || cash.micros() >= price.micros());
     let affordable = if negative || !price_ok {
         0
     } else {

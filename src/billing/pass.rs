@@ -38,7 +38,12 @@ pub struct PassSettings {
 
 impl Default for PassSettings {
     fn default() -> Self {
-        PassSettings { batch_size: 50, artifact_max_retries: 10, failure_threshold: 5, backoff: Duration::from_secs(600) }
+        PassSettings {
+            batch_size: 50,
+            artifact_max_retries: 10,
+            failure_threshold: 5,
+            backoff: Duration::from_secs(600),
+        }
     }
 }
 
@@ -75,7 +80,10 @@ pub fn run_pending_pass(
     let backoff_ms = i64::try_from(settings.backoff.as_millis()).unwrap_or(i64::MAX);
     for rec in records {
         if rec.artifacts_state == ArtifactsState::Pending {
-            let outcome = registry.usage_artifacts(&rec.environment_id).map_err(|e| e.to_string()).and_then(|paths| registrar.register(&rec, &paths));
+            let outcome = registry
+                .usage_artifacts(&rec.environment_id)
+                .map_err(|e| e.to_string())
+                .and_then(|paths| registrar.register(&rec, &paths));
             match outcome {
                 Ok(()) => {
                     registry.mark_artifacts_registered(&[rec.usage_id])?;
@@ -87,7 +95,10 @@ pub fn run_pending_pass(
                     match registry.record_artifact_failure(rec.usage_id, &e, settings.artifact_max_retries)? {
                         ArtifactsState::Unregistered => {
                             report.artifacts_given_up += 1;
-                            tracing::error!(usage_id = rec.usage_id, "artifact registration retries exhausted; settling with artifacts unregistered");
+                            tracing::error!(
+                                usage_id = rec.usage_id,
+                                "artifact registration retries exhausted; settling with artifacts unregistered"
+                            );
                         }
                         _ => continue,
                     }

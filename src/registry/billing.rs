@@ -228,7 +228,11 @@ fn get_usage_in(conn: &Connection, usage_id: i64) -> Result<Option<UsageRecord>,
     conn.query_row(&sql, [usage_id], usage_row).optional()?.transpose()
 }
 
-fn query_usages(conn: &Connection, where_sql: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<UsageRecord>, RegistryError> {
+fn query_usages(
+    conn: &Connection,
+    where_sql: &str,
+    args: &[&dyn rusqlite::ToSql],
+) -> Result<Vec<UsageRecord>, RegistryError> {
     let sql = format!("SELECT {USAGE_COLS} FROM compute_usage_log WHERE {where_sql}");
     let mut stmt = conn.prepare(&sql)?;
     let rows = stmt.query_map(args, usage_row)?;
@@ -240,7 +244,12 @@ fn query_usages(conn: &Connection, where_sql: &str, args: &[&dyn rusqlite::ToSql
 }
 
 /// The account of `user`, created with the default plan if missing, its monthly period refreshed if over.
-fn ensure_account_in(conn: &Connection, pricing: &PricingConfig, user: &str, now: i64) -> Result<Account, RegistryError> {
+fn ensure_account_in(
+    conn: &Connection,
+    pricing: &PricingConfig,
+    user: &str,
+    now: i64,
+) -> Result<Account, RegistryError> {
     if let Some(acc) = get_account_in(conn, user)? {
         if acc.compute_quota_period_end > now {
             return Ok(acc);
@@ -262,7 +271,12 @@ fn ensure_account_in(conn: &Connection, pricing: &PricingConfig, user: &str, now
 }
 
 /// Starts the period containing `now`: remaining minutes = the plan's monthly minutes, used = 0.
-fn refresh_account_in(conn: &Connection, pricing: &PricingConfig, acc: &Account, now: i64) -> Result<(), RegistryError> {
+fn refresh_account_in(
+    conn: &Connection,
+    pricing: &PricingConfig,
+    acc: &Account,
+    now: i64,
+) -> Result<(), RegistryError> {
     let monthly = pricing.plan(&acc.plan).map(|p| p.monthly_minutes).unwrap_or(0);
     let (start, end) = billing::month_period(now);
     conn.execute(
@@ -277,7 +291,10 @@ fn refresh_account_in(conn: &Connection, pricing: &PricingConfig, acc: &Account,
 
 fn validate_artifact_path(p: &str) -> Result<(), RegistryError> {
     let ok = !p.is_empty() && p.len() <= 4096 && !p.chars().any(char::is_control);
-    ok.then_some(()).ok_or(RegistryError::Invalid { field: "artifacts", reason: "paths must be 1-4096 characters without control characters" })
+    ok.then_some(()).ok_or(RegistryError::Invalid {
+        field: "artifacts",
+        reason: "paths must be 1-4096 characters without control characters",
+    })
 }
 
 /// Records an environment's pending usage and its artifacts inside the caller's transaction;
@@ -337,7 +354,8 @@ impl Registry {
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         record_usage_in(&tx, now, user, thread, environment_id, runtime_seconds, artifacts)?;
-        let rec = query_usages(&tx, "environment_id = ?1", &[&environment_id])?.pop().ok_or(BillingError::UsageNotFound)?;
+        let rec =
+            query_usages(&tx, "environment_id = ?1", &[&environment_id])?.pop().ok_or(BillingError::UsageNotFound)?;
         tx.commit()?;
         Ok(rec)
     }
@@ -429,7 +447,12 @@ impl Registry {
 
     /// Records a failed artifact registration; at `max_retries` failures the artifacts become
     /// `unregistered` and the usage may be settled. Returns the new state.
-    pub fn record_artifact_failure(&self, usage_id: i64, error: &str, max_retries: u32) -> Result<ArtifactsState, BillingError> {
+    pub fn record_artifact_failure(
+        &self,
+        usage_id: i64,
+        error: &str,
+        max_retries: u32,
+    ) -> Result<ArtifactsState, BillingError> {
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -447,7 +470,13 @@ impl Registry {
 
     /// Records a failed settlement attempt (`code`); after `backoff_after` consecutive failures the
     /// record waits `backoff_ms` before the loop tries it again (`backoff_after == 0`: never waits).
-    pub fn record_settle_failure(&self, usage_id: i64, code: &str, backoff_after: u32, backoff_ms: i64) -> Result<(), BillingError> {
+    pub fn record_settle_failure(
+        &self,
+        usage_id: i64,
+        code: &str,
+        backoff_after: u32,
+        backoff_ms: i64,
+    ) -> Result<(), BillingError> {
         let now = self.now_ms();
         let conn = self.conn.lock();
         conn.execute(
@@ -477,10 +506,14 @@ impl Registry {
         let charge = billing::split_charge(usage.compute_minutes, acc.compute_minutes_remaining, price)?;
         if acc.cash_balance < charge.overtime_amount {
             // Dropping `tx` rolls back everything, including an account created just now.
-            return Err(BillingError::InsufficientComputeBalance { needed: charge.overtime_amount, available: acc.cash_balance });
+            return Err(BillingError::InsufficientComputeBalance {
+                needed: charge.overtime_amount,
+                available: acc.cash_balance,
+            });
         }
         let cash_after = acc.cash_balance.checked_sub(charge.overtime_amount).ok_or(BillingError::Overflow)?;
-        let charged_total = acc.compute_overtime_charged.checked_add(charge.overtime_amount).ok_or(BillingError::Overflow)?;
+        let charged_total =
+            acc.compute_overtime_charged.checked_add(charge.overtime_amount).ok_or(BillingError::Overflow)?;
         let remaining_after = acc.compute_minutes_remaining - charge.free_minutes;
         tx.execute(
             "UPDATE accounts SET compute_minutes_remaining = ?2, cash_balance_micros = ?3,
@@ -561,7 +594,11 @@ impl Registry {
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let existing = tx
-            .query_row(&format!("SELECT {LEDGER_COLS} FROM wallet_ledger WHERE idempotency_key = ?1"), [&key], ledger_row)
+            .query_row(
+                &format!("SELECT {LEDGER_COLS} FROM wallet_ledger WHERE idempotency_key = ?1"),
+                [&key],
+                ledger_row,
+            )
             .optional()?;
         if let Some(entry) = existing {
             if entry.amount != amount {
@@ -581,7 +618,16 @@ impl Registry {
             "INSERT INTO wallet_ledger (user_id, idempotency_key, entry_type, source_type, source_id, direction,
                                         amount_micros, balance_after_micros, currency, note, created_at)
              VALUES (?1, ?2, 'credit', 'admin', ?3, 'credit', ?4, ?5, ?6, ?7, ?8)",
-            params![user, key, idempotency_key, amount.micros(), cash.micros(), pricing.currency, note.map(truncate), now],
+            params![
+                user,
+                key,
+                idempotency_key,
+                amount.micros(),
+                cash.micros(),
+                pricing.currency,
+                note.map(truncate),
+                now
+            ],
         )?;
         let id = tx.last_insert_rowid();
         // New money: records waiting for it are due again.
@@ -589,7 +635,8 @@ impl Registry {
             "UPDATE compute_usage_log SET next_attempt_at = NULL WHERE user_id = ?1 AND settlement_status = 'pending'",
             [user],
         )?;
-        let entry = tx.query_row(&format!("SELECT {LEDGER_COLS} FROM wallet_ledger WHERE entry_id = ?1"), [id], ledger_row)?;
+        let entry =
+            tx.query_row(&format!("SELECT {LEDGER_COLS} FROM wallet_ledger WHERE entry_id = ?1"), [id], ledger_row)?;
         let acc = get_account_in(&tx, user)?.ok_or(BillingError::AccountNotFound)?;
         tx.commit()?;
         Ok((acc, entry))
@@ -633,7 +680,8 @@ impl Registry {
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let due: Vec<Account> = {
-            let mut stmt = tx.prepare(&format!("SELECT {ACCOUNT_COLS} FROM accounts WHERE compute_quota_period_end <= ?1"))?;
+            let mut stmt =
+                tx.prepare(&format!("SELECT {ACCOUNT_COLS} FROM accounts WHERE compute_quota_period_end <= ?1"))?;
             let rows = stmt.query_map([now], account_row)?;
             rows.collect::<Result<_, _>>()?
         };
@@ -678,11 +726,23 @@ impl Registry {
                     audit.problems.push(format!("{u}: {what}"));
                 }
             };
-            check(a.total_credited.micros() == credits, format!("credited {} != ledger credits {credits}", a.total_credited.micros()));
-            check(a.cash_balance.micros() == credits - debits, format!("cash {} != credits - debits {}", a.cash_balance.micros(), credits - debits));
-            check(a.compute_overtime_charged.micros() == debits, format!("overtime charged {} != debits {debits}", a.compute_overtime_charged.micros()));
+            check(
+                a.total_credited.micros() == credits,
+                format!("credited {} != ledger credits {credits}", a.total_credited.micros()),
+            );
+            check(
+                a.cash_balance.micros() == credits - debits,
+                format!("cash {} != credits - debits {}", a.cash_balance.micros(), credits - debits),
+            );
+            check(
+                a.compute_overtime_charged.micros() == debits,
+                format!("overtime charged {} != debits {debits}", a.compute_overtime_charged.micros()),
+            );
             check(overtime == debits, format!("usage overtime {overtime} != debits {debits}"));
-            check(a.compute_minutes_lifetime == minutes, format!("lifetime minutes {} != settled minutes {minutes}", a.compute_minutes_lifetime));
+            check(
+                a.compute_minutes_lifetime == minutes,
+                format!("lifetime minutes {} != settled minutes {minutes}", a.compute_minutes_lifetime),
+            );
             check(settled == compute_rows, format!("settled usages {settled} != compute ledger rows {compute_rows}"));
             audit.settled_usages += usize::try_from(settled).unwrap_or(0);
             audit.compute_ledger_rows += usize::try_from(compute_rows).unwrap_or(0);

@@ -259,11 +259,17 @@ pub fn runtime_seconds(started_at: Option<i64>, ended_at: i64) -> u64 {
 /// environment, with its final record (`runtime_seconds` set). The billing work records the
 /// environment's pending usage here; until then the environment row itself is the record.
 fn record_pending_usage_in(
-    _conn: &Connection,
+    conn: &Connection,
     _deployment: &str,
-    _ended: &EnvironmentRecord,
+    ended: &EnvironmentRecord,
 ) -> Result<(), RegistryError> {
-    Ok(())
+    // An environment that never started (failed creation) ran nothing and is not billed.
+    if ended.started_at.is_none() {
+        return Ok(());
+    }
+    let now = ended.ended_at.unwrap_or(ended.created_at);
+    let runtime = ended.runtime_seconds.unwrap_or(0);
+    super::billing::record_usage_in(conn, now, &ended.user_id, &ended.thread_id, &ended.environment_id, runtime, &[])
 }
 
 impl Registry {
@@ -383,7 +389,9 @@ impl Registry {
         } else {
             EnvironmentState::Ended
         };
-        let runtime = to_i64(runtime_seconds(rec.started_at, now));
+        // An environment is allowed to run exactly its effective max runtime; the seconds it takes
+        // to stop it after that are the daemon's, not the account's (the preflight promised that much).
+        let runtime = to_i64(runtime_seconds(rec.started_at, now).min(rec.effective_max_runtime_seconds));
         if !set_env_state_in(
             &tx,
             deployment,

@@ -295,7 +295,28 @@ impl From<crate::executor::ComputeError> for ApiError {
             C::Service(s) => ApiError::tools(s),
             C::Executor(_) => ApiError::internal("executor_error", &e),
             C::Io(_) => ApiError::internal("runtime_area_error", &e),
+            C::Billing(b) => ApiError::from(b),
         }
+    }
+}
+
+impl From<scopefs::billing::BillingError> for ApiError {
+    /// Billing (SPEC §9): preflight refusal is 429 `compute_quota_exceeded`.
+    fn from(e: scopefs::billing::BillingError) -> ApiError {
+        use scopefs::billing::BillingError as B;
+        let (status, code) = match &e {
+            B::ComputeQuotaExceeded(_) => (StatusCode::TOO_MANY_REQUESTS, "compute_quota_exceeded"),
+            B::InsufficientComputeBalance { .. } => (StatusCode::PAYMENT_REQUIRED, "insufficient_compute_balance"),
+            B::ArtifactsPending => (StatusCode::CONFLICT, "artifacts_pending"),
+            B::UsageNotFound => (StatusCode::NOT_FOUND, "usage_not_found"),
+            B::AccountNotFound => (StatusCode::NOT_FOUND, "account_not_found"),
+            B::UnknownPlan(_) => (StatusCode::BAD_REQUEST, "unknown_plan"),
+            B::CreditConflict => (StatusCode::CONFLICT, "idempotency_key_conflict"),
+            B::Invalid { .. } => (StatusCode::BAD_REQUEST, "invalid_request"),
+            B::Overflow => (StatusCode::BAD_REQUEST, "amount_out_of_range"),
+            B::Registry(r) => return from_registry(r),
+        };
+        ApiError::new(status, code, e.to_string())
     }
 }
 
@@ -405,6 +426,16 @@ mod tests {
         assert_eq!(tools(ServiceError::NotMountable(ScopeState::Deleting)), (409, "scope_deleting"));
         assert_eq!(tools(ServiceError::Engine(EngineError::QuotaExceeded("bytes"))), (507, "quota_exceeded"));
         assert_eq!(tools(ServiceError::Engine(EngineError::TooLarge)), (413, "too_large"));
+    }
+
+    #[test]
+    fn maps_billing_errors() {
+        use scopefs::billing::BillingError as B;
+        assert_eq!(status_code(B::ComputeQuotaExceeded("x")), (429, "compute_quota_exceeded"));
+        assert_eq!(status_code(B::AccountNotFound), (404, "account_not_found"));
+        assert_eq!(status_code(B::UnknownPlan("x".into())), (400, "unknown_plan"));
+        assert_eq!(status_code(B::CreditConflict), (409, "idempotency_key_conflict"));
+        assert_eq!(status_code(B::Registry(RegistryError::Corrupt("x".into()))).0, 500);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The HTTP API (axum): routes, service-token authentication and JSON shapes; work runs on blocking threads.
 
+mod admin;
 mod error;
 mod internal;
 pub mod routes;
@@ -29,6 +30,10 @@ pub struct AppState {
     pub service_token: Arc<Token>,
     /// Secret, window and limits of the signed `/tools/*` routes.
     pub tools: Arc<ToolsAuth>,
+    /// `X-Admin-Token` of the `/admin/*` routes.
+    pub admin_token: Arc<Token>,
+    /// Accounts, usage and pricing (SPEC §9).
+    pub billing: Arc<crate::billing_loop::BillingService>,
 }
 
 /// Every route of the API (the single source of the router, `/openapi.json` and the auth tests).
@@ -40,6 +45,7 @@ pub fn route_table() -> RouteTable<AppState> {
         .merge_from(internal::add_routes)
         .merge_from(workspace::add_routes)
         .merge_from(tools::add_routes)
+        .merge_from(admin::add_routes)
 }
 
 /// The whole API.
@@ -52,8 +58,7 @@ pub fn router(state: AppState) -> Router {
             Auth::Service => group.route_layer(middleware::from_fn_with_state(state.clone(), require_service_token)),
             // Every signed route verifies its request in the `SignedRequest` extractor.
             Auth::Signed => group,
-            // No admin route exists yet: refuse until its check is wired in.
-            Auth::Admin => group.route_layer(middleware::from_fn(refuse_unauthenticated)),
+            Auth::Admin => group.route_layer(middleware::from_fn_with_state(state.clone(), require_admin_token)),
         };
         app = app.merge(group);
     }
@@ -62,8 +67,13 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn refuse_unauthenticated(_req: Request, _next: Next) -> Response {
-    ApiError::unauthorized().into_response()
+/// `/admin/*`: `X-Admin-Token: <admin token>` (constant-time compare).
+async fn require_admin_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let presented = req.headers().get("x-admin-token").and_then(|v| v.to_str().ok());
+    if !presented.is_some_and(|t| st.admin_token.matches(t.trim())) {
+        return ApiError::unauthorized().into_response();
+    }
+    next.run(req).await
 }
 
 async fn openapi_json() -> Json<serde_json::Value> {

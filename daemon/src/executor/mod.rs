@@ -51,6 +51,8 @@ pub enum ComputeError {
     Executor(ExecutorError),
     #[error("runtime area: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Billing(#[from] scopefs::billing::BillingError),
 }
 
 impl From<ExecutorError> for ComputeError {

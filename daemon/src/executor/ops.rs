@@ -100,7 +100,12 @@ impl ScopeService {
         if requested == Some(0) {
             return Err(ComputeError::Invalid("max_runtime_seconds", "must be at least 1".into()));
         }
-        let effective = requested.unwrap_or(max).min(max);
+        // Billing preflight (seed 003 §10.1): min(requested, plan maximum, affordable), or 429.
+        let admitted = match &self.billing {
+            Some(billing) => billing.admit_environment(&caller.user_id, requested)?,
+            None => requested.unwrap_or(max),
+        };
+        let effective = admitted.min(max);
         let (_, mountpoint) = self.mount(scope)?;
         if let Some((uid, gid)) = compute.settings.sandbox_owner.filter(|_| !caller.read_only) {
             use std::os::unix::fs::MetadataExt;

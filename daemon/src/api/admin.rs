@@ -1,0 +1,253 @@
+//! `/admin/*` (SPEC §7.4, seed 003 §4.6, §11): pending usage, settlement marks and account management.
+//!
+//! Authenticated by `X-Admin-Token` (constant-time compare, see `require_admin_token`). Money is a
+//! decimal string both ways (`"10.000000"`); a JSON number is refused.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::routing::{get, post, put};
+use axum::Json;
+use scopefs::billing::{BillingError, Micros};
+use scopefs::registry::billing::{Account, LedgerEntry, SettleStatus, UsageRecord};
+use serde::{Deserialize, Serialize};
+
+use super::routes::{Auth, RouteTable};
+use super::{ApiError, AppState};
+
+/// Most records one admin request lists or changes.
+const MAX_BATCH: usize = 500;
+
+/// Adds the `/admin` routes to the table.
+pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
+    table
+        .add(
+            "POST",
+            "/admin/pending-usage",
+            Auth::Admin,
+            "Pending (unsettled) usage records, least recently attempted first, with their artifact paths. \
+             Body {limit?: 1-500, default 50}; answers {usage: [...]}",
+            post(pending_usage),
+        )
+        .add(
+            "POST",
+            "/admin/mark-settled",
+            Auth::Admin,
+            "Settle these usage records now (seed 003 §10.2; idempotent: each is charged at most once). \
+             Body {usage_ids: [..]}; answers {results: [{usage_id, status}]} with status settled | already_settled | \
+             insufficient_compute_balance | artifacts_pending | not_found",
+            post(mark_settled),
+        )
+        .add(
+            "POST",
+            "/admin/mark-artifacts-registered",
+            Auth::Admin,
+            "Mark the artifacts of these usage records registered (idempotent). Body {usage_ids: [..]}; answers {updated}",
+            post(mark_artifacts_registered),
+        )
+        .add(
+            "GET",
+            "/admin/accounts/{user_id}",
+            Auth::Admin,
+            "An account: plan, compute minutes, cash balance (decimal strings), monthly period; 404 account_not_found",
+            get(read_account),
+        )
+        .add(
+            "POST",
+            "/admin/accounts/{user_id}/credit",
+            Auth::Admin,
+            "Credit cash (account created with the default plan if needed). Body {amount: \"10.000000\", \
+             idempotency_key, note?}; the same key again returns the first entry, another amount is 409; \
+             answers {account, entry}",
+            post(credit),
+        )
+        .add(
+            "PUT",
+            "/admin/accounts/{user_id}/plan",
+            Auth::Admin,
+            "Set the plan. Body {plan}; monthly minutes become the plan's, remaining = max(0, monthly - used \
+             this period); 400 unknown_plan; answers the account",
+            put(set_plan),
+        )
+        .add(
+            "GET",
+            "/admin/accounts/{user_id}/ledger",
+            Auth::Admin,
+            "Wallet ledger entries, newest first. Query limit (1-500, default 100), before (entry_id); \
+             answers {entries: [...]}",
+            get(ledger),
+        )
+}
+
+/// Runs billing work on a blocking thread and maps its error.
+async fn run<T, F>(f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, BillingError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(join) => Err(ApiError::internal("task_failed", &join)),
+    }
+}
+
+fn check_batch(ids: &[i64]) -> Result<(), ApiError> {
+    if ids.is_empty() || ids.len() > MAX_BATCH {
+        return Err(ApiError::from(BillingError::Invalid { field: "usage_ids", reason: "must list 1-500 ids".into() }));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PendingRequest {
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct PendingView {
+    #[serde(flatten)]
+    usage: UsageRecord,
+    artifacts: Vec<String>,
+}
+
+async fn pending_usage(
+    State(st): State<AppState>,
+    body: Result<Json<PendingRequest>, JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Json(req) = body?;
+    let limit = req.limit.unwrap_or(50);
+    if !(1..=MAX_BATCH).contains(&limit) {
+        return Err(BillingError::Invalid { field: "limit", reason: "must be 1-500".into() }.into());
+    }
+    let billing = st.billing.clone();
+    let views = run(move || {
+        let records = billing.registry.pending_usage(limit, false)?;
+        records
+            .into_iter()
+            .map(|usage| Ok(PendingView { artifacts: billing.registry.usage_artifacts(&usage.environment_id)?, usage }))
+            .collect::<Result<Vec<_>, BillingError>>()
+    })
+    .await?;
+    Ok(Json(serde_json::json!({ "usage": views })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageIds {
+    usage_ids: Vec<i64>,
+}
+
+async fn mark_settled(
+    State(st): State<AppState>,
+    body: Result<Json<UsageIds>, JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Json(req) = body?;
+    check_batch(&req.usage_ids)?;
+    let billing = st.billing.clone();
+    let results = run(move || {
+        let mut out = Vec::with_capacity(req.usage_ids.len());
+        for id in req.usage_ids {
+            let status = match billing.registry.settle_usage(&billing.pricing, id) {
+                Ok(s) if s.status == SettleStatus::Settled => "settled",
+                Ok(_) => "already_settled",
+                Err(BillingError::InsufficientComputeBalance { .. }) => "insufficient_compute_balance",
+                Err(BillingError::ArtifactsPending) => "artifacts_pending",
+                Err(BillingError::UsageNotFound) => "not_found",
+                Err(e) => return Err(e),
+            };
+            out.push(serde_json::json!({ "usage_id": id, "status": status }));
+        }
+        Ok(out)
+    })
+    .await?;
+    Ok(Json(serde_json::json!({ "results": results })))
+}
+
+async fn mark_artifacts_registered(
+    State(st): State<AppState>,
+    body: Result<Json<UsageIds>, JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Json(req) = body?;
+    check_batch(&req.usage_ids)?;
+    let billing = st.billing.clone();
+    let updated = run(move || billing.registry.mark_artifacts_registered(&req.usage_ids)).await?;
+    Ok(Json(serde_json::json!({ "updated": updated })))
+}
+
+async fn read_account(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<Account>, ApiError> {
+    let Path(user) = path?;
+    let billing = st.billing.clone();
+    Ok(Json(run(move || billing.registry.account(&user)?.ok_or(BillingError::AccountNotFound)).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreditRequest {
+    amount: Micros,
+    idempotency_key: String,
+    note: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct CreditView {
+    account: Account,
+    entry: LedgerEntry,
+}
+
+async fn credit(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<CreditRequest>, JsonRejection>,
+) -> Result<Json<CreditView>, ApiError> {
+    let Path(user) = path?;
+    let Json(req) = body?;
+    let billing = st.billing.clone();
+    let (account, entry) = run(move || {
+        billing.registry.credit_cash(&billing.pricing, &user, req.amount, &req.idempotency_key, req.note.as_deref())
+    })
+    .await?;
+    Ok(Json(CreditView { account, entry }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanRequest {
+    plan: String,
+}
+
+async fn set_plan(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<PlanRequest>, JsonRejection>,
+) -> Result<Json<Account>, ApiError> {
+    let Path(user) = path?;
+    let Json(req) = body?;
+    let billing = st.billing.clone();
+    Ok(Json(run(move || billing.registry.set_plan(&billing.pricing, &user, &req.plan)).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LedgerQuery {
+    limit: Option<usize>,
+    before: Option<i64>,
+}
+
+async fn ledger(
+    State(st): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<LedgerQuery>, QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Path(user) = path?;
+    let Query(q) = query?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=MAX_BATCH).contains(&limit) {
+        return Err(BillingError::Invalid { field: "limit", reason: "must be 1-500".into() }.into());
+    }
+    let billing = st.billing.clone();
+    let entries = run(move || billing.registry.ledger(&user, limit, q.before)).await?;
+    Ok(Json(serde_json::json!({ "entries": entries })))
+}

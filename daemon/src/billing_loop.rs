@@ -1,0 +1,98 @@
+//! The billing service of the daemon and its background loops: the pending-usage loop of seed 003 §11
+//! (every `pricing.settle_interval_secs`, batch 50, back off after 5 consecutive failed rounds,
+//! artifacts before settlement with 10 registration retries) and the monthly quota refresh.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use scopefs::billing::{
+    run_pending_pass, ArtifactRegistrar, BillingError, PassSettings, PricingConfig, RecordOnlyRegistrar,
+};
+use scopefs::registry::Registry;
+
+/// Registry plus pricing: what the admin routes, the loops and `create_environment` need.
+pub struct BillingService {
+    pub registry: Arc<Registry>,
+    pub pricing: PricingConfig,
+    pub settings: PassSettings,
+    pub registrar: Arc<dyn ArtifactRegistrar>,
+}
+
+impl BillingService {
+    pub fn new(registry: Arc<Registry>, pricing: PricingConfig) -> BillingService {
+        BillingService {
+            registry,
+            pricing,
+            settings: PassSettings::default(),
+            // The `artifacts` table is the registration of this daemon.
+            registrar: Arc::new(RecordOnlyRegistrar),
+        }
+    }
+
+    /// Preflight for `create_environment`: the effective max runtime, or `ComputeQuotaExceeded` (429).
+    #[allow(dead_code)]
+    pub fn admit_environment(
+        &self,
+        user_id: &str,
+        requested_runtime_seconds: Option<u64>,
+    ) -> Result<u64, BillingError> {
+        self.registry.admit_environment(&self.pricing, user_id, requested_runtime_seconds)
+    }
+
+    fn interval(&self) -> Duration {
+        Duration::from_secs(self.pricing.settle_interval_secs.max(1))
+    }
+}
+
+/// How often periods are checked for rollover.
+const REFRESH_INTERVAL: Duration = Duration::from_secs(300);
+
+/// Runs the pending-usage loop and the quota refresh until `stop` turns true.
+pub async fn run(billing: Arc<BillingService>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut failures: u32 = 0;
+    let mut last_refresh: Option<tokio::time::Instant> = None;
+    loop {
+        if last_refresh.is_none_or(|t| t.elapsed() >= REFRESH_INTERVAL) {
+            last_refresh = Some(tokio::time::Instant::now());
+            let b = billing.clone();
+            match tokio::task::spawn_blocking(move || b.registry.refresh_compute_quotas(&b.pricing)).await {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => tracing::info!(accounts = n, "monthly compute quotas refreshed"),
+                Ok(Err(e)) => tracing::error!(error = %e, "quota refresh failed"),
+                Err(e) => tracing::error!(error = %e, "quota refresh panicked"),
+            }
+        }
+        let b = billing.clone();
+        let round = tokio::task::spawn_blocking(move || {
+            run_pending_pass(&b.registry, &b.pricing, b.registrar.as_ref(), &b.settings)
+        })
+        .await;
+        match round {
+            Ok(Ok(report)) => {
+                failures = 0;
+                if report.listed > 0 {
+                    tracing::info!(?report, "pending usage round");
+                }
+            }
+            Ok(Err(e)) => {
+                failures += 1;
+                tracing::error!(error = %e, failures, "pending usage round failed");
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::error!(error = %e, failures, "pending usage round panicked");
+            }
+        }
+        let wait = if failures >= billing.settings.failure_threshold {
+            tracing::warn!(failures, "backing off the pending usage loop");
+            failures = 0;
+            billing.settings.backoff
+        } else {
+            billing.interval()
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! Operator commands without a running daemon: `serve --print-config`, `fsck`, `gc`, `token show|rotate`, `import`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use scopefs::config::{Config, StoreConfig};
+use scopefs::engine::{ScopeEngine, Storage, WriteMode};
+use scopefs::ids::{ScopeId, ThreadId};
+use scopefs::registry::Registry;
+
+use crate::{setup, tokens};
+
+/// What replaces every secret in printed configuration.
+pub const REDACTED: &str = "<redacted>";
+
+/// The configuration with tokens, the HMAC secret and the S3 secret key replaced by `<redacted>`.
+pub fn redacted(cfg: &Config) -> Config {
+    let mut cfg = cfg.clone();
+    let hide = |v: &mut Option<String>| {
+        if v.is_some() {
+            *v = Some(REDACTED.to_string());
+        }
+    };
+    hide(&mut cfg.service_token);
+    hide(&mut cfg.admin_token);
+    hide(&mut cfg.hmac_secret);
+    if let StoreConfig::S3 { secret_access_key, .. } = &mut cfg.store {
+        hide(secret_access_key);
+    }
+    cfg
+}
+
+/// The effective configuration as TOML, secrets redacted.
+pub fn print_config(cfg: &Config) -> anyhow::Result<()> {
+    let text = toml::to_string(&redacted(cfg)).context("rendering the configuration as TOML")?;
+    print!("{text}");
+    Ok(())
+}
+
+/// Registry, storage and runtime for commands that open one scope's engine.
+struct Offline {
+    registry: Registry,
+    storage: Arc<Storage>,
+    // Kept alive for the storage's object-store requests.
+    _rt: tokio::runtime::Runtime,
+}
+
+fn open_offline(cfg: &Config) -> anyhow::Result<Offline> {
+    setup::control_dir(cfg).context("preparing the control directory")?;
+    let registry = Registry::open(&setup::registry_path(cfg)).context("opening the registry")?;
+    let rt = setup::runtime()?;
+    let store = {
+        let _in_runtime = rt.enter();
+        setup::build_store(cfg).context("configuring the object store")?
+    };
+    let storage = Storage::new(store, cfg.storage_settings(), &cfg.data_dir, rt.handle().clone())
+        .context("opening local storage")?;
+    Ok(Offline { registry, storage, _rt: rt })
+}
+
+impl Offline {
+    fn engine(&self, cfg: &Config, scope: &str) -> anyhow::Result<Arc<ScopeEngine>> {
+        let id = ScopeId::parse(scope).context("invalid scope id")?;
+        let Some(rec) = self.registry.get(&cfg.deployment_id, &id).context("reading the registry")? else {
+            bail!("no scope {id} in deployment {}", cfg.deployment_id);
+        };
+        if !rec.state.is_mountable() {
+            bail!("scope {id} is {}; only draft and active scopes can be opened", rec.state);
+        }
+        self.storage.open_scope(&id, rec.quota_or(cfg.default_quota())).context("opening the scope's filesystem")
+    }
+}
+
+/// `scopefs fsck SCOPE [--repair]`: checks every block of the scope; `Ok(false)` when damage was found.
+///
+/// Damaged files are reported by virtual path (reads of them fail, they never return other
+/// bytes); `--repair` also deletes orphan objects. Run it with the daemon stopped.
+pub fn fsck(cfg: &Config, scope: &str, repair: bool) -> anyhow::Result<bool> {
+    let offline = open_offline(cfg)?;
+    let engine = offline.engine(cfg, scope)?;
+    let report = engine.fsck(repair).context("fsck")?;
+    println!("scope {scope}: {} files, {} blocks checked", report.files_checked, report.blocks_checked);
+    for path in &report.damaged_files {
+        println!("DAMAGED {path}: a block is missing or corrupt; reads of this file fail");
+    }
+    for key in &report.orphan_objects {
+        let id = key.rsplit('/').next().unwrap_or_default();
+        let action = if repair { "deleted" } else { "found (delete with --repair)" };
+        println!("ORPHAN block {id}: {action}");
+    }
+    for problem in &report.metadata_problems {
+        println!("METADATA {problem}");
+    }
+    let clean = report.damaged_files.is_empty() && report.metadata_problems.is_empty();
+    let orphans_left = !repair && !report.orphan_objects.is_empty();
+    println!(
+        "{}: {} damaged files, {} orphan objects, {} metadata problems",
+        if clean && !orphans_left { "clean" } else { "problems found" },
+        report.damaged_files.len(),
+        report.orphan_objects.len(),
+        report.metadata_problems.len()
+    );
+    Ok(clean && !orphans_left)
+}
+
+/// `scopefs gc SCOPE`: deletes blocks no file refers to any more (older than `grace`).
+pub fn gc(cfg: &Config, scope: &str, grace: Duration) -> anyhow::Result<()> {
+    let offline = open_offline(cfg)?;
+    let engine = offline.engine(cfg, scope)?;
+    let report = engine.collect_garbage(grace).context("garbage collection")?;
+    println!("scope {scope}: {} blocks deleted, {} bytes freed", report.blocks_deleted, report.bytes_deleted);
+    Ok(())
+}
+
+/// The token files `token show|rotate` manage.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum TokenKind {
+    Service,
+    Admin,
+    Hmac,
+}
+
+impl TokenKind {
+    fn file(self) -> &'static str {
+        match self {
+            TokenKind::Service => "service-token",
+            TokenKind::Admin => "admin-token",
+            TokenKind::Hmac => "hmac-secret",
+        }
+    }
+
+    fn configured(self, cfg: &Config) -> Option<&str> {
+        match self {
+            TokenKind::Service => cfg.service_token.as_deref(),
+            TokenKind::Admin => cfg.admin_token.as_deref(),
+            TokenKind::Hmac => cfg.hmac_secret.as_deref(),
+        }
+        .filter(|s| !s.trim().is_empty())
+    }
+}
+
+fn token_path(cfg: &Config, kind: TokenKind) -> anyhow::Result<PathBuf> {
+    Ok(setup::control_dir(cfg).context("preparing the control directory")?.join(kind.file()))
+}
+
+/// `scopefs token show`: prints the secret (generating it like the daemon would if absent).
+pub fn token_show(cfg: &Config, kind: TokenKind) -> anyhow::Result<()> {
+    let token = tokens::load_or_generate(kind.configured(cfg), &token_path(cfg, kind)?).context("loading the token")?;
+    println!("{}", token.expose());
+    Ok(())
+}
+
+/// `scopefs token rotate`: replaces the generated secret file; the daemon picks it up on restart.
+pub fn token_rotate(cfg: &Config, kind: TokenKind) -> anyhow::Result<()> {
+    if kind.configured(cfg).is_some() {
+        bail!("the {} is set in the configuration; change it there instead", kind.file());
+    }
+    let path = token_path(cfg, kind)?;
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).context("removing the old token file"),
+    }
+    let token = tokens::load_or_generate(None, &path).context("generating the new token")?;
+    println!("{}", token.expose());
+    eprintln!("scopefs: {} rotated; restart the daemon (systemctl restart scopefs) to use it", kind.file());
+    Ok(())
+}
+
+/// `scopefs import DIR --thread T`: copies a directory tree into the thread's scope (creating the
+/// scope if needed), with a progress bar on stderr. Symlinks and special files are skipped.
+pub fn import(cfg: &Config, dir: &Path, thread: &str) -> anyhow::Result<()> {
+    let thread = ThreadId::parse(thread).context("invalid --thread")?;
+    let offline = open_offline(cfg)?;
+    let rec = match offline.registry.find_by_thread(&cfg.deployment_id, &thread).context("reading the registry")? {
+        Some(rec) => rec,
+        None => crate::service::create_unmounted(
+            &cfg.deployment_id,
+            cfg.default_quota(),
+            &offline.registry,
+            &offline.storage,
+            &thread,
+        )
+        .context("creating the scope")?,
+    };
+    let engine = offline.engine(cfg, rec.scope_id.as_str())?;
+    let owner = crate::service::api_owner(&engine).context("reading the scope owner")?;
+    let files = collect_files(dir)?;
+    let total: u64 = files.iter().map(|(_, _, len)| len).sum();
+    let mut done = 0u64;
+    let mut progress = Progress::new(total, files.len());
+    for (i, (src, rel, len)) in files.iter().enumerate() {
+        let mut file = std::fs::File::open(src).with_context(|| format!("opening source file {rel}"))?;
+        if let Some((parent, _)) = rel.rsplit_once('/') {
+            engine.make_dirs(parent, owner).with_context(|| format!("creating /{parent}"))?;
+        }
+        engine
+            .write_path(rel, &mut file, u64::MAX, WriteMode::Replace, owner)
+            .with_context(|| format!("writing /{rel}"))?;
+        done += len;
+        progress.update(i + 1, done);
+    }
+    if !engine.wait_uploads(Duration::from_secs(600)) {
+        bail!("uploads of the imported files did not finish within 10 minutes (they stay journaled)");
+    }
+    progress.finish();
+    println!("imported {} files ({} bytes) into scope {}", files.len(), total, rec.scope_id);
+    Ok(())
+}
+
+/// Regular files under `root`: (source path, relative virtual path, length), sorted.
+fn collect_files(root: &Path) -> anyhow::Result<Vec<(PathBuf, String, u64)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).context("reading the source directory")? {
+            let entry = entry.context("reading the source directory")?;
+            let ty = entry.file_type().context("reading a source entry")?;
+            let path = entry.path();
+            if ty.is_dir() {
+                stack.push(path);
+            } else if ty.is_file() {
+                let rel = path
+                    .strip_prefix(root)
+                    .ok()
+                    .and_then(|p| p.to_str())
+                    .context("a source file name is not UTF-8")?
+                    .to_string();
+                let len = entry.metadata().context("reading a source entry")?.len();
+                out.push((path, rel, len));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(out)
+}
+
+/// A one-line progress bar on stderr.
+struct Progress {
+    total_bytes: u64,
+    total_files: usize,
+}
+
+impl Progress {
+    fn new(total_bytes: u64, total_files: usize) -> Progress {
+        Progress { total_bytes, total_files }
+    }
+
+    fn update(&mut self, files: usize, bytes: u64) {
+        const WIDTH: u64 = 30;
+        let filled = (bytes.saturating_mul(WIDTH)).checked_div(self.total_bytes).unwrap_or(WIDTH).min(WIDTH);
+        let bar: String = (0..WIDTH).map(|i| if i < filled { '#' } else { '-' }).collect();
+        let mut err = std::io::stderr();
+        let _ = write!(err, "\r[{bar}] {files}/{} files, {bytes}/{} bytes", self.total_files, self.total_bytes);
+        let _ = err.flush();
+    }
+
+    fn finish(&mut self) {
+        eprintln!();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn print_config_redacts_every_secret_and_round_trips() {
+        let mut cfg = Config {
+            service_token: Some("svc-secret".into()),
+            admin_token: Some("adm-secret".into()),
+            hmac_secret: Some("hmac-secret-value".into()),
+            ..Config::default()
+        };
+        cfg.store = StoreConfig::S3 {
+            endpoint: Some("http://127.0.0.1:3900".into()),
+            region: "garage".into(),
+            bucket: "b".into(),
+            prefix: String::new(),
+            path_style: true,
+            access_key_id: Some("GKkey".into()),
+            secret_access_key: Some("s3-secret".into()),
+        };
+        let text = toml::to_string(&redacted(&cfg)).unwrap();
+        for secret in ["svc-secret", "adm-secret", "hmac-secret-value", "s3-secret"] {
+            assert!(!text.contains(secret), "{secret} leaked:\n{text}");
+        }
+        assert_eq!(text.matches(REDACTED).count(), 4, "{text}");
+        // The printed form is itself a valid configuration.
+        let back = Config::from_toml(&text).unwrap();
+        assert_eq!(back.listen, cfg.listen);
+        assert_eq!(back.pricing, cfg.pricing);
+    }
+
+    #[test]
+    fn shipped_default_config_parses_and_matches_the_defaults() {
+        let text = include_str!("../../packaging/scopefs.toml");
+        let cfg = Config::from_toml(text).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg, Config::default());
+    }
+}
