@@ -10,7 +10,10 @@
 #   - Debian packages: fuse3, docker.io, s3fs, rclone, fio, busybox-static,
 #     sqlite3, git, build-essential, pkg-config, ca-certificates, procps,
 #     psmisc, util-linux, tar, jq
-#   - cargo tools: pjdfstest (POSIX conformance), fsx (file-system exerciser)
+#   - cargo tools: pjdfstest (POSIX conformance), fsx (file-system exerciser),
+#     cargo-deb (Debian package build, scripts/package-test.sh)
+#   - systemd (systemd-analyze, systemd-tmpfiles: unit checks of the package test)
+#   - python3-prometheus-client (a real Prometheus text parser for the /metrics test)
 #   - the unprivileged user `tests` that pjdfstest switches to
 # Garage (the S3 server used by the tests) is installed by scripts/garage.sh.
 set -euo pipefail
@@ -42,6 +45,7 @@ cargo clippy --version >/dev/null 2>&1 || die "cargo clippy not found (rustup co
 PACKAGES=(
     fuse3 docker.io s3fs rclone fio busybox-static sqlite3 git
     build-essential pkg-config ca-certificates procps psmisc util-linux tar jq
+    systemd python3-prometheus-client
 )
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -58,13 +62,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
     say "Debian packages present"
 fi
-for bin in fusermount3 docker dockerd s3fs rclone fio busybox sqlite3 git jq; do
+for bin in fusermount3 docker dockerd s3fs rclone fio busybox sqlite3 git jq systemd-analyze; do
     command -v "$bin" >/dev/null 2>&1 || die "'$bin' not on PATH after installing packages"
 done
 [ -c /dev/fuse ] || die "/dev/fuse is missing: load the fuse module (modprobe fuse) or run the container with --device /dev/fuse"
 
 # --- cargo-installed test tools -------------------------------------------------
-for tool in pjdfstest fsx; do
+for tool in pjdfstest fsx cargo-deb; do
     if [ -x "$HOME/.cargo/bin/$tool" ] || command -v "$tool" >/dev/null 2>&1; then
         say "$tool present"
     else

@@ -5,7 +5,8 @@
 #   bash scripts/test.sh              # the whole suite (what CI runs)
 #   bash scripts/test.sh NAME...      # setup + lint, then only these test
 #                                     # targets (e.g. docker_isolation);
-#                                     # `unit` = lib/bin unit tests, `doc` = doctests
+#                                     # `unit` = lib/bin unit tests, `doc` = doctests,
+#                                     # `package` = scripts/package-test.sh
 #
 # Steps, in order (setup and lint steps stop the run at the first failure):
 #   1. scripts/install-deps.sh        Debian packages, pjdfstest, fsx, user `tests`
@@ -167,6 +168,10 @@ start_garage() {
 run_step "garage (S3 server)" start_garage
 
 run_step "build test binaries" cargo test --locked --workspace --no-run
+# Debian package: cargo deb, dpkg -i, installed files, systemd-analyze verify (issue 6 a).
+if wanted package; then
+    run_target "debian package (scripts/package-test.sh)" "$TARGET_TIMEOUT" bash scripts/package-test.sh
+fi
 
 # --- tests (every target runs; failures are collected) ----------------------------
 if wanted unit; then
@@ -198,7 +203,7 @@ while read -r pkg target; do
 done <<<"$TARGETS"
 
 for f in "${FILTER[@]}"; do
-    case "$f" in unit | doc) continue ;; esac
+    case "$f" in unit | doc | package) continue ;; esac
     if ! grep -qx "[^ ]* $f" <<<"$TARGETS"; then
         echo "test.sh: no test target named '$f'" >&2
         record "$f (no such target)" FAIL 0

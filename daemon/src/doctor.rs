@@ -23,17 +23,76 @@ impl Check {
     }
 }
 
+/// Hidden override of the device the fuse check opens (tests of a missing device only).
+const FUSE_DEVICE_ENV: &str = "SCOPEFS_DOCTOR_FUSE_DEVICE";
+
 fn dev_fuse() -> Result<String, String> {
-    let path = Path::new("/dev/fuse");
+    let device = std::env::var_os(FUSE_DEVICE_ENV).filter(|v| !v.is_empty()).unwrap_or_else(|| "/dev/fuse".into());
+    let path = Path::new(&device);
+    let shown = path.display();
     if !path.exists() {
-        return Err("/dev/fuse does not exist (load the fuse module or pass the device to the container)".into());
+        return Err(format!("{shown} does not exist (load the fuse module or pass the device to the container)"));
     }
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
-        .map(|_| "/dev/fuse opens read-write".to_string())
-        .map_err(|e| format!("/dev/fuse cannot be opened: {e}"))
+        .map(|_| format!("{shown} opens read-write"))
+        .map_err(|e| format!("{shown} cannot be opened: {e}"))
+}
+
+/// One HTTP/1.0 GET to the Docker engine's Unix socket; the status code.
+fn docker_get(socket: &str, path: &str) -> std::io::Result<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(std::time::Duration::from_secs(5)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n")?;
+    let mut head = [0u8; 64];
+    let n = stream.read(&mut head)?;
+    let line = String::from_utf8_lossy(&head[..n]);
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer"))
+}
+
+fn docker_engine(cfg: &Config) -> Result<String, String> {
+    let socket = cfg.executor.docker_socket().ok_or("executor.docker_host is not a Unix socket")?;
+    match docker_get(socket, "/_ping") {
+        Ok(200) => Ok(format!("Docker engine answers at {}", cfg.executor.docker_host)),
+        Ok(code) => Err(format!("Docker engine at {} answered /_ping with HTTP {code}", cfg.executor.docker_host)),
+        Err(e) => Err(format!(
+            "Docker engine unreachable at {} ({e}); sandbox environments cannot start (is dockerd running?)",
+            cfg.executor.docker_host
+        )),
+    }
+}
+
+fn docker_image(cfg: &Config) -> Result<String, String> {
+    let image = &cfg.executor.image;
+    let socket = cfg.executor.docker_socket().ok_or("executor.docker_host is not a Unix socket")?;
+    let path: String = image
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'/' | b':' | b'@' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let required = cfg.executor.isolation == scopefs::config::Isolation::Required;
+    match docker_get(socket, &format!("/images/{path}/json")) {
+        Ok(200) => Ok(format!("sandbox image {image} is present")),
+        Ok(404) if !required => Ok(format!(
+            "sandbox image {image} is not present (isolation optional: compute tools answer 503 until it is)"
+        )),
+        Ok(404) => {
+            Err(format!("sandbox image {image} is not present (isolation required: serve will refuse to start)"))
+        }
+        Ok(code) => Err(format!("inspecting sandbox image {image} answered HTTP {code}")),
+        Err(e) => Err(format!("cannot inspect sandbox image {image}: {e}")),
+    }
 }
 
 fn on_path(program: &str) -> bool {
@@ -90,6 +149,8 @@ pub fn checks(cfg: &Config) -> Vec<Check> {
         Check { name: "mount-root", result: mount_root(cfg) },
         Check { name: "registry", result: registry(cfg) },
         Check { name: "object-store", result: object_store(cfg) },
+        Check { name: "docker-engine", result: docker_engine(cfg) },
+        Check { name: "docker-image", result: docker_image(cfg) },
     ]
 }
 

@@ -6,6 +6,7 @@ mod billing_loop;
 mod doctor;
 mod executor;
 mod lifecycle;
+mod metrics;
 mod notify;
 mod ops_cmd;
 mod scope_cmd;

@@ -71,6 +71,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         let _in_runtime = rt.enter();
         setup::build_store(&cfg).context("configuring the object store")?
     };
+    // Counts requests and errors for `/metrics`.
+    let store: Arc<dyn scopefs::store::ObjectStore> = Arc::new(crate::metrics::CountingStore(store));
     let described = store.describe();
     rt.block_on(setup::probe_store(store.as_ref(), setup::probe_bound(&cfg)))
         .with_context(|| format!("object store probe (put/get/delete) failed on {described}"))?;

@@ -29,10 +29,15 @@ const MAX_WRITE: u32 = 1024 * 1024;
 const GENERATION: Generation = Generation(0);
 
 /// Runs one engine call; an engine error becomes its errno, a panic becomes `EIO`.
+/// Every call is counted with its latency (`crate::metrics`).
 fn call<T>(op: &'static str, f: impl FnOnce() -> EngineResult<T>) -> Result<T, Errno> {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    let started = std::time::Instant::now();
+    let outcome = catch_unwind(AssertUnwindSafe(f));
+    crate::metrics::record(op, started.elapsed(), matches!(outcome, Ok(Ok(_))));
+    match outcome {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(err)) => {
+            crate::metrics::note_refusal(&err);
             if is_internal(&err) {
                 tracing::warn!(op, error = %err, "engine operation failed");
             } else {

@@ -42,6 +42,7 @@ pub fn route_table() -> RouteTable<AppState> {
         .add("GET", "/health", Auth::Public, "Liveness", get(health))
         .add("GET", "/ready", Auth::Public, "Readiness: mounts and recovery done", get(ready))
         .add("GET", "/openapi.json", Auth::Public, "This document", get(openapi_json))
+        .add("GET", "/metrics", Auth::Public, "Prometheus metrics (counts and ids only)", get(crate::metrics::handler))
         .merge_from(internal::add_routes)
         .merge_from(workspace::add_routes)
         .merge_from(tools::add_routes)

@@ -1,0 +1,195 @@
+//! `GET /metrics`: Prometheus text exposition (SPEC §11) and the object-store request counters behind it.
+//!
+//! Labels carry ids and names only (scope ids, operation names, states), never paths or secrets.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use scopefs::registry::ScopeState;
+use scopefs::store::{ObjectInfo, ObjectStore, StoreError};
+
+use crate::api::{ApiError, AppState};
+use crate::service::ScopeService;
+
+const OPS: [&str; 5] = ["put", "get", "head", "delete", "list"];
+static STORE_REQUESTS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+static STORE_ERRORS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+
+/// An object store that counts requests and errors per operation (process-wide).
+pub struct CountingStore(pub Arc<dyn ObjectStore>);
+
+fn count<T>(op: usize, r: Result<T, StoreError>) -> Result<T, StoreError> {
+    STORE_REQUESTS[op].fetch_add(1, Ordering::Relaxed);
+    if r.is_err() {
+        STORE_ERRORS[op].fetch_add(1, Ordering::Relaxed);
+    }
+    r
+}
+
+#[async_trait]
+impl ObjectStore for CountingStore {
+    async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError> {
+        count(0, self.0.put(key, data).await)
+    }
+    async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
+        // A missing object is an answer, not a failed request.
+        let r = self.0.get(key).await;
+        STORE_REQUESTS[1].fetch_add(1, Ordering::Relaxed);
+        if matches!(r, Err(ref e) if !matches!(e, StoreError::NotFound { .. })) {
+            STORE_ERRORS[1].fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+    async fn head(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        count(2, self.0.head(key).await)
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        count(3, self.0.delete(key).await)
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError> {
+        count(4, self.0.list(prefix).await)
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+}
+
+/// Prometheus text writer: one `# HELP`/`# TYPE` per family, then its samples.
+struct Text(String);
+
+impl Text {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            let body: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+            let _ = write!(self.0, "{{{}}}", body.join(","));
+        }
+        let _ = writeln!(self.0, " {value}");
+    }
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// Renders every metric (blocking: reads the registry and each mounted scope's metadata).
+pub fn render(service: &ScopeService) -> Result<String, crate::service::ServiceError> {
+    let mut t = Text(String::new());
+    let scopes = service.registry.list(&service.deployment)?;
+
+    t.family("scopefs_scopes", "gauge", "Scopes of this deployment by state.");
+    for state in ScopeState::ALL {
+        let n = scopes.iter().filter(|s| s.state == state).count();
+        t.sample("scopefs_scopes", &[("state", state.as_str())], n);
+    }
+
+    let engines: Vec<_> = service.engines.lock().iter().map(|(id, e)| (id.clone(), e.clone())).collect();
+    let mut usages = Vec::new();
+    let mut upload_queue = 0usize;
+    for (id, engine) in &engines {
+        if let Ok(u) = engine.usage() {
+            usages.push((id.as_str().to_owned(), u));
+        }
+        upload_queue += engine.pending_uploads();
+    }
+    usages.sort_by(|a, b| a.0.cmp(&b.0));
+    t.family("scopefs_scope_files", "gauge", "Regular files per open scope.");
+    for (id, u) in &usages {
+        t.sample("scopefs_scope_files", &[("scope_id", id)], u.files);
+    }
+    t.family("scopefs_scope_bytes", "gauge", "Logical bytes of files per open scope.");
+    for (id, u) in &usages {
+        t.sample("scopefs_scope_bytes", &[("scope_id", id)], u.bytes);
+    }
+
+    let ops = scopefs_fs::metrics::snapshot();
+    t.family("scopefs_fuse_operations_total", "counter", "FUSE operations answered, by operation.");
+    for (op, s) in &ops {
+        t.sample("scopefs_fuse_operations_total", &[("op", op)], s.count);
+    }
+    t.family("scopefs_fuse_errors_total", "counter", "FUSE operations answered with an error, by operation.");
+    for (op, s) in &ops {
+        t.sample("scopefs_fuse_errors_total", &[("op", op)], s.errors);
+    }
+    t.family("scopefs_fuse_operation_seconds", "histogram", "Latency of FUSE operations in the engine.");
+    for (op, s) in &ops {
+        for (bound, n) in scopefs_fs::metrics::LATENCY_BUCKETS.iter().zip(&s.cumulative) {
+            t.sample("scopefs_fuse_operation_seconds_bucket", &[("op", op), ("le", &bound.to_string())], n);
+        }
+        t.sample("scopefs_fuse_operation_seconds_bucket", &[("op", op), ("le", "+Inf")], s.count);
+        t.sample("scopefs_fuse_operation_seconds_sum", &[("op", op)], s.sum_seconds);
+        t.sample("scopefs_fuse_operation_seconds_count", &[("op", op)], s.count);
+    }
+
+    t.family("scopefs_object_store_requests_total", "counter", "Object-store requests, by operation.");
+    for (i, op) in OPS.iter().enumerate() {
+        t.sample("scopefs_object_store_requests_total", &[("op", op)], STORE_REQUESTS[i].load(Ordering::Relaxed));
+    }
+    t.family("scopefs_object_store_errors_total", "counter", "Failed object-store requests, by operation.");
+    for (i, op) in OPS.iter().enumerate() {
+        t.sample("scopefs_object_store_errors_total", &[("op", op)], STORE_ERRORS[i].load(Ordering::Relaxed));
+    }
+
+    t.family("scopefs_upload_queue_blocks", "gauge", "Blocks written but not yet uploaded.");
+    t.sample("scopefs_upload_queue_blocks", &[], upload_queue);
+    t.family("scopefs_staging_bytes", "gauge", "Bytes held in local staging.");
+    t.sample("scopefs_staging_bytes", &[], service.storage.staging_bytes());
+    t.family("scopefs_cache_bytes", "gauge", "Bytes held by the local block cache.");
+    t.sample("scopefs_cache_bytes", &[], service.storage.cache_bytes());
+    let (hits, misses) = service.storage.cache_counts();
+    t.family("scopefs_cache_hits_total", "counter", "Block cache hits.");
+    t.sample("scopefs_cache_hits_total", &[], hits);
+    t.family("scopefs_cache_misses_total", "counter", "Block cache misses.");
+    t.sample("scopefs_cache_misses_total", &[], misses);
+
+    let (path, symlink) = scopefs_fs::metrics::refused();
+    t.family("scopefs_refused_total", "counter", "Refused path and symlink attempts through the mounts.");
+    t.sample("scopefs_refused_total", &[("kind", "path")], path);
+    t.sample("scopefs_refused_total", &[("kind", "symlink")], symlink);
+
+    let mut running = 0usize;
+    for rec in scopes.iter().filter(|s| s.state != ScopeState::Deleted) {
+        running += service
+            .registry
+            .environments(&service.deployment, &rec.scope_id)?
+            .iter()
+            .filter(|e| e.state.is_live())
+            .count();
+    }
+    t.family("scopefs_environments_running", "gauge", "Sandbox environments creating or running.");
+    t.sample("scopefs_environments_running", &[], running);
+
+    let (settled, failed, pending) = settlements(service);
+    t.family("scopefs_settlements", "gauge", "Compute usage records by settlement result.");
+    t.sample("scopefs_settlements", &[("result", "settled")], settled);
+    t.sample("scopefs_settlements", &[("result", "failed_attempts")], failed);
+    t.family("scopefs_pending_usage", "gauge", "Compute usage records not settled yet.");
+    t.sample("scopefs_pending_usage", &[], pending);
+    Ok(t.0)
+}
+
+/// (settled usages, failed settlement attempts of pending usages, pending usages); zeros when unreadable.
+fn settlements(service: &ScopeService) -> (usize, i64, usize) {
+    let settled = service.registry.billing_audit().map(|a| a.settled_usages).unwrap_or(0);
+    let pending = service.registry.pending_usage(100_000, false).unwrap_or_default();
+    (settled, pending.iter().map(|u| u.settle_failures).sum(), pending.len())
+}
+
+/// `GET /metrics` (public, like `/health`: it carries counts and ids, no secrets).
+pub async fn handler(State(st): State<AppState>) -> Response {
+    let service = st.service.clone();
+    match tokio::task::spawn_blocking(move || render(&service)).await {
+        Ok(Ok(text)) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
+        Ok(Err(e)) => ApiError::from(e).into_response(),
+        Err(join) => ApiError::internal("task_failed", &join).into_response(),
+    }
+}

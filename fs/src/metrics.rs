@@ -1,0 +1,127 @@
+//! Process-wide FUSE counters: operations, errors and latency per operation, refused path and symlink attempts.
+//!
+//! Recorded by the adapter's `call` helper (every engine call of every mount) and read by the
+//! daemon's `/metrics`. Counters only ever grow.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use scopefs::engine::EngineError;
+
+/// Upper bounds of the latency histogram, in seconds.
+pub const LATENCY_BUCKETS: [f64; 10] = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
+
+/// Counters of one operation.
+#[derive(Default)]
+pub struct OpStats {
+    pub count: AtomicU64,
+    pub errors: AtomicU64,
+    pub sum_micros: AtomicU64,
+    /// Non-cumulative per bucket; the last slot is above the largest bound.
+    pub buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+}
+
+/// A copy of one operation's counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpSnapshot {
+    pub count: u64,
+    pub errors: u64,
+    pub sum_seconds: f64,
+    /// Cumulative counts per bound of `LATENCY_BUCKETS` (Prometheus `le` semantics).
+    pub cumulative: Vec<u64>,
+}
+
+static OPS: LazyLock<RwLock<BTreeMap<&'static str, Arc<OpStats>>>> = LazyLock::new(Default::default);
+static REFUSED_PATH: AtomicU64 = AtomicU64::new(0);
+static REFUSED_SYMLINK: AtomicU64 = AtomicU64::new(0);
+
+fn stats(op: &'static str) -> Arc<OpStats> {
+    if let Some(s) = OPS.read().get(op) {
+        return s.clone();
+    }
+    OPS.write().entry(op).or_default().clone()
+}
+
+/// Records one finished operation.
+pub fn record(op: &'static str, elapsed: Duration, ok: bool) {
+    let s = stats(op);
+    s.count.fetch_add(1, Ordering::Relaxed);
+    if !ok {
+        s.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+    s.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    let secs = elapsed.as_secs_f64();
+    let slot = LATENCY_BUCKETS.iter().position(|b| secs <= *b).unwrap_or(LATENCY_BUCKETS.len());
+    s.buckets[slot].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a refusal of the path or symlink rules (invalid or reserved names, escaping or absolute
+/// symlink targets, refused operations); other errors are not refusals.
+pub fn note_refusal(err: &EngineError) {
+    let about_symlink = |m: &str| m.contains("symlink");
+    match err {
+        EngineError::NotPermitted(m) | EngineError::Invalid(m) if about_symlink(m) => {
+            REFUSED_SYMLINK.fetch_add(1, Ordering::Relaxed);
+        }
+        EngineError::InvalidName(_) | EngineError::NameTooLong | EngineError::NotPermitted(_) => {
+            REFUSED_PATH.fetch_add(1, Ordering::Relaxed);
+        }
+        _ => {}
+    }
+}
+
+/// Refused attempts so far: (path, symlink).
+pub fn refused() -> (u64, u64) {
+    (REFUSED_PATH.load(Ordering::Relaxed), REFUSED_SYMLINK.load(Ordering::Relaxed))
+}
+
+/// Every operation seen so far, by name.
+pub fn snapshot() -> Vec<(&'static str, OpSnapshot)> {
+    OPS.read()
+        .iter()
+        .map(|(op, s)| {
+            let mut acc = 0;
+            let cumulative = s.buckets[..LATENCY_BUCKETS.len()]
+                .iter()
+                .map(|b| {
+                    acc += b.load(Ordering::Relaxed);
+                    acc
+                })
+                .collect();
+            let snap = OpSnapshot {
+                count: s.count.load(Ordering::Relaxed),
+                errors: s.errors.load(Ordering::Relaxed),
+                sum_seconds: s.sum_micros.load(Ordering::Relaxed) as f64 / 1e6,
+                cumulative,
+            };
+            (*op, snap)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_counts_errors_buckets_and_refusals() {
+        record("test-op", Duration::from_micros(50), true);
+        record("test-op", Duration::from_millis(2), false);
+        record("test-op", Duration::from_secs(10), true);
+        let (_, s) = snapshot().into_iter().find(|(op, _)| *op == "test-op").unwrap();
+        assert_eq!((s.count, s.errors), (3, 1));
+        assert_eq!(s.cumulative[0], 1); // <= 100 µs
+        assert_eq!(s.cumulative[3], 2); // <= 5 ms
+        assert_eq!(*s.cumulative.last().unwrap(), 2); // 10 s is above every bound
+        let (p0, s0) = refused();
+        note_refusal(&EngineError::InvalidName("reserved"));
+        note_refusal(&EngineError::NotPermitted("absolute symlink targets are refused"));
+        note_refusal(&EngineError::NotFound);
+        let (p1, s1) = refused();
+        assert_eq!((p1 - p0, s1 - s0), (1, 1));
+    }
+}

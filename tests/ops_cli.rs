@@ -1,0 +1,565 @@
+//! Operations (issue 6) through the `scopefs` binary: `serve --print-config` and config refusal,
+//! systemd-style start (READY=1 only once mounts and the API are up; SIGTERM → STOPPING=1, no
+//! mount left, exit 0), and `fsck [--repair]` finding a block deleted behind the daemon's back.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::Client;
+use reqwest::StatusCode;
+
+const BIN: &str = env!("CARGO_BIN_EXE_scopefs");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A local-store config under `dir` (close durability: bytes are in the store once close returns).
+fn local_config(dir: &Path, port: u16) -> PathBuf {
+    let text = format!(
+        "data_dir = {data:?}\nmount_root = {mnt:?}\nlisten = \"127.0.0.1:{port}\"\ndurability = \"close\"\n\
+         fuse.attr_ttl_ms = 0\n\n[store]\nkind = \"local\"\n",
+        data = dir.join("data"),
+        mnt = dir.join("mnt"),
+    );
+    let path = dir.join("scopefs.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn scopefs(config: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .env_remove("SCOPEFS_SERVICE_TOKEN")
+        .env_remove("NOTIFY_SOCKET")
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .expect("running scopefs")
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// Mountpoints in this process's mount table at or below `root`.
+fn mounts_under(root: &Path) -> Vec<String> {
+    let root = root.to_str().unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+        .filter(|mp| mp == root || mp.starts_with(&format!("{root}/")))
+        .collect()
+}
+
+/// `scopefs serve` started the way the systemd unit starts it (NOTIFY_SOCKET set).
+struct Daemon {
+    child: Option<Child>,
+    log: PathBuf,
+    mount_root: PathBuf,
+    base: String,
+}
+
+impl Daemon {
+    fn start(dir: &Path, config: &Path, port: u16, log_name: &str, notify: Option<&Path>) -> Daemon {
+        let log = dir.join(log_name);
+        let mut cmd = Command::new(BIN);
+        cmd.env_remove("SCOPEFS_SERVICE_TOKEN").env_remove("NOTIFY_SOCKET");
+        if let Some(sock) = notify {
+            cmd.env("NOTIFY_SOCKET", sock);
+        }
+        let child = cmd
+            .arg("--config")
+            .arg(config)
+            .arg("serve")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting scopefs serve");
+        Daemon { child: Some(child), log, mount_root: dir.join("mnt"), base: format!("http://127.0.0.1:{port}") }
+    }
+
+    fn log_text(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    fn wait_ready(&mut self, http: &Client) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("scopefs serve exited early ({status}); log:\n{}", self.log_text());
+            }
+            if let Ok(resp) = http.get(format!("{}/ready", self.base)).send() {
+                if resp.status() == StatusCode::OK {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "daemon not ready within 60 s; log:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        // SAFETY: plain kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("daemon did not exit within 90 s of SIGTERM; log:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for mp in mounts_under(&self.mount_root) {
+            let _ = Command::new("umount").arg("-l").arg(&mp).status();
+        }
+    }
+}
+
+fn client() -> Client {
+    Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+/// Creates a scope for `thread` with the CLI; returns its id.
+fn create_scope(config: &Path, thread: &str) -> String {
+    let out = scopefs(config, &["scope", "create", "--thread", thread]);
+    assert!(out.status.success(), "scope create failed:\n{}", text(&out));
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    let row = listing.lines().nth(1).unwrap_or_else(|| panic!("no scope row:\n{listing}"));
+    row.split_whitespace().next().unwrap().to_owned()
+}
+
+#[test]
+fn print_config_redacts_secrets_and_bad_config_is_refused_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("s3.toml");
+    std::fs::write(
+        &config,
+        "listen = \"127.0.0.1:7999\"\nservice_token = \"tok-in-file-123\"\n\n[store]\nkind = \"s3\"\nregion = \"garage\"\n\
+         bucket = \"bkt\"\naccess_key_id = \"GKvisible\"\nsecret_access_key = \"s3-secret-456\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .env("SCOPEFS_HMAC_SECRET", "hmac-from-env-789")
+        .env("SCOPEFS_ADMIN_TOKEN", "admin-from-env-000")
+        .env("SCOPEFS_QUOTA_BYTES", "12345")
+        .arg("--config")
+        .arg(&config)
+        .args(["serve", "--print-config"])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", text(&out));
+    for secret in ["tok-in-file-123", "s3-secret-456", "hmac-from-env-789", "admin-from-env-000"] {
+        assert!(!text(&out).contains(secret), "{secret} printed:\n{printed}");
+    }
+    assert_eq!(printed.matches("\"<redacted>\"").count(), 4, "{printed}");
+    // Effective values: file and environment merged.
+    for line in
+        ["listen = \"127.0.0.1:7999\"", "quota_bytes = 12345", "bucket = \"bkt\"", "access_key_id = \"GKvisible\""]
+    {
+        assert!(printed.lines().any(|l| l == line), "missing `{line}`:\n{printed}");
+    }
+
+    // The shipped default config is accepted.
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/scopefs.toml");
+    let out = scopefs(&shipped, &["serve", "--print-config"]);
+    assert!(out.status.success(), "packaging/scopefs.toml refused:\n{}", text(&out));
+
+    // Unknown keys and bad values: refused, naming the key, non-zero exit.
+    let cases: [(&str, &str); 4] = [
+        ("no_such_key = 1\n", "no_such_key"),
+        ("[fuse]\nthreadz = 2\n", "threadz"),
+        ("block_size = 10\n", "block_size"),
+        ("[executor]\nnetwork = \"host\"\n", "executor.network"),
+    ];
+    for (body, key) in cases {
+        std::fs::write(&config, body).unwrap();
+        let out = scopefs(&config, &["serve", "--print-config"]);
+        assert!(!out.status.success(), "{body:?} accepted");
+        assert!(text(&out).contains(key), "{body:?}: message does not name {key}:\n{}", text(&out));
+    }
+    let out = Command::new(BIN)
+        .env("SCOPEFS_DRAFT_TTL_HOURS", "soon")
+        .arg("--config")
+        .arg(&shipped)
+        .args(["serve", "--print-config"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && text(&out).contains("SCOPEFS_DRAFT_TTL_HOURS"), "{}", text(&out));
+}
+
+fn recv(sock: &UnixDatagram) -> String {
+    let mut buf = [0u8; 256];
+    let n = sock.recv(&mut buf).expect("no service-manager notification within the timeout");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn notify_start_sends_ready_after_mounts_and_api_and_sigterm_unmounts_and_exits_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = local_config(tmp.path(), port);
+    // Scopes that exist before start must be mounted before READY=1.
+    let scopes: Vec<String> = (0..3).map(|i| create_scope(&config, &format!("pre-{i}"))).collect();
+
+    let notify_path = tmp.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve.log", Some(&notify_path));
+    let http = client();
+
+    assert_eq!(recv(&notify), "READY=1", "log:\n{}", daemon.log_text());
+    // At the moment READY=1 arrived: /ready answers 200 and every scope is mounted.
+    let ready = http.get(format!("{}/ready", daemon.base)).send().expect("API not up at READY=1");
+    assert_eq!(ready.status(), StatusCode::OK);
+    let mounted = mounts_under(&daemon.mount_root);
+    for id in &scopes {
+        let mp = daemon.mount_root.join(id);
+        assert!(mounted.contains(&mp.to_str().unwrap().to_owned()), "{id} not mounted at READY=1: {mounted:?}");
+    }
+    std::fs::write(daemon.mount_root.join(&scopes[0]).join("f.txt"), b"hello").unwrap();
+    // Exactly one READY=1.
+    notify.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut buf = [0u8; 64];
+    assert!(notify.recv(&mut buf).is_err(), "a second notification before SIGTERM");
+    notify.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+
+    let status = daemon.terminate();
+    assert_eq!(recv(&notify), "STOPPING=1");
+    assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
+    assert_eq!(status.code(), Some(0));
+    assert!(mounts_under(&daemon.mount_root).is_empty(), "mounts left after SIGTERM");
+}
+
+/// Paths of every regular file under `dir`.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn fsck_finds_a_deleted_block_and_reads_of_the_damaged_file_fail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = local_config(tmp.path(), port);
+    let scope = create_scope(&config, "fsck-thread");
+
+    // Write two files through the mount (close durability: uploaded when close returns).
+    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve-1.log", None);
+    daemon.wait_ready(&client());
+    let mp = daemon.mount_root.join(&scope);
+    std::fs::create_dir(mp.join("docs")).unwrap();
+    std::fs::write(mp.join("docs/victim.txt"), b"victim bytes that will lose their block").unwrap();
+    std::fs::write(mp.join("keep.txt"), b"keep these bytes").unwrap();
+    assert!(daemon.terminate().success(), "log:\n{}", daemon.log_text());
+    drop(daemon);
+
+    let out = scopefs(&config, &["fsck", &scope]);
+    assert!(out.status.success(), "fsck of a healthy scope failed:\n{}", text(&out));
+    assert!(text(&out).contains("clean"), "{}", text(&out));
+
+    // Delete the victim's block object behind the daemon's back (sha256 names the object).
+    let sha = hex_sha256(b"victim bytes that will lose their block");
+    let objects = files_under(&tmp.path().join("data/objects"));
+    let victim: Vec<_> = objects.iter().filter(|p| p.to_str().unwrap().contains(&sha)).collect();
+    assert_eq!(victim.len(), 1, "victim block object not found among {objects:?}");
+    std::fs::remove_file(victim[0]).unwrap();
+
+    let out = scopefs(&config, &["fsck", &scope]);
+    let report = text(&out);
+    assert!(!out.status.success(), "fsck passed with a missing block:\n{report}");
+    assert!(report.lines().any(|l| l.starts_with("DAMAGED /docs/victim.txt")), "{report}");
+    assert!(!report.contains("keep.txt"), "{report}");
+    let out = scopefs(&config, &["fsck", &scope, "--repair"]);
+    let report = text(&out);
+    assert!(!out.status.success(), "--repair hid the damage:\n{report}");
+    assert!(report.lines().any(|l| l.starts_with("DAMAGED /docs/victim.txt")), "{report}");
+
+    // Served again: the damaged file's read fails (never other bytes); the healthy file is intact.
+    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve-2.log", None);
+    daemon.wait_ready(&client());
+    let mp = daemon.mount_root.join(&scope);
+    match std::fs::read(mp.join("docs/victim.txt")) {
+        Ok(bytes) => panic!("damaged file read returned {} bytes instead of failing", bytes.len()),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}"),
+    }
+    assert_eq!(std::fs::read(mp.join("keep.txt")).unwrap(), b"keep these bytes");
+    assert!(daemon.terminate().success());
+}
+
+fn hex_sha256(data: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(data))
+}
+
+/// One parsed sample: name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Parses Prometheus text with the reference Python parser (`prometheus_client`, Debian package
+/// python3-prometheus-client) and returns every sample as (name, sorted labels, value).
+fn parse_metrics(text: &str) -> Vec<Sample> {
+    const PARSER: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+out = []
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        out.append([s.name, sorted(s.labels.items()), s.value])
+print(json.dumps(out))
+"#;
+    let python = "/usr/bin/python3";
+    let mut child = Command::new(python)
+        .args(["-c", PARSER])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 missing: install python3-prometheus-client (scripts/install-deps.sh)");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "/metrics is not valid Prometheus text (or prometheus_client is missing: install \
+         python3-prometheus-client):\n{}\n--- text ---\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let labels = s[1]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|kv| (kv[0].as_str().unwrap().to_owned(), kv[1].as_str().unwrap().to_owned()))
+                .collect();
+            (s[0].as_str().unwrap().to_owned(), labels, s[2].as_f64().unwrap())
+        })
+        .collect()
+}
+
+/// Value of the sample `name` whose labels include every pair of `labels`.
+fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .find(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v)))
+        .map(|s| s.2)
+        .unwrap_or_else(|| panic!("no sample {name} {labels:?}"))
+}
+
+#[test]
+fn metrics_parse_as_prometheus_text_and_counters_move() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = local_config(tmp.path(), port);
+    let scope = create_scope(&config, "metrics-thread");
+    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve.log", None);
+    let http = client();
+    daemon.wait_ready(&http);
+    let fetch = || {
+        let resp = http.get(format!("{}/metrics", daemon.base)).send().unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let ct = resp.headers()[reqwest::header::CONTENT_TYPE].to_str().unwrap().to_owned();
+        assert!(ct.starts_with("text/plain"), "{ct}");
+        parse_metrics(&resp.text().unwrap())
+    };
+    let before = fetch();
+    assert_eq!(sample(&before, "scopefs_scopes", &[("state", "draft")]), 1.0);
+    assert_eq!(sample(&before, "scopefs_scope_files", &[("scope_id", &scope)]), 0.0);
+    let puts0 = sample(&before, "scopefs_object_store_requests_total", &[("op", "put")]);
+    let refused_path0 = sample(&before, "scopefs_refused_total", &[("kind", "path")]);
+    let refused_link0 = sample(&before, "scopefs_refused_total", &[("kind", "symlink")]);
+
+    // Writes through the mount; a reserved name and an absolute symlink target are refused.
+    let mp = daemon.mount_root.join(&scope);
+    std::fs::write(mp.join("a.txt"), vec![7u8; 100_000]).unwrap();
+    std::fs::write(mp.join("b.txt"), b"bee").unwrap();
+    assert!(std::fs::write(mp.join(".secrets"), b"x").is_err(), "reserved name accepted");
+    assert!(std::os::unix::fs::symlink("/etc/passwd", mp.join("escape")).is_err(), "absolute symlink accepted");
+
+    let after = fetch();
+    assert_eq!(sample(&after, "scopefs_scope_files", &[("scope_id", &scope)]), 2.0);
+    assert_eq!(sample(&after, "scopefs_scope_bytes", &[("scope_id", &scope)]), 100_003.0);
+    assert!(sample(&after, "scopefs_object_store_requests_total", &[("op", "put")]) >= puts0 + 2.0);
+    assert!(sample(&after, "scopefs_fuse_operations_total", &[("op", "write")]) >= 2.0);
+    assert!(sample(&after, "scopefs_fuse_operation_seconds_count", &[("op", "write")]) >= 2.0);
+    assert!(sample(&after, "scopefs_refused_total", &[("kind", "path")]) > refused_path0);
+    assert!(sample(&after, "scopefs_refused_total", &[("kind", "symlink")]) > refused_link0);
+    for name in [
+        "scopefs_upload_queue_blocks",
+        "scopefs_staging_bytes",
+        "scopefs_cache_hits_total",
+        "scopefs_environments_running",
+        "scopefs_pending_usage",
+    ] {
+        sample(&after, name, &[]);
+    }
+    sample(&after, "scopefs_settlements", &[("result", "settled")]);
+    assert!(daemon.terminate().success());
+}
+
+fn garage_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: start Garage and export its variables: eval \"$(bash scripts/garage.sh env)\"")
+    })
+}
+
+/// Runs `doctor` with extra environment; (success, stdout).
+fn doctor(config: &Path, env: &[(&str, &str)]) -> (bool, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("SCOPEFS_DOCTOR_FUSE_DEVICE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.arg("--config").arg(config).arg("doctor").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    for line in stdout.lines() {
+        assert!(line.starts_with("PASS ") || line.starts_with("FAIL "), "not a PASS/FAIL line: {line}\n{stdout}");
+    }
+    (out.status.success(), stdout)
+}
+
+fn has(out: &str, prefix: &str) -> bool {
+    out.lines().any(|l| l.starts_with(prefix))
+}
+
+#[test]
+fn doctor_passes_when_healthy_and_fails_clearly_on_each_broken_prerequisite() {
+    let tmp = tempfile::tempdir().unwrap();
+    let endpoint = garage_env("SCOPEFS_TEST_S3_ENDPOINT");
+    let secret = garage_env("SCOPEFS_TEST_S3_SECRET_ACCESS_KEY");
+    let s3 = |secret: &str| {
+        format!(
+            "data_dir = {data:?}\nmount_root = {mnt:?}\nstore_timeout_ms = 3000\nstore_attempts = 1\n\n[store]\nkind = \"s3\"\n\
+             endpoint = {endpoint:?}\nregion = {region:?}\nbucket = {bucket:?}\nprefix = \"doctor-test/\"\n\
+             access_key_id = {key:?}\nsecret_access_key = {secret:?}\n\n[executor]\ndocker_host = \"unix:///var/run/docker.sock\"\n",
+            data = tmp.path().join("data"),
+            mnt = tmp.path().join("mnt"),
+            region = garage_env("SCOPEFS_TEST_S3_REGION"),
+            bucket = garage_env("SCOPEFS_TEST_S3_BUCKET"),
+            key = garage_env("SCOPEFS_TEST_S3_ACCESS_KEY_ID"),
+        )
+    };
+    let config = tmp.path().join("scopefs.toml");
+    std::fs::write(&config, s3(&secret)).unwrap();
+    let checks =
+        ["fuse-device", "mount-permission", "mount-root", "registry", "object-store", "docker-engine", "docker-image"];
+
+    // Healthy: Garage with the right credentials, /dev/fuse, a running Docker engine.
+    let (ok, out) = doctor(&config, &[]);
+    assert!(ok, "doctor failed on a healthy setup:\n{out}");
+    for check in checks {
+        assert!(has(&out, &format!("PASS {check}:")), "no PASS {check}:\n{out}");
+    }
+
+    // No FUSE device.
+    let (ok, out) = doctor(&config, &[("SCOPEFS_DOCTOR_FUSE_DEVICE", "/dev/no-such-fuse")]);
+    assert!(!ok && has(&out, "FAIL fuse-device: /dev/no-such-fuse does not exist"), "{out}");
+    assert!(has(&out, "PASS object-store:"), "{out}");
+
+    // Bad S3 credentials against the real server.
+    std::fs::write(&config, s3("wrong-secret-0000000000000000000000000000")).unwrap();
+    let (ok, out) = doctor(&config, &[]);
+    assert!(!ok && has(&out, "FAIL object-store: put/get/delete probe failed"), "{out}");
+    assert!(!out.contains("wrong-secret") && !out.contains(&secret), "doctor printed a secret:\n{out}");
+    assert!(has(&out, "PASS fuse-device:"), "{out}");
+
+    // Unreachable Docker engine.
+    std::fs::write(&config, s3(&secret)).unwrap();
+    let dead = tmp.path().join("no-docker.sock");
+    let (ok, out) = doctor(&config, &[("SCOPEFS_EXECUTOR_DOCKER_HOST", dead.to_str().unwrap())]);
+    assert!(!ok && has(&out, "FAIL docker-engine: Docker engine unreachable"), "{out}");
+    assert!(has(&out, "PASS object-store:"), "{out}");
+}
+
+#[test]
+fn token_show_rotate_import_and_gc() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = local_config(tmp.path(), port);
+
+    // token show generates once and is stable; rotate replaces it (0600 file) and prints the new one.
+    let show = |kind: &str| {
+        let out = scopefs(&config, &["token", "show", kind]);
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let first = show("service");
+    assert_eq!(first.len(), 64);
+    assert_eq!(show("service"), first);
+    assert_ne!(show("admin"), first);
+    let out = scopefs(&config, &["token", "rotate", "service"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let rotated = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_ne!(rotated, first);
+    assert_eq!(show("service"), rotated);
+    let file = tmp.path().join("data/control/service-token");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // import: a tree lands in the thread's scope, with a progress bar on stderr.
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("a/b")).unwrap();
+    std::fs::write(src.join("top.txt"), b"top").unwrap();
+    std::fs::write(src.join("a/b/deep.bin"), vec![3u8; 300_000]).unwrap();
+    let out = scopefs(&config, &["import", src.to_str().unwrap(), "--thread", "import-thread"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2/2 files"), "{}", text(&out));
+    let listing = String::from_utf8_lossy(&scopefs(&config, &["scope", "ls"]).stdout).into_owned();
+    let row = listing.lines().find(|l| l.ends_with("import-thread")).unwrap_or_else(|| panic!("{listing}"));
+    let scope = row.split_whitespace().next().unwrap().to_owned();
+
+    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve.log", None);
+    daemon.wait_ready(&client());
+    let mp = daemon.mount_root.join(&scope);
+    assert_eq!(std::fs::read(mp.join("top.txt")).unwrap(), b"top");
+    assert_eq!(std::fs::read(mp.join("a/b/deep.bin")).unwrap(), vec![3u8; 300_000]);
+    std::fs::remove_file(mp.join("a/b/deep.bin")).unwrap();
+    assert!(daemon.terminate().success());
+    drop(daemon);
+
+    // gc deletes the unreferenced block; fsck is clean afterwards.
+    let out = scopefs(&config, &["gc", &scope]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("1 blocks deleted"), "{}", text(&out));
+    let out = scopefs(&config, &["fsck", &scope]);
+    assert!(out.status.success(), "{}", text(&out));
+}
