@@ -127,9 +127,17 @@ start_server() {
         die "port $S3_PORT already answers but not from the garage started by this script (pid file $PIDFILE); stop it first"
     fi
     echo "garage.sh: starting garage server (log: $LOGFILE)" >&2
-    # setsid: the server must outlive the shell (and test process) that started it.
-    setsid "$GARAGE" -c "$CONFIG" server </dev/null >>"$LOGFILE" 2>&1 &
-    echo $! >"$PIDFILE"
+    # setsid: the server must outlive the shell (and test process) that started it. setsid forks
+    # when its caller leads a process group (job control), so the server writes its own pid.
+    rm -f "$PIDFILE"
+    setsid sh -c 'echo $$ >"$1"; shift; exec "$@"' sh "$PIDFILE" "$GARAGE" -c "$CONFIG" server \
+        </dev/null >>"$LOGFILE" 2>&1 &
+    local i
+    for i in $(seq 1 50); do
+        [ -s "$PIDFILE" ] && return 0
+        sleep 0.1
+    done
+    die "garage server did not start (no pid file; see $LOGFILE)"
 }
 
 wait_ready() {
