@@ -44,6 +44,8 @@ HEAVY_TARGETS=" posix_suites crash_storm "
 TARGET_TIMEOUT="${SCOPEFS_TEST_TARGET_TIMEOUT:-1200}"
 HEAVY_TIMEOUT="${SCOPEFS_TEST_HEAVY_TIMEOUT:-2400}"
 FILTER=("$@")
+TESTS_PASSED=0
+TESTS_FAILED=0
 
 STEP_NAMES=()
 STEP_RESULTS=()
@@ -107,6 +109,12 @@ run_target() {
     # group (cargo and the test binary) when the limit is reached.
     timeout -k 30 "$limit" "$@" 2>&1 | tee "$TARGET_LOG"
     rc=${PIPESTATUS[0]}
+    # Count cargo's per-binary results for the closing line.
+    local p f
+    while read -r p f; do
+        TESTS_PASSED=$((TESTS_PASSED + p))
+        TESTS_FAILED=$((TESTS_FAILED + f))
+    done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$TARGET_LOG")
     if [ "$rc" -eq 0 ] && [ "$must_run" -eq 1 ] && grep -qx 'running 0 tests' "$TARGET_LOG"; then
         echo "test.sh: '$name' ran no tests" >&2
         rc=1
@@ -214,6 +222,8 @@ done
 summary
 if [ "$FAILED_TARGETS" -gt 0 ]; then
     echo "test.sh: FAILED ($FAILED_TARGETS failing)" >&2
+    echo "tests: $TESTS_PASSED passed, $((TESTS_FAILED > 0 ? TESTS_FAILED : FAILED_TARGETS)) failed"
     exit 1
 fi
 echo "test.sh: all tests passed"
+echo "tests: $TESTS_PASSED passed, $TESTS_FAILED failed"
