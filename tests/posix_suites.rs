@@ -44,24 +44,45 @@ fn run_pjdfstest(attr_ttl: Duration, label: &str) {
     let bind = BindMount::new(&leaf);
     let mnt = bind.path.clone();
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/pjdfstest.toml");
-    let out = Command::new(&bin)
-        .arg("-c")
-        .arg(&config)
-        .arg("-p")
-        .arg(&mnt)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run pjdfstest");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let run = |cases: &[&str]| {
+        let mut cmd = Command::new(&bin);
+        cmd.arg("-c").arg(&config).arg("-p").arg(&mnt).env("NO_COLOR", "1");
+        if !cases.is_empty() {
+            cmd.arg("-e").args(cases);
+        }
+        cmd.output().expect("run pjdfstest")
+    };
+    let out = run(&[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let log = artifacts(label).join("pjdfstest.log");
     std::fs::write(&log, stdout.as_bytes()).expect("write log");
     let failed: Vec<&str> =
         stdout.lines().filter(|l| l.contains("FAILED") || l.contains("PASSED UNEXPECTEDLY")).collect();
     let summary = stdout.lines().rev().find(|l| l.contains("Summary")).unwrap_or("(no summary line)");
+    let mut success = out.status.success();
+    // The `*::etxtbsy` cases exec a freshly written copy of `sleep` and race its start; when they
+    // are the only failures they are run again by exact name (twice at most, logged). Any other
+    // failure, an unexpected pass, or an etxtbsy case failing every time still fails the test.
+    let retryable: Vec<&str> = failed
+        .iter()
+        .filter(|l| l.contains(" FAILED") && !l.contains("UNEXPECTEDLY"))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| name.ends_with("::etxtbsy"))
+        .collect();
+    if !success && !retryable.is_empty() && retryable.len() == failed.len() {
+        for attempt in 1..=2 {
+            let again = run(&retryable);
+            eprintln!("pjdfstest ({label}): retry {attempt} of {retryable:?}: {}", again.status);
+            if again.status.success() {
+                success = true;
+                break;
+            }
+        }
+    }
     // pjdfstest exits non-zero when a case outside `expected_failures` fails or an
     // expected failure passes, so the exit status enforces the list.
     assert!(
-        out.status.success(),
+        success,
         "pjdfstest ({label}) failed: {summary}\n{}\nstderr: {}\nfull log: {}",
         failed.join("\n"),
         String::from_utf8_lossy(&out.stderr),
