@@ -199,6 +199,18 @@ fn executor_section(image: &str) -> String {
     format!("image = {image:?}\nmax_runtime_secs = 600\ncommand_timeout_secs = 30\n")
 }
 
+/// A daemon with the test executor on a fresh data directory: its directory (kept alive by the
+/// caller), the daemon and its deployment id.
+fn daemon_with_executor() -> (tempfile::TempDir, Daemon, String) {
+    let image = image();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let deployment = format!("ct-{}", &uid()[20..]);
+    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
+    let d = Daemon::start(dir.path(), &cfg, port);
+    (dir, d, deployment)
+}
+
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !f() {
@@ -209,12 +221,7 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn environments_and_processes_are_per_scope() {
-    let image = image();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let deployment = format!("ct-{}", &uid()[20..]);
-    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
-    let d = Daemon::start(dir.path(), &cfg, port);
+    let (dir, d, deployment) = daemon_with_executor();
     let (ta, tb) = (format!("thread-a-{}", uid()), format!("thread-b-{}", uid()));
     let scope_a = d.provision(&ta);
     d.provision(&tb);
@@ -436,12 +443,7 @@ fn strict_mode_refuses_each_weak_configuration() {
 
 #[test]
 fn a_container_killed_behind_the_daemons_back_is_recorded_as_ended() {
-    let image = image();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let deployment = format!("ct-{}", &uid()[20..]);
-    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
-    let d = Daemon::start(dir.path(), &cfg, port);
+    let (_dir, d, deployment) = daemon_with_executor();
     let t = format!("thread-r-{}", uid());
     d.provision(&t);
     let other = d.ok(&t, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
@@ -487,12 +489,7 @@ fn wait_long(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 /// settled from the plan's free minutes: one minute, no cash, one ledger row with the compute key.
 #[test]
 fn signed_compute_is_settled_from_free_minutes() {
-    let image = image();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let deployment = format!("ct-{}", &uid()[20..]);
-    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
-    let d = Daemon::start(dir.path(), &cfg, port);
+    let (_dir, d, deployment) = daemon_with_executor();
     let t = format!("thread-f-{}", uid());
     d.provision(&t);
     let env = d.ok(&t, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
@@ -513,12 +510,7 @@ fn signed_compute_is_settled_from_free_minutes() {
 /// charged that one minute, leaving the balance at zero.
 #[test]
 fn an_account_that_affords_one_minute_is_stopped_after_a_minute_and_charged() {
-    let image = image();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let deployment = format!("ct-{}", &uid()[20..]);
-    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
-    let d = Daemon::start(dir.path(), &cfg, port);
+    let (_dir, d, deployment) = daemon_with_executor();
     let t = format!("thread-m-{}", uid());
     d.provision(&t);
     d.admin(reqwest::Method::PUT, "/admin/accounts/user-1/plan", Some(json!({"plan": "metered"})));
