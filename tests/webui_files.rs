@@ -163,6 +163,32 @@ fn uploads_over_the_limit_are_413_and_leave_nothing() {
     assert!(!mnt.join("dir/big.bin").exists());
 }
 
+/// A declared length far beyond what the daemon drains: the 413 comes at once, before any body
+/// byte is sent, and says `Connection: close` so no client reuses the connection.
+#[test]
+fn a_declared_length_far_over_the_limit_is_413_at_once_with_connection_close() {
+    use std::io::{Read, Write};
+    let d = Daemon::start();
+    d.provision("thread-f");
+    let addr = d.base.trim_start_matches("http://").to_owned();
+    let mut conn = std::net::TcpStream::connect(&addr).expect("connect");
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "PUT /api/workspace/file?threadId=thread-f&path=huge.bin HTTP/1.1\r\nHost: {addr}\r\n\
+         Authorization: Bearer {}\r\nContent-Length: 10000000000\r\n\r\n",
+        workspace_support::TOKEN
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    conn.write_all(&[0u8; 4096]).unwrap();
+    let mut answer = Vec::new();
+    conn.read_to_end(&mut answer).expect("the daemon answers and closes");
+    let answer = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 413"), "{answer}");
+    assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
+    assert!(answer.contains("too_large"), "{answer}");
+    assert!(d.listing("thread-f").iter().all(|(p, _, _)| !p.ends_with("huge.bin")));
+}
+
 #[test]
 fn quota_is_507_and_leaves_nothing() {
     let d = Daemon::start();

@@ -5,6 +5,7 @@ mod error;
 mod internal;
 pub mod routes;
 mod tools;
+mod unread_body;
 mod workspace;
 
 use std::sync::Arc;
@@ -65,6 +66,7 @@ pub fn router(state: AppState) -> Router {
     }
     app.fallback(|| async { ApiError::route_not_found() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(middleware::from_fn(unread_body::drain_unread_body))
         .with_state(state)
 }
 

@@ -51,9 +51,6 @@ use zipstream::{write_zip, ChannelWriter};
 const CHANNEL_DEPTH: usize = 8;
 /// Size of one streamed chunk.
 const CHUNK: usize = 256 * 1024;
-/// After a write is refused (e.g. too large) the rest of the body is read and dropped up to this
-/// much, so the client receives the answer instead of a reset connection.
-const DRAIN_LIMIT: u64 = 64 * 1024 * 1024;
 /// First components of the legacy workspace that are never importable (its private control data).
 const LEGACY_HIDDEN: &[&str] = &[".evoscientist"];
 
@@ -269,14 +266,12 @@ where
     });
     let mut stream = std::pin::pin!(stream);
     let mut failed_stream = None;
-    let mut accepting = true;
-    let mut dropped = 0u64;
+    // Once the engine has stopped reading (limit, quota, ...) the rest of the body is left to the
+    // `unread_body` middleware, which drains it after the answer is decided.
     while let Some(item) = stream.next().await {
         match item {
-            Ok(chunk) if accepting => accepting = tx.send(Ok(chunk)).await.is_ok(),
             Ok(chunk) => {
-                dropped += chunk.len() as u64;
-                if dropped > DRAIN_LIMIT {
+                if tx.send(Ok(chunk)).await.is_err() {
                     break;
                 }
             }
