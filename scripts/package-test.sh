@@ -28,18 +28,27 @@ say "checking packaging/scopefs.toml with the daemon's config parser"
 cargo run --locked -q -p scopefs-daemon --bin scopefs -- --config packaging/scopefs.toml serve --print-config >/dev/null ||
     die "packaging/scopefs.toml is refused by scopefs"
 
-say "cargo deb -p scopefs-daemon"
-DEB=$(cargo deb --locked -p scopefs-daemon 2>&1 | tee /dev/stderr | grep -E '\.deb$' | tail -n1) ||
-    die "cargo deb failed"
+# The release profile keeps line tables for profiling; the package ships a stripped binary.
+say "cargo deb --strip -p scopefs-daemon"
+DEB_LOG=$(mktemp)
+trap 'rm -f "$DEB_LOG"' EXIT
+# Output goes to a file first (no /dev/stderr: it is missing in some sandboxes).
+if ! cargo deb --locked --strip -p scopefs-daemon >"$DEB_LOG" 2>&1; then
+    tail -n 80 "$DEB_LOG" >&2
+    die "cargo deb failed (its last lines are above)"
+fi
+grep -v '^ *Compiling ' "$DEB_LOG" || true
+DEB=$(grep -E '\.deb$' "$DEB_LOG" | tail -n1)
 [ -n "$DEB" ] && [ -f "$DEB" ] || die "cargo deb did not report a .deb file"
-say "built $DEB"
+say "built $DEB ($(du -h "$DEB" | cut -f1))"
 
 say "package contents"
 dpkg-deb -c "$DEB"
 dpkg-deb -I "$DEB" | grep -q 'Package: scopefs' || die "package is not named scopefs"
 
 say "dpkg -i"
-DEBIAN_FRONTEND=noninteractive dpkg -i "$DEB" || die "dpkg -i failed"
+# --force-confold: a reinstall over an operator-edited config keeps theirs (and never prompts).
+DEBIAN_FRONTEND=noninteractive dpkg -i --force-confold "$DEB" </dev/null || die "dpkg -i failed"
 
 for f in /usr/bin/scopefs /lib/systemd/system/scopefs.service /usr/lib/tmpfiles.d/scopefs.conf \
     /etc/scopefs/scopefs.toml /usr/share/doc/scopefs/README.md /usr/share/doc/scopefs/SEMANTICS.md; do
@@ -50,6 +59,10 @@ dpkg-query -W -f='${Conffiles}\n' scopefs | grep -q '/etc/scopefs/scopefs.toml' 
     die "/etc/scopefs/scopefs.toml is not a conffile"
 cmp -s packaging/scopefs.toml /etc/scopefs/scopefs.toml || die "installed config differs from packaging/scopefs.toml"
 /usr/bin/scopefs --version || die "installed binary does not run"
+if readelf -S /usr/bin/scopefs | grep -q -E '\.(debug_info|debug_line|symtab)( |$)'; then
+    die "the packaged binary still carries debug sections (cargo deb --strip)"
+fi
+say "installed binary is stripped ($(du -h /usr/bin/scopefs | cut -f1))"
 # The installed binary reads the installed default config (no --config: /etc/scopefs/scopefs.toml).
 env -u SCOPEFS_CONFIG /usr/bin/scopefs serve --print-config | grep -q '^mount_root = "/run/scopefs/scopes"$' ||
     die "installed binary does not accept the installed config"

@@ -91,7 +91,10 @@ run_step() {
 
 FAILED_TARGETS=0
 TARGET_LOG=$(mktemp)
-trap 'rm -f "$TARGET_LOG"' EXIT
+# The last lines of every failing target, printed again after the summary so
+# that the end of the run says why it failed.
+FAILURE_TAILS=$(mktemp)
+trap 'rm -f "$TARGET_LOG" "$FAILURE_TAILS"' EXIT
 # run_target [--must-run-tests] NAME TIMEOUT CMD...: runs CMD under a timeout
 # and records the result. With --must-run-tests a target whose binary ran no
 # test at all counts as failed (an empty target proves nothing).
@@ -125,6 +128,11 @@ run_target() {
         [ "$rc" -eq 124 ] && echo "test.sh: '$name' timed out after ${limit}s" >&2
         record "$name" FAIL $((SECONDS - t0))
         FAILED_TARGETS=$((FAILED_TARGETS + 1))
+        {
+            echo "---- $name: last 60 lines of its output ----"
+            tail -n 60 "$TARGET_LOG"
+            echo
+        } >>"$FAILURE_TAILS"
     fi
 }
 
@@ -219,6 +227,11 @@ for f in "${FILTER[@]}"; do
     fi
 done
 
+if [ "$FAILED_TARGETS" -gt 0 ]; then
+    echo
+    echo "==================== failing targets, again ===================="
+    cat "$FAILURE_TAILS"
+fi
 summary
 if [ "$FAILED_TARGETS" -gt 0 ]; then
     echo "test.sh: FAILED ($FAILED_TARGETS failing)" >&2
