@@ -140,10 +140,19 @@ start_server() {
     die "garage server did not start (no pid file; see $LOGFILE)"
 }
 
+# The process started by start_server is alive (not exited, not a zombie). Unlike server_pid it
+# does not read /proc/PID/cmdline, which is briefly empty while `sh` execs garage.
+server_alive() {
+    local pid state
+    pid=$(cat "$PIDFILE" 2>/dev/null) && [ -n "$pid" ] || return 1
+    state=$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\) .*/\1/p' "/proc/$pid/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != "Z" ] && [ "$state" != "X" ]
+}
+
 wait_ready() {
     local i
     for i in $(seq 1 100); do
-        if ! server_pid >/dev/null; then
+        if ! server_alive; then
             tail -n 20 "$LOGFILE" >&2 || true
             die "garage server exited during startup (see $LOGFILE)"
         fi

@@ -385,11 +385,16 @@ fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
         .unwrap_or_else(|| panic!("no sample {name} {labels:?}"))
 }
 
+const METRICS_SERVICE_TOKEN: &str = "metrics-test-service-token-0123456789abcdef";
+
 #[test]
 fn metrics_parse_as_prometheus_text_and_counters_move() {
     let tmp = tempfile::tempdir().unwrap();
     let port = free_port();
     let config = local_config(tmp.path(), port);
+    // A known service token, for one request through the workspace API.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("service_token = {METRICS_SERVICE_TOKEN:?}\n{text}")).unwrap();
     let scope = create_scope(&config, "metrics-thread");
     let mut daemon = Daemon::start(tmp.path(), &config, port, "serve.log", None);
     let http = client();
@@ -405,8 +410,9 @@ fn metrics_parse_as_prometheus_text_and_counters_move() {
     assert_eq!(sample(&before, "scopefs_scopes", &[("state", "draft")]), 1.0);
     assert_eq!(sample(&before, "scopefs_scope_files", &[("scope_id", &scope)]), 0.0);
     let puts0 = sample(&before, "scopefs_object_store_requests_total", &[("op", "put")]);
-    let refused_path0 = sample(&before, "scopefs_refused_total", &[("kind", "path")]);
-    let refused_link0 = sample(&before, "scopefs_refused_total", &[("kind", "symlink")]);
+    let refused_path0 = sample(&before, "scopefs_refused_total", &[("kind", "path"), ("via", "mount")]);
+    let refused_link0 = sample(&before, "scopefs_refused_total", &[("kind", "symlink"), ("via", "mount")]);
+    let refused_api0 = sample(&before, "scopefs_refused_total", &[("kind", "path"), ("via", "api")]);
 
     // Writes through the mount; a reserved name and an absolute symlink target are refused.
     let mp = daemon.mount_root.join(&scope);
@@ -421,8 +427,26 @@ fn metrics_parse_as_prometheus_text_and_counters_move() {
     assert!(sample(&after, "scopefs_object_store_requests_total", &[("op", "put")]) >= puts0 + 2.0);
     assert!(sample(&after, "scopefs_fuse_operations_total", &[("op", "write")]) >= 2.0);
     assert!(sample(&after, "scopefs_fuse_operation_seconds_count", &[("op", "write")]) >= 2.0);
-    assert!(sample(&after, "scopefs_refused_total", &[("kind", "path")]) > refused_path0);
-    assert!(sample(&after, "scopefs_refused_total", &[("kind", "symlink")]) > refused_link0);
+    assert!(sample(&after, "scopefs_refused_total", &[("kind", "path"), ("via", "mount")]) > refused_path0);
+    assert!(sample(&after, "scopefs_refused_total", &[("kind", "symlink"), ("via", "mount")]) > refused_link0);
+    assert_eq!(sample(&after, "scopefs_refused_total", &[("kind", "path"), ("via", "api")]), refused_api0);
+    sample(&after, "scopefs_refused_total", &[("kind", "cross_scope"), ("via", "api")]);
+
+    // A path the API refuses (400, nothing written) moves the API's counter, not the mounts'.
+    let bad = http
+        .put(format!("{}/api/workspace/file", daemon.base))
+        .query(&[("threadId", "metrics-thread"), ("path", "../escape.txt")])
+        .bearer_auth(METRICS_SERVICE_TOKEN)
+        .body("x")
+        .send()
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    let last = fetch();
+    assert_eq!(sample(&last, "scopefs_refused_total", &[("kind", "path"), ("via", "api")]), refused_api0 + 1.0);
+    assert_eq!(
+        sample(&last, "scopefs_refused_total", &[("kind", "path"), ("via", "mount")]),
+        sample(&after, "scopefs_refused_total", &[("kind", "path"), ("via", "mount")])
+    );
     for name in [
         "scopefs_upload_queue_blocks",
         "scopefs_staging_bytes",

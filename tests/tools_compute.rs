@@ -211,6 +211,16 @@ fn daemon_with_executor() -> (tempfile::TempDir, Daemon, String) {
     (dir, d, deployment)
 }
 
+/// `scopefs_refused_total{kind="cross_scope",via="api"}` from the daemon's `/metrics`.
+fn cross_scope_refusals(d: &Daemon) -> u64 {
+    let text = d.client.get(format!("{}/metrics", d.base)).send().unwrap().text().unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("scopefs_refused_total{kind=\"cross_scope\",via=\"api\"} "))
+        .unwrap_or_else(|| panic!("no cross-scope sample in /metrics:\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !f() {
@@ -252,7 +262,12 @@ fn environments_and_processes_are_per_scope() {
     let listed = d.ok(&ta, "list_dir", json!({"path": "/workspace"})).to_string();
     assert!(listed.contains("made-in-sandbox") && !listed.contains(".log"), "{listed}");
 
-    // B sees none of A's, and every id of A is 404.
+    // B sees none of A's, and every id of A is 404 (each counted as a cross-scope attempt; an
+    // unknown id is 404 too but is no such attempt).
+    let cross0 = cross_scope_refusals(&d);
+    let (s, _) = d.tool(&tb, "get_environment_status", json!({"environment_id": format!("env-{}", uid())}));
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(cross_scope_refusals(&d), cross0, "an unknown id counted as cross-scope");
     assert_eq!(d.ok(&tb, "list_environments", json!({}))["environments"], json!([]));
     assert_eq!(d.ok(&tb, "list_processes", json!({}))["processes"], json!([]));
     for (tool, params) in [
@@ -268,6 +283,7 @@ fn environments_and_processes_are_per_scope() {
         assert_eq!(s, StatusCode::NOT_FOUND, "{tool} from B: {v}");
         assert!(!v.to_string().contains(&secret), "{tool} leaked A's log: {v}");
     }
+    assert_eq!(cross_scope_refusals(&d), cross0 + 7, "every id of A named by B is counted");
     assert_eq!(d.ok(&ta, "list_environments", json!({}))["environments"].as_array().unwrap().len(), 1);
     assert_eq!(d.ok(&ta, "list_processes", json!({}))["processes"].as_array().unwrap().len(), 1);
 

@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use scopefs::engine::Refusal;
 use scopefs::registry::ScopeState;
 use scopefs::store::{ObjectInfo, ObjectStore, StoreError};
 
@@ -20,6 +21,23 @@ use crate::service::ScopeService;
 const OPS: [&str; 5] = ["put", "get", "head", "delete", "list"];
 static STORE_REQUESTS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 static STORE_ERRORS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+static API_REFUSED_PATH: AtomicU64 = AtomicU64::new(0);
+static API_REFUSED_SYMLINK: AtomicU64 = AtomicU64::new(0);
+static CROSS_SCOPE: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a path or symlink refusal answered through the HTTP API (the mounts count their own).
+pub fn note_api_refusal(kind: Refusal) {
+    match kind {
+        Refusal::Path => API_REFUSED_PATH.fetch_add(1, Ordering::Relaxed),
+        Refusal::Symlink => API_REFUSED_SYMLINK.fetch_add(1, Ordering::Relaxed),
+    };
+}
+
+/// Counts a request that named another scope's environment or process (answered 404 like a
+/// missing id).
+pub fn note_cross_scope() {
+    CROSS_SCOPE.fetch_add(1, Ordering::Relaxed);
+}
 
 /// An object store that counts requests and errors per operation (process-wide).
 pub struct CountingStore(pub Arc<dyn ObjectStore>);
@@ -152,9 +170,19 @@ pub fn render(service: &ScopeService) -> Result<String, crate::service::ServiceE
     t.sample("scopefs_cache_misses_total", &[], misses);
 
     let (path, symlink) = scopefs_fs::metrics::refused();
-    t.family("scopefs_refused_total", "counter", "Refused path and symlink attempts through the mounts.");
-    t.sample("scopefs_refused_total", &[("kind", "path")], path);
-    t.sample("scopefs_refused_total", &[("kind", "symlink")], symlink);
+    t.family(
+        "scopefs_refused_total",
+        "counter",
+        "Refused path, symlink and cross-scope attempts, through the mounts and through the API.",
+    );
+    t.sample("scopefs_refused_total", &[("kind", "path"), ("via", "mount")], path);
+    t.sample("scopefs_refused_total", &[("kind", "symlink"), ("via", "mount")], symlink);
+    let api_path = API_REFUSED_PATH.load(Ordering::Relaxed);
+    t.sample("scopefs_refused_total", &[("kind", "path"), ("via", "api")], api_path);
+    let api_symlink = API_REFUSED_SYMLINK.load(Ordering::Relaxed);
+    t.sample("scopefs_refused_total", &[("kind", "symlink"), ("via", "api")], api_symlink);
+    let cross = CROSS_SCOPE.load(Ordering::Relaxed);
+    t.sample("scopefs_refused_total", &[("kind", "cross_scope"), ("via", "api")], cross);
 
     let mut running = 0usize;
     for rec in scopes.iter().filter(|s| s.state != ScopeState::Deleted) {

@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use scopefs::engine::EngineError;
+use scopefs::engine::{EngineError, Refusal};
 
 /// Upper bounds of the latency histogram, in seconds.
 pub const LATENCY_BUCKETS: [f64; 10] = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
@@ -59,19 +59,13 @@ pub fn record(op: &'static str, elapsed: Duration, ok: bool) {
     s.buckets[slot].fetch_add(1, Ordering::Relaxed);
 }
 
-/// Counts a refusal of the path or symlink rules (invalid or reserved names, escaping or absolute
-/// symlink targets, refused operations); other errors are not refusals.
+/// Counts a refusal of the path or symlink rules (`EngineError::refusal`); other errors are not refusals.
 pub fn note_refusal(err: &EngineError) {
-    let about_symlink = |m: &str| m.contains("symlink");
-    match err {
-        EngineError::NotPermitted(m) | EngineError::Invalid(m) if about_symlink(m) => {
-            REFUSED_SYMLINK.fetch_add(1, Ordering::Relaxed);
-        }
-        EngineError::InvalidName(_) | EngineError::NameTooLong | EngineError::NotPermitted(_) => {
-            REFUSED_PATH.fetch_add(1, Ordering::Relaxed);
-        }
-        _ => {}
-    }
+    match err.refusal() {
+        Some(Refusal::Symlink) => REFUSED_SYMLINK.fetch_add(1, Ordering::Relaxed),
+        Some(Refusal::Path) => REFUSED_PATH.fetch_add(1, Ordering::Relaxed),
+        None => 0,
+    };
 }
 
 /// Refused attempts so far: (path, symlink).

@@ -47,3 +47,46 @@ pub enum EngineError {
 }
 
 pub type EngineResult<T> = Result<T, EngineError>;
+
+/// Which rule a refused request broke (counted by the adapters' metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// An invalid, reserved or over-long name, or an operation the scope does not permit.
+    Path,
+    /// A symlink target that is absolute or leaves the scope.
+    Symlink,
+}
+
+impl EngineError {
+    /// The rule this error enforces, when it is a refusal of the path or symlink rules; other
+    /// errors (missing files, quotas, store failures) are not refusals.
+    pub fn refusal(&self) -> Option<Refusal> {
+        let about_symlink = |m: &str| m.contains("symlink");
+        match self {
+            EngineError::NotPermitted(m) | EngineError::Invalid(m) if about_symlink(m) => Some(Refusal::Symlink),
+            EngineError::InvalidName(_) | EngineError::NameTooLong | EngineError::NotPermitted(_) => {
+                Some(Refusal::Path)
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_told_apart_from_other_errors() {
+        assert_eq!(EngineError::InvalidName("reserved").refusal(), Some(Refusal::Path));
+        assert_eq!(EngineError::NameTooLong.refusal(), Some(Refusal::Path));
+        assert_eq!(EngineError::NotPermitted("hard links").refusal(), Some(Refusal::Path));
+        assert_eq!(EngineError::NotPermitted("absolute symlink targets").refusal(), Some(Refusal::Symlink));
+        assert_eq!(EngineError::Invalid("symlink target leaves the scope").refusal(), Some(Refusal::Symlink));
+        for other in
+            [EngineError::NotFound, EngineError::Invalid("offset"), EngineError::TooLarge, EngineError::ReadOnly]
+        {
+            assert_eq!(other.refusal(), None, "{other}");
+        }
+    }
+}

@@ -18,7 +18,7 @@ mod storage;
 mod types;
 mod upload;
 
-pub use error::{EngineError, EngineResult};
+pub use error::{EngineError, EngineResult, Refusal};
 pub use paths::{Change, ChangeObserver, PathEntry, WriteMode};
 pub use scope::{FsckReport, GcReport, ScopeEngine};
 pub use storage::Storage;

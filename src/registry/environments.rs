@@ -427,7 +427,8 @@ impl Registry {
         Ok(get_env_in(&self.conn.lock(), deployment, environment_id)?.filter(|e| &e.scope_id == scope))
     }
 
-    /// One environment of any scope (startup reconciliation only; never reachable from a request).
+    /// One environment of any scope (startup reconciliation, and telling another scope's id from a
+    /// missing one; never returned to a request).
     pub fn environment_unscoped(
         &self,
         deployment: &str,
@@ -548,6 +549,12 @@ impl Registry {
         process_id: &str,
     ) -> Result<Option<ProcessRecord>, RegistryError> {
         Ok(get_proc_in(&self.conn.lock(), deployment, process_id)?.filter(|p| &p.scope_id == scope))
+    }
+
+    /// One process of any scope (to tell another scope's id from a missing one; never returned to a
+    /// request).
+    pub fn process_unscoped(&self, deployment: &str, process_id: &str) -> Result<Option<ProcessRecord>, RegistryError> {
+        get_proc_in(&self.conn.lock(), deployment, process_id)
     }
 
     /// The processes of `scope` (optionally of one environment), oldest first.

@@ -121,6 +121,7 @@ impl From<JsonRejection> for ApiError {
 
 impl From<PathError> for ApiError {
     fn from(e: PathError) -> ApiError {
+        crate::metrics::note_api_refusal(scopefs::engine::Refusal::Path);
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.to_string())
     }
 }
@@ -168,6 +169,9 @@ impl From<SigningError> for ApiError {
 }
 
 fn from_engine(e: &EngineError) -> ApiError {
+    if let Some(kind) = e.refusal() {
+        crate::metrics::note_api_refusal(kind);
+    }
     let conflict = |code| ApiError::new(StatusCode::CONFLICT, code, e.to_string());
     match e {
         EngineError::NotFound => ApiError::workspace_not_found(),

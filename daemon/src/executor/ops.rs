@@ -77,8 +77,28 @@ impl ScopeService {
         Ok(compute)
     }
 
+    /// An environment of `scope`; another scope's id is refused exactly like a missing one (and counted).
     fn scoped_env(&self, scope: &ScopeId, env: &str) -> Result<EnvironmentRecord, ComputeError> {
-        self.registry.environment(&self.deployment, scope, env)?.ok_or(ComputeError::EnvironmentNotFound)
+        if let Some(rec) = self.registry.environment(&self.deployment, scope, env)? {
+            return Ok(rec);
+        }
+        if self.registry.environment_unscoped(&self.deployment, env)?.is_some() {
+            crate::metrics::note_cross_scope();
+            tracing::warn!(scope_id = %scope, environment_id = %env, "refused another scope's environment id");
+        }
+        Err(ComputeError::EnvironmentNotFound)
+    }
+
+    /// A process of `scope`; another scope's id is refused exactly like a missing one (and counted).
+    fn scoped_process(&self, scope: &ScopeId, process_id: &str) -> Result<ProcessRecord, ComputeError> {
+        if let Some(rec) = self.registry.process(&self.deployment, scope, process_id)? {
+            return Ok(rec);
+        }
+        if self.registry.process_unscoped(&self.deployment, process_id)?.is_some() {
+            crate::metrics::note_cross_scope();
+            tracing::warn!(scope_id = %scope, process_id = %process_id, "refused another scope's process id");
+        }
+        Err(ComputeError::ProcessNotFound)
     }
 
     fn process_log_path(&self, compute: &Compute, scope: &ScopeId, process_id: &str) -> PathBuf {
@@ -398,7 +418,7 @@ impl ScopeService {
         tail_bytes: Option<u64>,
     ) -> Result<(ProcessRecord, LogTail), ComputeError> {
         let compute = self.compute_ready()?;
-        let rec = self.registry.process(&self.deployment, scope, process_id)?.ok_or(ComputeError::ProcessNotFound)?;
+        let rec = self.scoped_process(scope, process_id)?;
         let want = tail_bytes.unwrap_or(4096).min(compute.settings.max_output_bytes);
         let tail = read_tail(&self.process_log_path(compute, scope, &rec.process_id), want)?;
         Ok((rec, tail))
@@ -408,7 +428,7 @@ impl ScopeService {
     /// ended one returns it unchanged.
     pub fn stop_process(&self, scope: &ScopeId, process_id: &str) -> Result<ProcessRecord, ComputeError> {
         let compute = self.compute_ready()?;
-        let rec = self.registry.process(&self.deployment, scope, process_id)?.ok_or(ComputeError::ProcessNotFound)?;
+        let rec = self.scoped_process(scope, process_id)?;
         if !rec.state.is_live() {
             return Ok(rec);
         }
