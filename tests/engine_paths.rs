@@ -44,6 +44,45 @@ fn write_path_replaces_atomically_and_never_leaves_partial_files() {
     assert!(seen.lock().unwrap().iter().any(|c| matches!(c, Change::Entry { name, .. } if name == b"r.txt")));
 }
 
+/// A read-modify-write replaces only the version it read: a write in between (in place, as through
+/// the mount, or a whole replace, or a delete) makes it fail with `Changed` and leaves that write.
+#[test]
+fn replace_if_unchanged_never_loses_a_write_made_in_between() {
+    let h = Harness::small_blocks();
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    let unchanged = |a: &Attr| WriteMode::ReplaceIfUnchanged { ino: a.ino, version: a.version };
+    let write = |data: &[u8], mode| e.write_path("notes.txt", &mut &data[..], 1 << 20, mode, OWNER);
+
+    let read = write(b"version one", WriteMode::CreateNew).unwrap();
+    // In place, through an open handle (what a write through the mount does).
+    let opened = e.open(read.ino, OpenFlags { write: true, ..Default::default() }).unwrap();
+    e.write(read.ino, opened.fh, 0, b"VERSION").unwrap();
+    e.flush(read.ino, opened.fh).unwrap();
+    e.release(read.ino, opened.fh).unwrap();
+    let usage = e.usage().unwrap();
+    assert!(matches!(write(b"the edit", unchanged(&read)), Err(EngineError::Changed)));
+    assert_eq!(e.read_path("notes.txt", 0, 100).unwrap(), b"VERSION one", "the write in between stays");
+    assert_eq!(e.usage().unwrap(), usage, "the refused edit left nothing behind");
+
+    // Replaced as a whole (a new inode), then removed: both refuse the stale edit.
+    let read = e.resolve_path("notes.txt").unwrap();
+    write(b"replaced", WriteMode::Replace).unwrap();
+    assert!(matches!(write(b"the edit", unchanged(&read)), Err(EngineError::Changed)));
+    assert_eq!(e.read_path("notes.txt", 0, 100).unwrap(), b"replaced");
+    let read = e.resolve_path("notes.txt").unwrap();
+    e.remove_path("notes.txt", false).unwrap();
+    assert!(matches!(write(b"the edit", unchanged(&read)), Err(EngineError::Changed)));
+    assert!(matches!(e.resolve_path("notes.txt"), Err(EngineError::NotFound)), "a stale edit recreated the file");
+
+    // Nothing in between: the edit replaces the version it read.
+    let read = write(b"fresh", WriteMode::CreateNew).unwrap();
+    let edited = write(b"fresh, edited", unchanged(&read)).unwrap();
+    assert_ne!((edited.ino, edited.version), (read.ino, read.version));
+    assert_eq!(e.read_path("notes.txt", 0, 100).unwrap(), b"fresh, edited");
+    assert!(e.consistency_problems().unwrap().is_empty());
+}
+
 #[test]
 fn paths_never_follow_symlinks_and_list_is_relative() {
     let h = Harness::small_blocks();

@@ -15,6 +15,8 @@ pub fn errno_code(err: &EngineError) -> i32 {
         EngineError::InvalidName(_) | EngineError::Invalid(_) => libc::EINVAL,
         EngineError::NotPermitted(_) => libc::EPERM,
         EngineError::ReadOnly => libc::EROFS,
+        // Only path writes that ask for it (never a FUSE operation) fail this way.
+        EngineError::Changed => libc::EAGAIN,
         EngineError::QuotaExceeded(_) => libc::EDQUOT,
         EngineError::NoSpace => libc::ENOSPC,
         EngineError::TooLarge => libc::EFBIG,
@@ -55,6 +57,7 @@ mod tests {
             (EngineError::Invalid("bad offset"), libc::EINVAL),
             (EngineError::NotPermitted("hard link"), libc::EPERM),
             (EngineError::ReadOnly, libc::EROFS),
+            (EngineError::Changed, libc::EAGAIN),
             (EngineError::QuotaExceeded("bytes"), libc::EDQUOT),
             (EngineError::NoSpace, libc::ENOSPC),
             (EngineError::BadHandle, libc::EBADF),

@@ -22,6 +22,8 @@ pub enum EngineError {
     Invalid(&'static str),
     #[error("operation not permitted: {0}")]
     NotPermitted(&'static str),
+    #[error("the file changed since it was read")]
+    Changed,
     #[error("scope is read-only (deleting)")]
     ReadOnly,
     #[error("scope quota exceeded ({0})")]

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::error::{EngineError, EngineResult};
+use super::paths::WriteMode;
 use super::types::{FileKind, Ino, RenameMode, TimeSet, Usage, ROOT_INO};
 use crate::migrate;
 
@@ -255,7 +256,7 @@ impl MetaDb {
         ino: Ino,
         parent: Ino,
         name: &[u8],
-        replace: bool,
+        mode: WriteMode,
         is_open: &dyn Fn(Ino) -> bool,
     ) -> EngineResult<Dropped> {
         let tx = self.tx()?;
@@ -265,8 +266,14 @@ impl MetaDb {
         }
         let now = now_ns();
         let mut dropped = Dropped::None;
-        if let Some(old) = lookup_in(&tx, parent, name)? {
-            if !replace {
+        let old = lookup_in(&tx, parent, name)?;
+        if let WriteMode::ReplaceIfUnchanged { ino: read_ino, version } = mode {
+            if !old.as_ref().is_some_and(|o| o.ino == read_ino && o.version == version) {
+                return Err(EngineError::Changed);
+            }
+        }
+        if let Some(old) = old {
+            if mode == WriteMode::CreateNew {
                 return Err(EngineError::Exists);
             }
             if old.kind == FileKind::Dir {

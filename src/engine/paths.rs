@@ -28,6 +28,9 @@ pub enum WriteMode {
     CreateNew,
     /// Atomically replace an existing file (readers see the old or the new version, never a mix).
     Replace,
+    /// Atomically replace the file only if the path still names inode `ino` at content `version`
+    /// (what a read-modify-write read); otherwise fail with `Changed` and leave it as it is.
+    ReplaceIfUnchanged { ino: Ino, version: u64 },
 }
 
 /// One entry of a listing, with its path relative to the scope root (no leading `/`).
@@ -185,10 +188,8 @@ impl ScopeEngine {
         };
         let filled = self.fill(ino, opened.fh, content, max_len).and_then(|_| self.flush(ino, opened.fh));
         let linked = filled.and_then(|_| {
-            let dropped = self
-                .meta
-                .lock()
-                .attach(ino, parent, name.as_bytes(), mode == WriteMode::Replace, &|i| i != ino && self.is_open(i))?;
+            let dropped =
+                self.meta.lock().attach(ino, parent, name.as_bytes(), mode, &|i| i != ino && self.is_open(i))?;
             self.after_drop(dropped);
             Ok(())
         });

@@ -180,6 +180,7 @@ fn from_engine(e: &EngineError) -> ApiError {
         EngineError::IsDir => conflict("is_a_directory"),
         EngineError::NotEmpty => conflict("directory_not_empty"),
         EngineError::ReadOnly => conflict("scope_deleting"),
+        EngineError::Changed => conflict("file_changed"),
         EngineError::NameTooLong | EngineError::InvalidName(_) => {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.to_string())
         }
@@ -430,6 +431,7 @@ mod tests {
         assert_eq!(tools(ServiceError::NotMountable(ScopeState::Deleting)), (409, "scope_deleting"));
         assert_eq!(tools(ServiceError::Engine(EngineError::QuotaExceeded("bytes"))), (507, "quota_exceeded"));
         assert_eq!(tools(ServiceError::Engine(EngineError::TooLarge)), (413, "too_large"));
+        assert_eq!(tools(ServiceError::Engine(EngineError::Changed)), (409, "file_changed"));
     }
 
     #[test]

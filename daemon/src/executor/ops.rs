@@ -77,28 +77,18 @@ impl ScopeService {
         Ok(compute)
     }
 
-    /// An environment of `scope`; another scope's id is refused exactly like a missing one (and counted).
+    /// An environment of `scope`; another scope's id is refused exactly like a missing one.
     fn scoped_env(&self, scope: &ScopeId, env: &str) -> Result<EnvironmentRecord, ComputeError> {
-        if let Some(rec) = self.registry.environment(&self.deployment, scope, env)? {
-            return Ok(rec);
-        }
-        if self.registry.environment_unscoped(&self.deployment, env)?.is_some() {
-            crate::metrics::note_cross_scope();
-            tracing::warn!(scope_id = %scope, environment_id = %env, "refused another scope's environment id");
-        }
-        Err(ComputeError::EnvironmentNotFound)
+        let found = self.registry.environment(&self.deployment, scope, env)?;
+        let elsewhere = || Ok(self.registry.environment_unscoped(&self.deployment, env)?.is_some());
+        own_or_refused(scope, "environment", env, found, elsewhere, ComputeError::EnvironmentNotFound)
     }
 
-    /// A process of `scope`; another scope's id is refused exactly like a missing one (and counted).
+    /// A process of `scope`; another scope's id is refused exactly like a missing one.
     fn scoped_process(&self, scope: &ScopeId, process_id: &str) -> Result<ProcessRecord, ComputeError> {
-        if let Some(rec) = self.registry.process(&self.deployment, scope, process_id)? {
-            return Ok(rec);
-        }
-        if self.registry.process_unscoped(&self.deployment, process_id)?.is_some() {
-            crate::metrics::note_cross_scope();
-            tracing::warn!(scope_id = %scope, process_id = %process_id, "refused another scope's process id");
-        }
-        Err(ComputeError::ProcessNotFound)
+        let found = self.registry.process(&self.deployment, scope, process_id)?;
+        let elsewhere = || Ok(self.registry.process_unscoped(&self.deployment, process_id)?.is_some());
+        own_or_refused(scope, "process", process_id, found, elsewhere, ComputeError::ProcessNotFound)
     }
 
     fn process_log_path(&self, compute: &Compute, scope: &ScopeId, process_id: &str) -> PathBuf {
@@ -577,4 +567,24 @@ fn read_tail(path: &std::path::Path, want: u64) -> std::io::Result<LogTail> {
     let mut buf = Vec::new();
     f.take(want).read_to_end(&mut buf)?;
     Ok(LogTail { text: String::from_utf8_lossy(&buf).into_owned(), log_bytes: len, truncated: start > 0 })
+}
+
+/// `found` when the id is `scope`'s; otherwise `missing`. An id of another scope gets the same
+/// answer as an unknown one, and is counted and logged (ids only) as a cross-scope attempt.
+fn own_or_refused<T>(
+    scope: &ScopeId,
+    kind: &'static str,
+    id: &str,
+    found: Option<T>,
+    elsewhere: impl FnOnce() -> Result<bool, ComputeError>,
+    missing: ComputeError,
+) -> Result<T, ComputeError> {
+    if let Some(rec) = found {
+        return Ok(rec);
+    }
+    if elsewhere()? {
+        crate::metrics::note_cross_scope();
+        tracing::warn!(scope_id = %scope, kind, id, "refused another scope's id");
+    }
+    Err(missing)
 }

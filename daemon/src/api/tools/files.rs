@@ -14,7 +14,8 @@
 //!   and edit_file need UTF-8 text (otherwise 409 `not_utf8`: use download_file); a full quota is 507.
 //! - `edit_file`: `old_string` must occur exactly once unless `replace_all`; absent → 409
 //!   `old_string_not_found`, several → 409 `old_string_not_unique` (a conflict with the file's
-//!   current content, not a malformed request). The edit is an atomic replace of the whole file.
+//!   current content, not a malformed request). The edit is an atomic replace of the whole file,
+//!   and only of the version it read: a write in between answers 409 `file_changed` (nothing lost).
 //! - `grep_files`: `pattern` is a literal substring (no regular expressions: nothing to backtrack),
 //!   matched per line; optional `glob` filters file paths (relative to `path`); at most 200 matches,
 //!   files over the file limit are skipped, lines are cut at 1000 bytes.
@@ -125,8 +126,9 @@ fn sha256_hex(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
-/// Reads a whole regular file of at most `limit` bytes.
-fn read_whole(engine: &ScopeEngine, rel: &str, limit: u64) -> Result<Vec<u8>, ApiError> {
+/// Reads a whole regular file of at most `limit` bytes; the attributes are those from before the
+/// read (their version is what a later `WriteMode::ReplaceIfUnchanged` compares with).
+fn read_whole_versioned(engine: &ScopeEngine, rel: &str, limit: u64) -> Result<(Attr, Vec<u8>), ApiError> {
     let attr = engine.resolve_path(rel).map_err(engine_err)?;
     match attr.kind {
         FileKind::File => {}
@@ -140,11 +142,20 @@ fn read_whole(engine: &ScopeEngine, rel: &str, limit: u64) -> Result<Vec<u8>, Ap
     if data.len() as u64 > limit {
         return Err(ApiError::too_large());
     }
-    Ok(data)
+    Ok((attr, data))
+}
+
+/// Reads a whole regular file of at most `limit` bytes.
+fn read_whole(engine: &ScopeEngine, rel: &str, limit: u64) -> Result<Vec<u8>, ApiError> {
+    read_whole_versioned(engine, rel, limit).map(|(_, data)| data)
 }
 
 /// Writes `data` as the new version of `rel` (creating parent directories).
 fn write_whole(engine: &ScopeEngine, rel: &str, data: &[u8], limit: u64) -> Result<Attr, ApiError> {
+    write_whole_as(engine, rel, data, limit, WriteMode::Replace)
+}
+
+fn write_whole_as(engine: &ScopeEngine, rel: &str, data: &[u8], limit: u64, mode: WriteMode) -> Result<Attr, ApiError> {
     if data.len() as u64 > limit {
         return Err(ApiError::too_large());
     }
@@ -152,7 +163,7 @@ fn write_whole(engine: &ScopeEngine, rel: &str, data: &[u8], limit: u64) -> Resu
     if let Some((parent, _)) = rel.rsplit_once('/') {
         engine.make_dirs(parent, owner).map_err(engine_err)?;
     }
-    engine.write_path(rel, &mut &data[..], limit, WriteMode::Replace, owner).map_err(engine_err)
+    engine.write_path(rel, &mut &data[..], limit, mode, owner).map_err(engine_err)
 }
 
 fn require_write<T>(req: &SignedRequest<T>) -> Result<(), ApiError> {
@@ -221,7 +232,8 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
         if p.old_string == p.new_string {
             return Err(bad("invalid_request", "old_string and new_string are the same"));
         }
-        let before = text(read_whole(&req.engine, &rel, limit)?)?;
+        let (read, bytes) = read_whole_versioned(&req.engine, &rel, limit)?;
+        let before = text(bytes)?;
         let count = before.matches(p.old_string.as_str()).count();
         match count {
             0 => return Err(conflict("old_string_not_found", "old_string does not occur in the file")),
@@ -235,7 +247,9 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
             _ => {}
         }
         let after = before.replace(p.old_string.as_str(), &p.new_string);
-        let attr = write_whole(&req.engine, &rel, after.as_bytes(), limit)?;
+        // Replaces only the version that was read: a write in between is never lost (409 file_changed).
+        let unchanged = WriteMode::ReplaceIfUnchanged { ino: read.ino, version: read.version };
+        let attr = write_whole_as(&req.engine, &rel, after.as_bytes(), limit, unchanged)?;
         let lines = |s: &str| s.lines().count();
         Ok(Json(json!({
             "path": shown(&rel),
