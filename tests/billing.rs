@@ -1,6 +1,8 @@
 //! Compute billing acceptance (issue 5 a–e): preflight boundaries, settlement arithmetic and
 //! rollback, two concurrent settlers, `kill -9` during the settlement loop, artifact retries.
 
+mod serve_process;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,6 +16,7 @@ use scopefs::billing::{
 use scopefs::clock::ManualClock;
 use scopefs::registry::billing::{ArtifactsState, SettleStatus, UsageRecord};
 use scopefs::registry::Registry;
+use serve_process::{ServeProcess, BIN};
 
 fn m(s: &str) -> Micros {
     Micros::parse(s).unwrap()
@@ -461,63 +464,20 @@ fn e_artifact_registration_retries_then_settles_unregistered() {
 
 // ---------- the admin API and the loop inside a running daemon ----------
 
-const BIN: &str = env!("CARGO_BIN_EXE_scopefs");
 const ADMIN_TOKEN: &str = "admin-token-for-billing-tests";
 
-/// A running `scopefs serve` (killed on drop).
-struct Daemon {
-    child: std::process::Child,
-    base: String,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn write_config(dir: &Path, port: u16, pricing: &str) -> std::path::PathBuf {
-    let text = format!(
-        "data_dir = {data:?}\nmount_root = {mnt:?}\nlisten = \"127.0.0.1:{port}\"\n\n[store]\nkind = \"local\"\n\n{pricing}",
-        data = dir.join("data"),
-        mnt = dir.join("mnt"),
-    );
-    let path = dir.join("scopefs.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    serve_process::write_config(dir, port, &format!("\n[store]\nkind = \"local\"\n\n{pricing}"))
 }
 
-fn start_daemon(dir: &Path, pricing: &str) -> Daemon {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+/// A ready `scopefs serve` (killed on drop).
+fn start_daemon(dir: &Path, pricing: &str) -> ServeProcess {
+    let port = serve_process::free_port();
     let config = write_config(dir, port, pricing);
-    let log = dir.join("daemon.log");
-    let child = Command::new(BIN)
-        .env("SCOPEFS_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("SCOPEFS_PRICING_SETTLE_INTERVAL_SECS", "1")
-        .env_remove("SCOPEFS_FAILPOINT")
-        .arg("--config")
-        .arg(&config)
-        .arg("serve")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut d = Daemon { child, base: format!("http://127.0.0.1:{port}"), log };
-    let client = reqwest::blocking::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = d.child.try_wait().unwrap() {
-            panic!("daemon exited ({status}): {}", std::fs::read_to_string(&d.log).unwrap_or_default());
-        }
-        if client.get(format!("{}/ready", d.base)).send().is_ok_and(|r| r.status() == 200) {
-            return d;
-        }
-        assert!(Instant::now() < deadline, "daemon not ready: {}", std::fs::read_to_string(&d.log).unwrap_or_default());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let env = [("SCOPEFS_ADMIN_TOKEN", ADMIN_TOKEN), ("SCOPEFS_PRICING_SETTLE_INTERVAL_SECS", "1")];
+    let mut d = ServeProcess::start(dir, &config, port, "daemon.log", &env);
+    d.wait_ready(&reqwest::blocking::Client::new());
+    d
 }
 
 #[test]

@@ -1,131 +1,25 @@
 //! End-to-end tests of the `scopefs` binary: `serve` (health, readiness, auth, provisioning, mounts,
 //! SIGTERM, restart/remount) and `doctor`.
 
-use std::io::Read;
-use std::net::TcpListener;
+mod serve_process;
+
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use serve_process::{free_port, mounts_under, write_config, ServeProcess, BIN};
 
-const BIN: &str = env!("CARGO_BIN_EXE_scopefs");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+/// How long a SIGTERM'd daemon may take to exit.
+const SIGTERM_WAIT: Duration = Duration::from_secs(60);
 
 /// Writes a config for a local-store daemon under `dir` and returns its path.
 fn local_config(dir: &Path, port: u16) -> PathBuf {
-    let text = format!(
-        "data_dir = {data:?}\nmount_root = {mnt:?}\nlisten = \"127.0.0.1:{port}\"\nfuse.attr_ttl_ms = 0\n\n[store]\nkind = \"local\"\n",
-        data = dir.join("data"),
-        mnt = dir.join("mnt"),
-    );
-    let path = dir.join("scopefs.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// A running `scopefs serve`; killed and its mounts detached if a test fails midway.
-struct Daemon {
-    child: Option<Child>,
-    log: PathBuf,
-    mount_root: PathBuf,
-    base: String,
-}
-
-impl Daemon {
-    fn start(dir: &Path, config: &Path, port: u16, log_name: &str, notify_socket: Option<&Path>) -> Daemon {
-        let log = dir.join(log_name);
-        let mut cmd = Command::new(BIN);
-        cmd.env_remove("SCOPEFS_SERVICE_TOKEN").env_remove("NOTIFY_SOCKET");
-        if let Some(sock) = notify_socket {
-            cmd.env("NOTIFY_SOCKET", sock);
-        }
-        let child = cmd
-            .arg("--config")
-            .arg(config)
-            .arg("serve")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("starting scopefs serve");
-        Daemon { child: Some(child), log, mount_root: dir.join("mnt"), base: format!("http://127.0.0.1:{port}") }
-    }
-
-    fn log_text(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
-    }
-
-    /// Polls `/ready` until 200; fails with the daemon's log if it exits or takes too long.
-    fn wait_ready(&mut self, client: &Client) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("scopefs serve exited early ({status}); log:\n{}", self.log_text());
-            }
-            if let Ok(resp) = client.get(format!("{}/ready", self.base)).send() {
-                if resp.status() == StatusCode::OK {
-                    return;
-                }
-                assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE, "unexpected /ready status");
-            }
-            assert!(Instant::now() < deadline, "daemon not ready within 60 s; log:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Sends SIGTERM and waits (bounded) for the exit status.
-    fn terminate(&mut self) -> ExitStatus {
-        let mut child = self.child.take().unwrap();
-        let pid = i32::try_from(child.id()).unwrap();
-        // SAFETY: plain kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("daemon did not exit within 60 s of SIGTERM; log:\n{}", self.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for mp in mounts_under(&self.mount_root) {
-            let _ = Command::new("umount").arg("-l").arg(&mp).status();
-        }
-    }
-}
-
-/// Mountpoints in this process's mount table at or below `root`.
-fn mounts_under(root: &Path) -> Vec<String> {
-    let root = root.to_str().unwrap();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
-        .filter(|mp| mp == root || mp.starts_with(&format!("{root}/")))
-        .collect()
+    write_config(dir, port, "fuse.attr_ttl_ms = 0\n\n[store]\nkind = \"local\"\n")
 }
 
 fn client() -> Client {
@@ -151,7 +45,7 @@ fn serve_provisions_mounts_stops_and_remounts() {
     let port = free_port();
     let config = local_config(tmp.path(), port);
     let http = client();
-    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve-1.log", None);
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve-1.log", &[]);
     daemon.wait_ready(&http);
     let base = daemon.base.clone();
 
@@ -243,7 +137,7 @@ fn serve_provisions_mounts_stops_and_remounts() {
     assert!(out.status.success() && listing.contains(&scope_id) && listing.contains(&cli_scope), "{listing}");
 
     // SIGTERM: exit 0, no mount left.
-    let status = daemon.terminate();
+    let status = daemon.terminate(SIGTERM_WAIT);
     assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
     assert!(mounts_under(&daemon.mount_root).is_empty(), "mounts left after SIGTERM");
     let log = daemon.log_text();
@@ -255,7 +149,8 @@ fn serve_provisions_mounts_stops_and_remounts() {
     let notify_path = tmp.path().join("notify.sock");
     let notify = UnixDatagram::bind(&notify_path).unwrap();
     notify.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve-2.log", Some(&notify_path));
+    let notify_env = [("NOTIFY_SOCKET", notify_path.to_str().unwrap())];
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve-2.log", &notify_env);
     daemon.wait_ready(&http);
     assert_eq!(recv_notification(&notify), "READY=1");
     assert!(
@@ -266,7 +161,7 @@ fn serve_provisions_mounts_stops_and_remounts() {
     assert_eq!(std::fs::read(mountpoint.join("hello.txt")).unwrap(), content);
     let (status, rec) = call(http.get(by_thread("thread-1")).bearer_auth(&token));
     assert_eq!((status, rec["scope_id"].as_str()), (StatusCode::OK, Some(scope_id.as_str())));
-    let status = daemon.terminate();
+    let status = daemon.terminate(SIGTERM_WAIT);
     assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
     assert_eq!(recv_notification(&notify), "STOPPING=1");
     assert!(mounts_under(&daemon.mount_root).is_empty(), "mounts left after the second SIGTERM");

@@ -2,33 +2,23 @@
 //! systemd-style start (READY=1 only once mounts and the API are up; SIGTERM → STOPPING=1, no
 //! mount left, exit 0), and `fsck [--repair]` finding a block deleted behind the daemon's back.
 
-use std::io::Read;
-use std::net::TcpListener;
+mod serve_process;
+
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
+use serve_process::{free_port, mounts_under, write_config, ServeProcess, BIN};
 
-const BIN: &str = env!("CARGO_BIN_EXE_scopefs");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+/// How long a SIGTERM'd daemon may take to exit.
+const SIGTERM_WAIT: Duration = Duration::from_secs(90);
 
 /// A local-store config under `dir` (close durability: bytes are in the store once close returns).
 fn local_config(dir: &Path, port: u16) -> PathBuf {
-    let text = format!(
-        "data_dir = {data:?}\nmount_root = {mnt:?}\nlisten = \"127.0.0.1:{port}\"\ndurability = \"close\"\n\
-         fuse.attr_ttl_ms = 0\n\n[store]\nkind = \"local\"\n",
-        data = dir.join("data"),
-        mnt = dir.join("mnt"),
-    );
-    let path = dir.join("scopefs.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    write_config(dir, port, "durability = \"close\"\nfuse.attr_ttl_ms = 0\n\n[store]\nkind = \"local\"\n")
 }
 
 fn scopefs(config: &Path, args: &[&str]) -> Output {
@@ -44,100 +34,6 @@ fn scopefs(config: &Path, args: &[&str]) -> Output {
 
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
-
-/// Mountpoints in this process's mount table at or below `root`.
-fn mounts_under(root: &Path) -> Vec<String> {
-    let root = root.to_str().unwrap();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
-        .filter(|mp| mp == root || mp.starts_with(&format!("{root}/")))
-        .collect()
-}
-
-/// `scopefs serve` started the way the systemd unit starts it (NOTIFY_SOCKET set).
-struct Daemon {
-    child: Option<Child>,
-    log: PathBuf,
-    mount_root: PathBuf,
-    base: String,
-}
-
-impl Daemon {
-    fn start(dir: &Path, config: &Path, port: u16, log_name: &str, notify: Option<&Path>) -> Daemon {
-        let log = dir.join(log_name);
-        let mut cmd = Command::new(BIN);
-        cmd.env_remove("SCOPEFS_SERVICE_TOKEN").env_remove("NOTIFY_SOCKET");
-        if let Some(sock) = notify {
-            cmd.env("NOTIFY_SOCKET", sock);
-        }
-        let child = cmd
-            .arg("--config")
-            .arg(config)
-            .arg("serve")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("starting scopefs serve");
-        Daemon { child: Some(child), log, mount_root: dir.join("mnt"), base: format!("http://127.0.0.1:{port}") }
-    }
-
-    fn log_text(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
-    }
-
-    fn wait_ready(&mut self, http: &Client) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("scopefs serve exited early ({status}); log:\n{}", self.log_text());
-            }
-            if let Ok(resp) = http.get(format!("{}/ready", self.base)).send() {
-                if resp.status() == StatusCode::OK {
-                    return;
-                }
-            }
-            assert!(Instant::now() < deadline, "daemon not ready within 60 s; log:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn terminate(&mut self) -> ExitStatus {
-        let mut child = self.child.take().unwrap();
-        let pid = i32::try_from(child.id()).unwrap();
-        // SAFETY: plain kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("daemon did not exit within 90 s of SIGTERM; log:\n{}", self.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for mp in mounts_under(&self.mount_root) {
-            let _ = Command::new("umount").arg("-l").arg(&mp).status();
-        }
-    }
 }
 
 fn client() -> Client {
@@ -230,7 +126,8 @@ fn notify_start_sends_ready_after_mounts_and_api_and_sigterm_unmounts_and_exits_
     let notify_path = tmp.path().join("notify.sock");
     let notify = UnixDatagram::bind(&notify_path).unwrap();
     notify.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
-    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve.log", Some(&notify_path));
+    let notify_env = [("NOTIFY_SOCKET", notify_path.to_str().unwrap())];
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve.log", &notify_env);
     let http = client();
 
     assert_eq!(recv(&notify), "READY=1", "log:\n{}", daemon.log_text());
@@ -249,7 +146,7 @@ fn notify_start_sends_ready_after_mounts_and_api_and_sigterm_unmounts_and_exits_
     assert!(notify.recv(&mut buf).is_err(), "a second notification before SIGTERM");
     notify.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
 
-    let status = daemon.terminate();
+    let status = daemon.terminate(SIGTERM_WAIT);
     assert_eq!(recv(&notify), "STOPPING=1");
     assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
     assert_eq!(status.code(), Some(0));
@@ -281,13 +178,13 @@ fn fsck_finds_a_deleted_block_and_reads_of_the_damaged_file_fail() {
     let scope = create_scope(&config, "fsck-thread");
 
     // Write two files through the mount (close durability: uploaded when close returns).
-    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve-1.log", None);
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve-1.log", &[]);
     daemon.wait_ready(&client());
     let mp = daemon.mount_root.join(&scope);
     std::fs::create_dir(mp.join("docs")).unwrap();
     std::fs::write(mp.join("docs/victim.txt"), b"victim bytes that will lose their block").unwrap();
     std::fs::write(mp.join("keep.txt"), b"keep these bytes").unwrap();
-    assert!(daemon.terminate().success(), "log:\n{}", daemon.log_text());
+    assert!(daemon.terminate(SIGTERM_WAIT).success(), "log:\n{}", daemon.log_text());
     drop(daemon);
 
     let out = scopefs(&config, &["fsck", &scope]);
@@ -312,7 +209,7 @@ fn fsck_finds_a_deleted_block_and_reads_of_the_damaged_file_fail() {
     assert!(report.lines().any(|l| l.starts_with("DAMAGED /docs/victim.txt")), "{report}");
 
     // Served again: the damaged file's read fails (never other bytes); the healthy file is intact.
-    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve-2.log", None);
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve-2.log", &[]);
     daemon.wait_ready(&client());
     let mp = daemon.mount_root.join(&scope);
     match std::fs::read(mp.join("docs/victim.txt")) {
@@ -320,7 +217,7 @@ fn fsck_finds_a_deleted_block_and_reads_of_the_damaged_file_fail() {
         Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}"),
     }
     assert_eq!(std::fs::read(mp.join("keep.txt")).unwrap(), b"keep these bytes");
-    assert!(daemon.terminate().success());
+    assert!(daemon.terminate(SIGTERM_WAIT).success());
 }
 
 fn hex_sha256(data: &[u8]) -> String {
@@ -396,7 +293,7 @@ fn metrics_parse_as_prometheus_text_and_counters_move() {
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, format!("service_token = {METRICS_SERVICE_TOKEN:?}\n{text}")).unwrap();
     let scope = create_scope(&config, "metrics-thread");
-    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve.log", None);
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve.log", &[]);
     let http = client();
     daemon.wait_ready(&http);
     let fetch = || {
@@ -457,7 +354,7 @@ fn metrics_parse_as_prometheus_text_and_counters_move() {
         sample(&after, name, &[]);
     }
     sample(&after, "scopefs_settlements", &[("result", "settled")]);
-    assert!(daemon.terminate().success());
+    assert!(daemon.terminate(SIGTERM_WAIT).success());
 }
 
 fn garage_env(name: &str) -> String {
@@ -571,13 +468,13 @@ fn token_show_rotate_import_and_gc() {
     let row = listing.lines().find(|l| l.ends_with("import-thread")).unwrap_or_else(|| panic!("{listing}"));
     let scope = row.split_whitespace().next().unwrap().to_owned();
 
-    let mut daemon = Daemon::start(tmp.path(), &config, port, "serve.log", None);
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve.log", &[]);
     daemon.wait_ready(&client());
     let mp = daemon.mount_root.join(&scope);
     assert_eq!(std::fs::read(mp.join("top.txt")).unwrap(), b"top");
     assert_eq!(std::fs::read(mp.join("a/b/deep.bin")).unwrap(), vec![3u8; 300_000]);
     std::fs::remove_file(mp.join("a/b/deep.bin")).unwrap();
-    assert!(daemon.terminate().success());
+    assert!(daemon.terminate(SIGTERM_WAIT).success());
     drop(daemon);
 
     // gc deletes the unreferenced block; fsck is clean afterwards.

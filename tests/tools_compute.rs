@@ -3,17 +3,18 @@
 //! (503 and nothing runs on the host), and strict mode refusing weak configurations. Needs root,
 //! /dev/fuse, a Docker engine and `SCOPEFS_TEST_DOCKER_IMAGE`; without them it fails.
 
+mod serve_process;
+
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use serve_process::{free_port, write_config as write_base_config, ServeProcess, BIN};
 
-const BIN: &str = env!("CARGO_BIN_EXE_scopefs");
 const SERVICE_TOKEN: &str = "compute-test-service-token-0123456789";
 const HMAC_SECRET: &str = "compute-test-hmac-secret";
 
@@ -30,10 +31,6 @@ fn image_id(image: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn uid() -> String {
     uuid::Uuid::now_v7().simple().to_string()
 }
@@ -47,86 +44,31 @@ const PRICING: &str = "[pricing]\ndefault_plan = \"pro\"\nsettle_interval_secs =
     [pricing.plans.metered]\ncompute_allowed = true\nmonthly_minutes = 0\nhard_max_runtime_seconds = 7200\n";
 
 fn write_config(dir: &Path, port: u16, deployment: &str, executor: &str) -> PathBuf {
-    let text = format!(
-        "deployment_id = {deployment:?}\ndata_dir = {data:?}\nmount_root = {mnt:?}\nlisten = \"127.0.0.1:{port}\"\n\
-         service_token = {SERVICE_TOKEN:?}\nhmac_secret = {HMAC_SECRET:?}\nadmin_token = {ADMIN_TOKEN:?}\n\n[store]\nkind = \"local\"\n\n\
-         [executor]\n{executor}\n{PRICING}",
-        data = dir.join("data"),
-        mnt = dir.join("mnt"),
+    let rest = format!(
+        "deployment_id = {deployment:?}\nservice_token = {SERVICE_TOKEN:?}\nhmac_secret = {HMAC_SECRET:?}\n\
+         admin_token = {ADMIN_TOKEN:?}\n\n[store]\nkind = \"local\"\n\n[executor]\n{executor}\n{PRICING}",
     );
-    let path = dir.join("scopefs.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    write_base_config(dir, port, &rest)
 }
 
+/// A ready `scopefs serve` with its client (the process: [`ServeProcess`]).
 struct Daemon {
-    child: Option<Child>,
-    log: PathBuf,
-    mount_root: PathBuf,
-    base: String,
+    serve: ServeProcess,
     client: Client,
 }
 
 impl Daemon {
     fn start(dir: &Path, config: &Path, port: u16) -> Daemon {
-        let log = dir.join(format!("daemon-{}.log", uid()));
-        let child = Command::new(BIN)
-            .env_remove("SCOPEFS_SERVICE_TOKEN")
-            .env_remove("NOTIFY_SOCKET")
-            .arg("--config")
-            .arg(config)
-            .arg("serve")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("starting scopefs serve");
-        let client = Client::builder().timeout(Duration::from_secs(120)).build().unwrap();
-        let mut d = Daemon {
-            child: Some(child),
-            log,
-            mount_root: dir.join("mnt"),
-            base: format!("http://127.0.0.1:{port}"),
-            client,
-        };
-        d.wait_ready();
+        let serve = ServeProcess::start(dir, config, port, &format!("daemon-{}.log", uid()), &[]);
+        let mut d = Daemon { serve, client: Client::builder().timeout(Duration::from_secs(120)).build().unwrap() };
+        d.serve.wait_ready(&d.client);
         d
-    }
-
-    fn log_text(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("scopefs serve exited early ({status}); log:\n{}", self.log_text());
-            }
-            if let Ok(r) = self.client.get(format!("{}/ready", self.base)).send() {
-                if r.status() == StatusCode::OK {
-                    return;
-                }
-            }
-            assert!(Instant::now() < deadline, "daemon not ready within 60 s; log:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn kill9(&mut self) {
-        let mut child = self.child.take().unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
     }
 
     fn provision(&self, thread: &str) -> String {
         let resp = self
             .client
-            .post(format!("{}/internal/workspace-scopes/provision", self.base))
+            .post(format!("{}/internal/workspace-scopes/provision", self.serve.base))
             .bearer_auth(SERVICE_TOKEN)
             .json(&json!({"operation_id": format!("op-{thread}"), "primary_thread_id": thread}))
             .send()
@@ -148,7 +90,7 @@ impl Daemon {
         let hash = scopefs::signing::payload_hash(&canonical);
         let string = scopefs::signing::canonical_string("POST", &path, &issued_at.to_string(), &nonce, &hash);
         body["auth_context"]["token"] = json!(scopefs::signing::sign(HMAC_SECRET.as_bytes(), &string));
-        let resp = self.client.post(format!("{}{path}", self.base)).json(&body).send().expect("request failed");
+        let resp = self.client.post(format!("{}{path}", self.serve.base)).json(&body).send().expect("request failed");
         let status = resp.status();
         let text = resp.text().unwrap();
         (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("non-JSON answer ({e}): {text}")))
@@ -156,27 +98,8 @@ impl Daemon {
 
     fn ok(&self, thread: &str, tool: &str, params: Value) -> Value {
         let (s, v) = self.tool(thread, tool, params);
-        assert_eq!(s, StatusCode::OK, "{tool}: {v}\nlog:\n{}", self.log_text());
+        assert_eq!(s, StatusCode::OK, "{tool}: {v}\nlog:\n{}", self.serve.log_text());
         v
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let root = self.mount_root.to_string_lossy().into_owned();
-        for mp in std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-        {
-            if mp.starts_with(&root) {
-                let _ = Command::new("umount").arg("-l").arg(mp).status();
-            }
-        }
     }
 }
 
@@ -213,7 +136,7 @@ fn daemon_with_executor() -> (tempfile::TempDir, Daemon, String) {
 
 /// `scopefs_refused_total{kind="cross_scope",via="api"}` from the daemon's `/metrics`.
 fn cross_scope_refusals(d: &Daemon) -> u64 {
-    let text = d.client.get(format!("{}/metrics", d.base)).send().unwrap().text().unwrap();
+    let text = d.client.get(format!("{}/metrics", d.serve.base)).send().unwrap().text().unwrap();
     let line = text
         .lines()
         .find(|l| l.starts_with("scopefs_refused_total{kind=\"cross_scope\",via=\"api\"} "))
@@ -319,7 +242,7 @@ fn kill9_and_restart_leave_nothing_unknown_running() {
     let env_id = d.ok(&ta, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
     let pid = d.ok(&ta, "start_process", json!({"command": "sleep 600"}))["process_id"].as_str().unwrap().to_string();
     std::thread::sleep(Duration::from_millis(1200));
-    d.kill9();
+    d.serve.kill9();
     assert_eq!(containers_of(&deployment).len(), 1, "the environment's container outlives the daemon");
     // A container the registry never knew, carrying the deployment's label.
     let rogue = Command::new("docker")
@@ -381,7 +304,7 @@ fn docker_unreachable_file_tools_work_compute_is_503_and_nothing_runs() {
     }
     std::thread::sleep(Duration::from_millis(500));
     assert!(!marker.exists(), "a command ran on the host");
-    assert!(!d.mount_root.join("marker").exists());
+    assert!(!d.serve.mount_root.join("marker").exists());
 }
 
 /// Runs `scopefs serve` with a strict config and returns (exit success, stderr).
@@ -479,7 +402,8 @@ fn a_container_killed_behind_the_daemons_back_is_recorded_as_ended() {
 
 impl Daemon {
     fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut req = self.client.request(method, format!("{}{path}", self.base)).header("X-Admin-Token", ADMIN_TOKEN);
+        let mut req =
+            self.client.request(method, format!("{}{path}", self.serve.base)).header("X-Admin-Token", ADMIN_TOKEN);
         if let Some(b) = body {
             req = req.json(&b);
         }

@@ -4,10 +4,10 @@
 //!
 //! Needs root and /dev/fuse; the purge test needs Garage (`eval "$(bash scripts/garage.sh env)"`).
 
+mod serve_process;
+
 use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,14 +15,10 @@ use reqwest::blocking::{Client, RequestBuilder};
 use reqwest::StatusCode;
 use scopefs::store::{ObjectStore, S3Settings, S3Store};
 use serde_json::{json, Value};
+use serve_process::{free_port, mounts_under, write_config, ServeProcess};
 
-const BIN: &str = env!("CARGO_BIN_EXE_scopefs");
 const HOUR: i64 = 3600;
 const DAY: i64 = 24 * HOUR;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn required_env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
@@ -51,18 +47,9 @@ impl Setup {
     }
 
     fn config(&self) -> PathBuf {
-        let d = self.dir.path();
-        let text = format!(
-            "data_dir = {data:?}\nmount_root = {mnt:?}\nlisten = \"127.0.0.1:{port}\"\nfuse.attr_ttl_ms = 0\n\
-             draft_ttl_hours = 24\ntrash_retention_days = 7\n\n{store}",
-            data = d.join("data"),
-            mnt = d.join("mnt"),
-            port = self.port,
-            store = self.store_toml,
-        );
-        let path = d.join("scopefs.toml");
-        std::fs::write(&path, text).unwrap();
-        path
+        let rest =
+            format!("fuse.attr_ttl_ms = 0\ndraft_ttl_hours = 24\ntrash_retention_days = 7\n\n{}", self.store_toml);
+        write_config(self.dir.path(), self.port, &rest)
     }
 
     /// Moves the daemon's registry clock `secs` ahead of the real time.
@@ -70,93 +57,42 @@ impl Setup {
         std::fs::write(&self.clock_file, secs.to_string()).unwrap();
     }
 
-    fn mount_root(&self) -> PathBuf {
-        self.dir.path().join("mnt")
-    }
-
     fn start(&self, failpoint: Option<&str>) -> Daemon {
-        let log = self.dir.path().join(format!("serve-{}.log", uuid::Uuid::now_v7()));
-        let mut cmd = Command::new(BIN);
-        cmd.env_remove("SCOPEFS_SERVICE_TOKEN")
-            .env_remove("NOTIFY_SOCKET")
-            .env("SCOPEFS_TEST_CLOCK_FILE", &self.clock_file)
-            .env("SCOPEFS_DELETE_DRAIN_SECS", "2")
-            .env("SCOPEFS_MAINTENANCE_INTERVAL_SECS", "1");
-        match failpoint {
-            Some(fp) => cmd.env("SCOPEFS_FAILPOINT", fp),
-            None => cmd.env_remove("SCOPEFS_FAILPOINT"),
-        };
-        let child = cmd
-            .arg("--config")
-            .arg(self.config())
-            .arg("serve")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("starting scopefs serve");
+        let mut env = vec![
+            ("SCOPEFS_TEST_CLOCK_FILE", self.clock_file.to_str().unwrap()),
+            ("SCOPEFS_DELETE_DRAIN_SECS", "2"),
+            ("SCOPEFS_MAINTENANCE_INTERVAL_SECS", "1"),
+        ];
+        env.extend(failpoint.map(|fp| ("SCOPEFS_FAILPOINT", fp)));
+        let log_name = format!("serve-{}.log", uuid::Uuid::now_v7());
         let mut d = Daemon {
-            child: Some(child),
-            log,
-            mount_root: self.mount_root(),
-            base: format!("http://127.0.0.1:{}", self.port),
+            serve: ServeProcess::start(self.dir.path(), &self.config(), self.port, &log_name, &env),
             http: Client::builder().timeout(Duration::from_secs(60)).build().unwrap(),
             token: String::new(),
         };
-        d.wait_ready();
+        d.serve.wait_ready(&d.http);
         d.token = std::fs::read_to_string(self.dir.path().join("data/control/service-token")).unwrap().trim().into();
         d
     }
 }
 
-/// A running `scopefs serve`; killed and its mounts detached when dropped.
+/// A running `scopefs serve` with its client and service token (the process: [`ServeProcess`]).
 struct Daemon {
-    child: Option<Child>,
-    log: PathBuf,
-    mount_root: PathBuf,
-    base: String,
+    serve: ServeProcess,
     http: Client,
     token: String,
 }
 
 impl Daemon {
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("scopefs serve exited early ({status}); log:\n{}", self.log_text());
-            }
-            if let Ok(resp) = self.http.get(format!("{}/ready", self.base)).send() {
-                if resp.status() == StatusCode::OK {
-                    return;
-                }
-            }
-            assert!(Instant::now() < deadline, "daemon not ready within 60 s; log:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
     /// Waits for the daemon to die by itself (a failpoint aborted it).
     fn wait_aborted(&mut self) {
-        let mut child = self.child.take().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(!status.success(), "the daemon exited cleanly instead of aborting");
-                return;
-            }
-            assert!(Instant::now() < deadline, "the failpoint did not abort the daemon; log:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let status = self.serve.wait_exit(Duration::from_secs(30));
+        assert!(!status.success(), "the daemon exited cleanly instead of aborting");
     }
 
     fn req(&self, method: &str, path: &str) -> RequestBuilder {
         let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        self.http.request(m, format!("{}{path}", self.base)).bearer_auth(&self.token)
+        self.http.request(m, format!("{}{path}", self.serve.base)).bearer_auth(&self.token)
     }
 
     fn provision(&self, op: &str, thread: &str) -> (StatusCode, Value) {
@@ -197,7 +133,7 @@ impl Daemon {
     }
 
     fn mountpoint(&self, scope: &str) -> PathBuf {
-        self.mount_root.join(scope)
+        self.serve.mount_root.join(scope)
     }
 
     /// Polls `by-thread` until `pred` holds (bounded).
@@ -211,34 +147,11 @@ impl Daemon {
             assert!(
                 Instant::now() < deadline,
                 "scope of {thread} never became {what}: {body}\nlog:\n{}",
-                self.log_text()
+                self.serve.log_text()
             );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for mp in mounts_under(&self.mount_root) {
-            let _ = Command::new("umount").arg("-l").arg(&mp).status();
-        }
-    }
-}
-
-/// Mountpoints in this process's mount table at or below `root`.
-fn mounts_under(root: &Path) -> Vec<String> {
-    let root = root.to_str().unwrap();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
-        .filter(|mp| mp == root || mp.starts_with(&format!("{root}/")))
-        .collect()
 }
 
 fn is_mounted(mp: &Path) -> bool {
@@ -590,7 +503,7 @@ fn concrete(path: &str) -> String {
 fn every_route_needs_the_token_and_openapi_matches_the_router() {
     let setup = Setup::local();
     let d = setup.start(None);
-    let (st, doc) = call(d.http.get(format!("{}/openapi.json", d.base)));
+    let (st, doc) = call(d.http.get(format!("{}/openapi.json", d.serve.base)));
     assert_eq!(st, StatusCode::OK);
     let mut listed = BTreeSet::new();
     for (path, ops) in doc["paths"].as_object().unwrap() {
@@ -617,7 +530,7 @@ fn every_route_needs_the_token_and_openapi_matches_the_router() {
     }
     let mut checked = 0;
     for (method, path, auth) in &listed {
-        let url = format!("{}{}", d.base, concrete(path));
+        let url = format!("{}{}", d.serve.base, concrete(path));
         let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         if path.starts_with("/internal") || path.starts_with("/api") {
             assert_eq!(auth, "service_token", "{method} {path} is not behind the service token");
@@ -651,6 +564,6 @@ fn every_route_needs_the_token_and_openapi_matches_the_router() {
     assert_eq!((st, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
     let (st, body) = call(d.req("PUT", "/internal/workspace-scopes/provision"));
     assert_eq!((st, code(&body)), (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"));
-    let (st, _) = call(d.http.get(format!("{}/internal/nothing-here", d.base)));
+    let (st, _) = call(d.http.get(format!("{}/internal/nothing-here", d.serve.base)));
     assert_eq!(st, StatusCode::NOT_FOUND);
 }

@@ -4,17 +4,19 @@
 
 #![allow(dead_code)]
 
+#[path = "../serve_process/mod.rs"]
+mod serve_process;
+
 use std::io::Read;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use serve_process::{free_port, write_config, ServeProcess};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_scopefs");
 pub const TOKEN: &str = "workspace-test-service-token-0123456789";
 /// `max_upload_bytes` of the test daemon.
 pub const MAX_UPLOAD: usize = 1024 * 1024;
@@ -54,17 +56,22 @@ impl Answer {
     }
 }
 
-/// A running daemon in its own temp directory; killed and its mounts detached on drop.
+/// A ready daemon in its own temp directory (the process: [`ServeProcess`], which it derefs to);
+/// stopped with SIGTERM and its mounts detached on drop.
 pub struct Daemon {
+    serve: ServeProcess,
+    /// After `serve`: the directory outlives the process.
     pub dir: tempfile::TempDir,
-    child: Option<Child>,
-    pub base: String,
     pub client: Client,
     pub legacy: PathBuf,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+impl Deref for Daemon {
+    type Target = ServeProcess;
+
+    fn deref(&self) -> &ServeProcess {
+        &self.serve
+    }
 }
 
 impl Daemon {
@@ -77,62 +84,16 @@ impl Daemon {
         let port = free_port();
         let legacy = dir.path().join("legacy");
         std::fs::create_dir_all(&legacy).unwrap();
-        let text = format!(
-            "data_dir = {data:?}\nmount_root = {mnt:?}\nlisten = \"127.0.0.1:{port}\"\nservice_token = \"{TOKEN}\"\n\
-             max_upload_bytes = {MAX_UPLOAD}\nquota_bytes = {QUOTA}\nlegacy_root = {legacy:?}\n\n[store]\nkind = \"local\"\n",
-            data = dir.path().join("data"),
-            mnt = dir.path().join("mnt"),
+        let rest = format!(
+            "service_token = \"{TOKEN}\"\nmax_upload_bytes = {MAX_UPLOAD}\nquota_bytes = {QUOTA}\nlegacy_root = {legacy:?}\n\n\
+             [store]\nkind = \"local\"\n"
         );
-        let config = dir.path().join("scopefs.toml");
-        std::fs::write(&config, text).unwrap();
-        let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-        let mut cmd = Command::new(BIN);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("SCOPEFS_") {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env_remove("NOTIFY_SOCKET");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd
-            .arg("--config")
-            .arg(&config)
-            .arg("serve")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("starting scopefs serve");
+        let config = write_config(dir.path(), port, &rest);
+        let serve = ServeProcess::start(dir.path(), &config, port, "daemon.log", env);
         let client = Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
-        let mut d = Daemon { dir, child: Some(child), base: format!("http://127.0.0.1:{port}"), client, legacy };
-        d.wait_ready();
+        let mut d = Daemon { serve, dir, client, legacy };
+        d.serve.wait_ready(&d.client);
         d
-    }
-
-    pub fn log_text(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(self.dir.path().join("daemon.log")) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("scopefs serve exited early ({status}); log:\n{}", self.log_text());
-            }
-            if let Ok(r) = self.client.get(format!("{}/ready", self.base)).send() {
-                if r.status() == StatusCode::OK {
-                    return;
-                }
-            }
-            assert!(Instant::now() < deadline, "daemon not ready in time; log:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(100));
-        }
     }
 
     /// The host paths no answer may contain.
@@ -287,39 +248,14 @@ impl Daemon {
         out
     }
 
+    /// SIGTERM, up to 30 s for the exit, then SIGKILL; detaches any mount left. Never panics.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SAFETY: plain signal to our own child process.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while child.try_wait().unwrap().is_none() {
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        detach_mounts_below(&self.dir.path().join("mnt"));
+        self.serve.stop(Duration::from_secs(30));
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// Lazily detaches any mount left below `root` (after a failed test).
-fn detach_mounts_below(root: &Path) {
-    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
-    let root = root.to_string_lossy().into_owned();
-    for line in table.lines() {
-        if let Some(mp) = line.split(' ').nth(4) {
-            if mp.starts_with(&root) && mp != root {
-                let _ = Command::new("umount").arg("-l").arg(mp).status();
-            }
-        }
     }
 }

@@ -1,0 +1,200 @@
+//! The one `scopefs serve` child process of the integration tests: its config file layout, a clean
+//! environment, polling `/ready`, stopping (SIGTERM with a bounded wait, or SIGKILL), its log, and
+//! on drop killing it and detaching any FUSE mount it left behind.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::Client;
+use reqwest::StatusCode;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_scopefs");
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Writes `<dir>/scopefs.toml` and returns its path: `data_dir` `<dir>/data`, `mount_root`
+/// `<dir>/mnt` (the layout [`ServeProcess::start`] expects), `listen` on `port`, then `rest`
+/// (further top-level keys, then the tables).
+pub fn write_config(dir: &Path, port: u16, rest: &str) -> PathBuf {
+    let text = format!(
+        "data_dir = {data:?}\nmount_root = {mnt:?}\nlisten = \"127.0.0.1:{port}\"\n{rest}",
+        data = dir.join("data"),
+        mnt = dir.join("mnt"),
+    );
+    let path = dir.join("scopefs.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Mountpoints in this process's mount table at or below `root`.
+pub fn mounts_under(root: &Path) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").expect("reading /proc/self/mountinfo");
+    mounts_in(&table, root)
+}
+
+/// Lazily detaches every mount at or below `root` (after a test that failed midway); never panics.
+pub fn detach_mounts_under(root: &Path) {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
+    for mp in mounts_in(&table, root) {
+        let _ = Command::new("umount").arg("-l").arg(&mp).status();
+    }
+}
+
+fn mounts_in(table: &str, root: &Path) -> Vec<String> {
+    let root = root.to_string_lossy();
+    let below = format!("{root}/");
+    table
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+        .filter(|mp| *mp == root || mp.starts_with(&below))
+        .collect()
+}
+
+/// A running `scopefs serve`; killed and its mounts detached when dropped.
+pub struct ServeProcess {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub mount_root: PathBuf,
+    pub base: String,
+}
+
+impl ServeProcess {
+    /// Spawns `scopefs --config <config> serve` listening on `port`, with its stderr in
+    /// `<dir>/<log_name>` and its mounts under `<dir>/mnt`. The child gets no `SCOPEFS_*` variable
+    /// and no `NOTIFY_SOCKET` of this process, only those of `env`. Does not wait for readiness.
+    pub fn start(dir: &Path, config: &Path, port: u16, log_name: &str, env: &[(&str, &str)]) -> ServeProcess {
+        let log = dir.join(log_name);
+        let mut cmd = Command::new(BIN);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("SCOPEFS_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env_remove("NOTIFY_SOCKET");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .arg("--config")
+            .arg(config)
+            .arg("serve")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting scopefs serve");
+        ServeProcess { child: Some(child), log, mount_root: dir.join("mnt"), base: format!("http://127.0.0.1:{port}") }
+    }
+
+    /// The daemon's log so far (empty if unreadable).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the daemon was already stopped").id()
+    }
+
+    fn take_child(&mut self) -> Child {
+        self.child.take().expect("the daemon was already stopped")
+    }
+
+    /// Polls `/ready` until 200 (any other answer must be 503); fails with the daemon's log if it
+    /// exits or is not ready within 60 s.
+    pub fn wait_ready(&mut self, http: &Client) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.as_mut().expect("the daemon was already stopped").try_wait().unwrap() {
+                panic!("scopefs serve exited early ({status}); log:\n{}", self.log_text());
+            }
+            if let Ok(resp) = http.get(format!("{}/ready", self.base)).send() {
+                if resp.status() == StatusCode::OK {
+                    return;
+                }
+                assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE, "unexpected /ready status");
+            }
+            assert!(Instant::now() < deadline, "daemon not ready within 60 s; log:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends SIGTERM and returns the exit status; kills the daemon and fails with its log if it is
+    /// still running after `limit`.
+    pub fn terminate(&mut self, limit: Duration) -> ExitStatus {
+        let child = self.take_child();
+        let pid = i32::try_from(child.id()).unwrap();
+        // SAFETY: plain kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        self.reap(child, limit, "of SIGTERM")
+    }
+
+    /// Waits for a daemon expected to die by itself (e.g. a failpoint aborted it) and returns its
+    /// exit status; fails with its log if it is still running after `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        let child = self.take_child();
+        self.reap(child, limit, "by itself")
+    }
+
+    /// The exit status of `child` within `limit`; otherwise kills it and fails with the log,
+    /// saying it did not exit within `limit` `how`.
+    fn reap(&self, mut child: Child, limit: Duration, how: &str) -> ExitStatus {
+        if let Some(status) = wait_bounded(&mut child, limit) {
+            return status;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the daemon did not exit within {limit:?} {how}; log:\n{}", self.log_text());
+    }
+
+    /// SIGKILL, as a crash: nothing is unmounted.
+    pub fn kill9(&mut self) {
+        let mut child = self.take_child();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Stops quietly (never panics, does nothing if already stopped): SIGTERM, up to `limit` for
+    /// the exit, then SIGKILL; then detaches any mount left under the mount root.
+    pub fn stop(&mut self, limit: Duration) {
+        if let Some(mut child) = self.child.take() {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                // SAFETY: plain kill(2) on our own child's pid.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+            if wait_bounded(&mut child, limit).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        detach_mounts_under(&self.mount_root);
+    }
+}
+
+/// Polls `child` for its exit status for up to `limit`; `None` if it is still running (or cannot
+/// be waited for).
+fn wait_bounded(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() <= deadline => std::thread::sleep(Duration::from_millis(50)),
+            _ => return None,
+        }
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        detach_mounts_under(&self.mount_root);
+    }
+}
