@@ -6,7 +6,8 @@
 //! lingering close, the rest of the body is read and thrown away — at most [`DRAIN_LIMIT_BYTES`]
 //! for at most [`DRAIN_LIMIT_TIME`]. A body too large for that (its declared length says so, or the
 //! budget runs out) is not read: the answer then carries `Connection: close`, so no client reuses
-//! the connection with a half-sent body on it.
+//! the connection with a half-sent body on it. An unauthenticated request (401) is not drained —
+//! nobody without a token makes the daemon read for them — and is left to hyper's own handling.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use http_body::{Frame, SizeHint};
@@ -78,7 +79,7 @@ pub async fn drain_unread_body(req: Request, next: Next) -> Response {
         let mut tracked = lock(&shared);
         (std::mem::replace(&mut tracked.body, Body::empty()), tracked.consumed)
     };
-    if rest.is_end_stream() {
+    if rest.is_end_stream() || response.status() == StatusCode::UNAUTHORIZED {
         return response;
     }
     let too_much_left = declared.is_some_and(|n| n.saturating_sub(consumed) > DRAIN_LIMIT_BYTES);
@@ -110,13 +111,12 @@ async fn drain(body: &mut Body) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::StatusCode;
     use axum::routing::put;
     use axum::Router;
     use futures_util::stream;
     use tower::ServiceExt;
 
-    /// A handler that reads `n` bytes of the body, then answers 413 without reading the rest.
+    /// A handler that reads the first chunk of the body, then answers 413 without reading the rest.
     async fn reads_prefix(req: Request) -> StatusCode {
         let mut body = req.into_body();
         let mut seen = 0;
@@ -130,7 +130,10 @@ mod tests {
     }
 
     fn app() -> Router {
-        Router::new().route("/", put(reads_prefix)).layer(axum::middleware::from_fn(drain_unread_body))
+        Router::new()
+            .route("/", put(reads_prefix))
+            .route("/locked", put(|| async { StatusCode::UNAUTHORIZED }))
+            .layer(axum::middleware::from_fn(drain_unread_body))
     }
 
     /// A streamed body of `chunks` chunks of 1 KiB that records how many were taken from it.
@@ -163,6 +166,15 @@ mod tests {
         assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
         assert!(taken.load(std::sync::atomic::Ordering::SeqCst) < 100, "the rest was not read");
         assert_eq!(resp.headers().get(header::CONNECTION).unwrap(), "close");
+    }
+
+    #[tokio::test]
+    async fn an_unauthenticated_body_is_not_read() {
+        let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let req = Request::put("/locked").body(counted_body(100, taken.clone())).unwrap();
+        let resp = app().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(taken.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing was read");
     }
 
     #[tokio::test]
