@@ -19,7 +19,8 @@
 #      integration test target found by `cargo metadata`. All targets run even
 #      when one fails; the run fails if any did, or if an integration target
 #      ran no test at all. Heavy suites (pjdfstest/fsx, crash storms) run with
-#      --test-threads=1.
+#      --test-threads=1 and --nocapture (their progress lines, pjdfstest's
+#      summaries and any logged etxtbsy retry show in the log even on a pass).
 # A missing prerequisite fails the run; nothing is skipped silently.
 #
 # Needs root (FUSE mounts, dockerd, apt). Idempotent: a second run reuses the
@@ -210,7 +211,7 @@ while read -r pkg target; do
     case "$HEAVY_TARGETS" in
     *" $target "*)
         run_target --must-run-tests "$target (serial)" "$HEAVY_TIMEOUT" \
-            cargo test --locked -p "$pkg" --test "$target" -- --test-threads=1
+            cargo test --locked -p "$pkg" --test "$target" -- --test-threads=1 --nocapture
         ;;
     *)
         run_target --must-run-tests "$target" "$TARGET_TIMEOUT" cargo test --locked -p "$pkg" --test "$target"
