@@ -22,6 +22,7 @@ say() { echo "package-test: $*"; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (dpkg -i)"
 command -v cargo-deb >/dev/null 2>&1 || die "cargo-deb not found (scripts/install-deps.sh installs it)"
 command -v systemd-analyze >/dev/null 2>&1 || die "systemd-analyze not found (Debian package systemd)"
+command -v readelf >/dev/null 2>&1 || die "readelf not found (Debian package binutils)"
 
 # The shipped default configuration must be accepted by the daemon's own parser.
 say "checking packaging/scopefs.toml with the daemon's config parser"
@@ -59,7 +60,8 @@ dpkg-query -W -f='${Conffiles}\n' scopefs | grep -q '/etc/scopefs/scopefs.toml' 
     die "/etc/scopefs/scopefs.toml is not a conffile"
 cmp -s packaging/scopefs.toml /etc/scopefs/scopefs.toml || die "installed config differs from packaging/scopefs.toml"
 /usr/bin/scopefs --version || die "installed binary does not run"
-if readelf -S /usr/bin/scopefs | grep -q -E '\.(debug_info|debug_line|symtab)( |$)'; then
+sections=$(readelf -S /usr/bin/scopefs) || die "readelf cannot read the installed binary"
+if grep -q -E '\.(debug_info|debug_line|symtab)( |$)' <<<"$sections"; then
     die "the packaged binary still carries debug sections (cargo deb --strip)"
 fi
 say "installed binary is stripped ($(du -h /usr/bin/scopefs | cut -f1))"

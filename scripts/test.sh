@@ -92,8 +92,8 @@ run_step() {
 
 FAILED_TARGETS=0
 TARGET_LOG=$(mktemp)
-# The last lines of every failing target, printed again after the summary so
-# that the end of the run says why it failed.
+# The last lines of every failing target, printed again just before the summary
+# so that the end of the run says why it failed.
 FAILURE_TAILS=$(mktemp)
 trap 'rm -f "$TARGET_LOG" "$FAILURE_TAILS"' EXIT
 # run_target [--must-run-tests] NAME TIMEOUT CMD...: runs CMD under a timeout
