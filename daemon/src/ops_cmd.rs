@@ -40,17 +40,23 @@ pub fn print_config(cfg: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Registry, storage and runtime for commands that open one scope's engine.
-struct Offline {
-    registry: Registry,
-    storage: Arc<Storage>,
+/// Registry, storage and runtime for commands that work on scopes without a running daemon.
+pub(crate) struct Offline {
+    pub(crate) registry: Registry,
+    pub(crate) storage: Arc<Storage>,
     // Kept alive for the storage's object-store requests.
     _rt: tokio::runtime::Runtime,
 }
 
-fn open_offline(cfg: &Config) -> anyhow::Result<Offline> {
+/// The registry alone (its control directory prepared).
+pub(crate) fn open_registry(cfg: &Config) -> anyhow::Result<Registry> {
     setup::control_dir(cfg).context("preparing the control directory")?;
-    let registry = Registry::open(&setup::registry_path(cfg)).context("opening the registry")?;
+    Registry::open(&setup::registry_path(cfg)).context("opening the registry")
+}
+
+/// The registry, the object store and local storage, on a runtime of their own.
+pub(crate) fn open_offline(cfg: &Config) -> anyhow::Result<Offline> {
+    let registry = open_registry(cfg)?;
     let rt = setup::runtime()?;
     let store = {
         let _in_runtime = rt.enter();

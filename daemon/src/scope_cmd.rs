@@ -2,29 +2,17 @@
 
 use anyhow::Context;
 use scopefs::config::Config;
-use scopefs::engine::Storage;
 use scopefs::ids::ThreadId;
-use scopefs::registry::{Registry, ScopeRecord};
+use scopefs::registry::ScopeRecord;
 
-use crate::{service, setup};
-
-fn open_registry(cfg: &Config) -> anyhow::Result<Registry> {
-    setup::control_dir(cfg).context("preparing the control directory")?;
-    Registry::open(&setup::registry_path(cfg)).context("opening the registry")
-}
+use crate::ops_cmd::{open_offline, open_registry, Offline};
+use crate::service;
 
 /// Creates a scope (state `draft`) and its filesystem metadata; does not mount it.
 pub fn create(cfg: &Config, thread: &str) -> anyhow::Result<()> {
     let thread = ThreadId::parse(thread).context("invalid --thread")?;
-    let registry = open_registry(cfg)?;
-    let rt = setup::runtime()?;
-    let store = {
-        let _in_runtime = rt.enter();
-        setup::build_store(cfg).context("configuring the object store")?
-    };
-    let storage = Storage::new(store, cfg.storage_settings(), &cfg.data_dir, rt.handle().clone())
-        .context("opening local storage")?;
-    let rec = service::create_unmounted(&cfg.deployment_id, cfg.default_quota(), &registry, &storage, &thread)
+    let Offline { registry, storage, .. } = &open_offline(cfg)?;
+    let rec = service::create_unmounted(&cfg.deployment_id, cfg.default_quota(), registry, storage, &thread)
         .context("creating the scope")?;
     println!("{}", header());
     println!("{}", row(&rec));

@@ -136,45 +136,45 @@ mod tests {
             .layer(axum::middleware::from_fn(drain_unread_body))
     }
 
-    /// A streamed body of `chunks` chunks of 1 KiB that records how many were taken from it.
-    fn counted_body(chunks: usize, taken: Arc<std::sync::atomic::AtomicUsize>) -> Body {
-        let s = stream::iter((0..chunks).map(move |_| {
-            taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    /// PUTs a streamed body of 100 chunks of 1 KiB (with `declared` as its Content-Length, if any)
+    /// to `path`; returns the answer and how many chunks were taken from the body.
+    async fn put_counted(path: &str, declared: Option<u64>) -> (Response, usize) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let taken = Arc::new(AtomicUsize::new(0));
+        let counter = taken.clone();
+        let chunks = stream::iter((0..100).map(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
             Ok::<_, std::io::Error>(Bytes::from(vec![0u8; 1024]))
         }));
-        Body::from_stream(s)
+        let mut req = Request::put(path);
+        if let Some(n) = declared {
+            req = req.header(header::CONTENT_LENGTH, n.to_string());
+        }
+        let resp = app().oneshot(req.body(Body::from_stream(chunks)).unwrap()).await.unwrap();
+        (resp, taken.load(Ordering::SeqCst))
     }
 
     #[tokio::test]
     async fn the_unread_rest_is_drained_and_the_connection_kept() {
-        let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let req = Request::put("/").body(counted_body(100, taken.clone())).unwrap();
-        let resp = app().oneshot(req).await.unwrap();
+        let (resp, taken) = put_counted("/", None).await;
         assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(taken.load(std::sync::atomic::Ordering::SeqCst), 100, "every chunk was read");
+        assert_eq!(taken, 100, "every chunk was read");
         assert!(resp.headers().get(header::CONNECTION).is_none());
     }
 
     #[tokio::test]
     async fn a_declared_length_beyond_the_budget_is_not_read_and_closes_the_connection() {
-        let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let req = Request::put("/")
-            .header(header::CONTENT_LENGTH, (DRAIN_LIMIT_BYTES + 10_000).to_string())
-            .body(counted_body(100, taken.clone()))
-            .unwrap();
-        let resp = app().oneshot(req).await.unwrap();
+        let (resp, taken) = put_counted("/", Some(DRAIN_LIMIT_BYTES + 10_000)).await;
         assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        assert!(taken.load(std::sync::atomic::Ordering::SeqCst) < 100, "the rest was not read");
+        assert!(taken < 100, "the rest was not read");
         assert_eq!(resp.headers().get(header::CONNECTION).unwrap(), "close");
     }
 
     #[tokio::test]
     async fn an_unauthenticated_body_is_not_read() {
-        let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let req = Request::put("/locked").body(counted_body(100, taken.clone())).unwrap();
-        let resp = app().oneshot(req).await.unwrap();
+        let (resp, taken) = put_counted("/locked", None).await;
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
-        assert_eq!(taken.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing was read");
+        assert_eq!(taken, 0, "nothing was read");
     }
 
     #[tokio::test]
