@@ -112,6 +112,13 @@ server_pid() {
     echo "$pid"
 }
 
+# process_gone PID: the process has exited (no /proc entry, or a zombie waiting to be reaped).
+process_gone() {
+    local state
+    state=$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\).*/\1/p' "/proc/$1/stat" 2>/dev/null) || return 0
+    [ -z "$state" ] || [ "$state" = Z ] || [ "$state" = X ]
+}
+
 s3_answers() {
     # Any HTTP answer (403 for an anonymous request) means the S3 API is up.
     local code
@@ -130,10 +137,10 @@ start_server() {
     # setsid: the server must outlive the shell (and test process) that started it. setsid forks
     # when its caller leads a process group (job control), so the server writes its own pid.
     rm -f "$PIDFILE"
+    # shellcheck disable=SC2016 # $$ and $@ are the inner shell's
     setsid sh -c 'echo $$ >"$1"; shift; exec "$@"' sh "$PIDFILE" "$GARAGE" -c "$CONFIG" server \
         </dev/null >>"$LOGFILE" 2>&1 &
-    local i
-    for i in $(seq 1 50); do
+    for _ in $(seq 1 50); do
         [ -s "$PIDFILE" ] && return 0
         sleep 0.1
     done
@@ -150,8 +157,7 @@ server_alive() {
 }
 
 wait_ready() {
-    local i
-    for i in $(seq 1 100); do
+    for _ in $(seq 1 100); do
         if ! server_alive; then
             tail -n 20 "$LOGFILE" >&2 || true
             die "garage server exited during startup (see $LOGFILE)"
@@ -181,9 +187,9 @@ ensure_layout() {
 }
 
 ensure_bucket_and_key() {
-    local i ok=0
+    local ok=0
     # Right after the layout is applied the cluster may need a moment.
-    for i in $(seq 1 50); do
+    for _ in $(seq 1 50); do
         if g bucket info "$BUCKET" >/dev/null 2>&1 || g bucket create "$BUCKET" >/dev/null 2>&1; then
             ok=1
             break
@@ -200,8 +206,8 @@ ensure_bucket_and_key() {
 
 wait_s3_ready() {
     # The S3 API accepts the test key once the bucket/key tables have propagated.
-    local i code EMPTY_SHA256=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
-    for i in $(seq 1 50); do
+    local code EMPTY_SHA256=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+    for _ in $(seq 1 50); do
         code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' -H "x-amz-content-sha256: $EMPTY_SHA256" \
             --aws-sigv4 "aws:amz:$REGION:s3" --user "$KEY_ID:$KEY_SECRET" \
             "http://127.0.0.1:$S3_PORT/$BUCKET?list-type=2&max-keys=1" 2>/dev/null) || code=000
@@ -223,22 +229,27 @@ cmd_start() {
 }
 
 cmd_stop() {
-    local pid i
+    local pid
     if ! pid=$(server_pid); then
         rm -f "$PIDFILE"
         echo "garage.sh: garage is not running" >&2
         return 0
     fi
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 1 100); do
-        kill -0 "$pid" 2>/dev/null || break
+    for _ in $(seq 1 100); do
+        process_gone "$pid" && break
         sleep 0.1
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if ! process_gone "$pid"; then
         kill -KILL "$pid" 2>/dev/null || true
-        sleep 0.2
+        # A killed Garage holding client connections can take seconds to go: wait until
+        # the process is really gone (or a zombie nobody reaps yet), up to 60 s.
+        for _ in $(seq 1 600); do
+            process_gone "$pid" && break
+            sleep 0.1
+        done
     fi
-    kill -0 "$pid" 2>/dev/null && die "garage (pid $pid) did not stop"
+    process_gone "$pid" || die "garage (pid $pid) did not stop within 60 s of SIGKILL"
     rm -f "$PIDFILE"
     echo "garage.sh: garage stopped" >&2
 }

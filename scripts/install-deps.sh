@@ -9,7 +9,7 @@
 # Installs:
 #   - Debian packages: fuse3, docker.io, s3fs, rclone, fio, busybox-static,
 #     sqlite3, git, build-essential, pkg-config, ca-certificates, procps,
-#     psmisc, util-linux, tar, jq
+#     psmisc, util-linux, tar, jq, shellcheck
 #   - cargo tools: pjdfstest (POSIX conformance), fsx (file-system exerciser),
 #     cargo-deb (Debian package build, scripts/package-test.sh)
 #   - systemd (systemd-analyze, systemd-tmpfiles: unit checks of the package test)
@@ -45,7 +45,7 @@ cargo clippy --version >/dev/null 2>&1 || die "cargo clippy not found (rustup co
 PACKAGES=(
     fuse3 docker.io s3fs rclone fio busybox-static sqlite3 git
     build-essential pkg-config ca-certificates procps psmisc util-linux tar jq
-    systemd python3-prometheus-client
+    systemd python3-prometheus-client shellcheck
 )
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -62,7 +62,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
     say "Debian packages present"
 fi
-for bin in fusermount3 docker dockerd s3fs rclone fio busybox sqlite3 git jq systemd-analyze; do
+for bin in fusermount3 docker dockerd s3fs rclone fio busybox sqlite3 git jq systemd-analyze shellcheck; do
     command -v "$bin" >/dev/null 2>&1 || die "'$bin' not on PATH after installing packages"
 done
 [ -c /dev/fuse ] || die "/dev/fuse is missing: load the fuse module (modprobe fuse) or run the container with --device /dev/fuse"

@@ -40,7 +40,7 @@ if ! cargo deb --locked --strip -p scopefs-daemon >"$DEB_LOG" 2>&1; then
 fi
 grep -v '^ *Compiling ' "$DEB_LOG" || true
 DEB=$(grep -E '\.deb$' "$DEB_LOG" | tail -n1)
-[ -n "$DEB" ] && [ -f "$DEB" ] || die "cargo deb did not report a .deb file"
+if [ -z "$DEB" ] || [ ! -f "$DEB" ]; then die "cargo deb did not report a .deb file"; fi
 say "built $DEB ($(du -h "$DEB" | cut -f1))"
 
 say "package contents"

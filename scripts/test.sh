@@ -11,12 +11,14 @@
 # Steps, in order (setup and lint steps stop the run at the first failure):
 #   1. scripts/install-deps.sh        Debian packages, pjdfstest, fsx, user `tests`
 #   2. cargo fmt --check
-#   3. cargo clippy --workspace --all-targets -- -D warnings
+#   3. cargo clippy --workspace --all-targets -- -D warnings, shellcheck of every script
 #   4. scripts/docker.sh              dockerd + local busybox test image
 #   5. scripts/garage.sh start/env    single-node Garage S3 server + test bucket
 #   6. cargo test --no-run            build every test binary once
 #   7. test targets, one cargo invocation each: unit tests, doctests, then every
-#      integration test target found by `cargo metadata`. All targets run even
+#      integration test target found by `cargo metadata`. Every invocation passes
+#      --workspace, so features unify exactly as in step 6 and nothing is rebuilt
+#      (`-p <crate>` would resolve features differently and rebuild the tree). All targets run even
 #      when one fails; the run fails if any did, or if an integration target
 #      ran no test at all. Heavy suites (pjdfstest/fsx, crash storms) run with
 #      --test-threads=1 and --nocapture (their progress lines, pjdfstest's
@@ -150,6 +152,7 @@ wanted() { # is this target selected by the command-line filter?
 run_step "install dependencies" bash scripts/install-deps.sh
 run_step "cargo fmt --check" cargo fmt --all -- --check
 run_step "cargo clippy -D warnings" cargo clippy --locked --workspace --all-targets -- -D warnings
+run_step "shellcheck" shellcheck scripts/*.sh .ci/run packaging/sandbox-image/*.sh
 
 start_docker() {
     local out
@@ -206,15 +209,15 @@ TARGETS=$(cargo metadata --locked --format-version 1 --no-deps |
 }
 [ -n "$TARGETS" ] || { echo "test.sh: no integration test targets found" >&2; summary; exit 1; }
 
-while read -r pkg target; do
+while read -r _ target; do
     wanted "$target" || continue
     case "$HEAVY_TARGETS" in
     *" $target "*)
         run_target --must-run-tests "$target (serial)" "$HEAVY_TIMEOUT" \
-            cargo test --locked -p "$pkg" --test "$target" -- --test-threads=1 --nocapture
+            cargo test --locked --workspace --test "$target" -- --test-threads=1 --nocapture
         ;;
     *)
-        run_target --must-run-tests "$target" "$TARGET_TIMEOUT" cargo test --locked -p "$pkg" --test "$target"
+        run_target --must-run-tests "$target" "$TARGET_TIMEOUT" cargo test --locked --workspace --test "$target"
         ;;
     esac
 done <<<"$TARGETS"

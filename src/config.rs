@@ -103,6 +103,8 @@ pub struct Config {
     pub executor: ExecutorConfig,
     /// `[pricing]`: compute billing (SPEC §9).
     pub pricing: crate::billing::PricingConfig,
+    /// `[limits]`: every bound a tenant's requests, kernel operations or containers control.
+    pub limits: crate::limits::LimitsConfig,
 }
 
 impl Default for Config {
@@ -138,6 +140,7 @@ impl Default for Config {
             fuse: FuseConfig::default(),
             executor: ExecutorConfig::default(),
             pricing: crate::billing::PricingConfig::default(),
+            limits: crate::limits::LimitsConfig::default(),
         }
     }
 }
@@ -264,6 +267,7 @@ impl Config {
             }
         }
         self.pricing.validate().map_err(|e| ConfigError::Invalid { key: e.key, reason: e.reason })?;
+        self.limits.validate().map_err(|(key, reason)| ConfigError::Invalid { key, reason })?;
         self.executor.validate()
     }
 
@@ -278,6 +282,10 @@ impl Config {
             store_timeout: Duration::from_millis(self.store_timeout_ms),
             store_attempts: self.store_attempts,
             readahead_blocks: self.readahead_blocks,
+            staging_max_bytes_per_scope: self.limits.staging_max_bytes_per_scope,
+            max_path_depth: self.limits.max_path_depth,
+            max_path_bytes: self.limits.max_path_bytes,
+            max_walk_entries: self.limits.max_walk_entries,
         }
     }
 
@@ -286,6 +294,10 @@ impl Config {
         Quota { bytes: self.quota_bytes, inodes: self.quota_inodes }
     }
 }
+
+/// The default `executor.user`: a uid:gid far above every host account range (and outside the
+/// usual subuid ranges), so no host user shares it.
+pub const DEFAULT_SANDBOX_USER: &str = "2000000000:2000000000";
 
 /// How strictly the sandbox policy is enforced.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -304,7 +316,9 @@ pub enum Isolation {
 pub struct ExecutorConfig {
     /// The sandbox image; `name@sha256:<digest>` (or an image id `sha256:<digest>`) pins it.
     pub image: String,
-    /// The user commands run as: `uid:gid`, never root.
+    /// The user commands run as: numeric `uid:gid`, never root. The default has no host account
+    /// (review M6: a host user with the sandbox's uid could reach running scopes through `/proc`);
+    /// strict mode refuses a uid that is in the host's `/etc/passwd`.
     pub user: String,
     /// Memory limit per environment (also the memory+swap limit: no swap).
     pub memory_bytes: u64,
@@ -335,7 +349,7 @@ impl Default for ExecutorConfig {
     fn default() -> Self {
         ExecutorConfig {
             image: "scopefs-sandbox:busybox".into(),
-            user: "1000:1000".into(),
+            user: DEFAULT_SANDBOX_USER.into(),
             memory_bytes: 1024 * 1024 * 1024,
             nano_cpus: 1_000_000_000,
             pids_limit: 256,
@@ -394,8 +408,12 @@ impl ExecutorConfig {
         if self.image.trim().is_empty() {
             return invalid("executor.image", "must name the sandbox image");
         }
-        if self.user.trim().is_empty() {
-            return invalid("executor.user", "must be set (uid:gid of a non-root user)");
+        let numeric = |s: &str| !s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit());
+        if !self.user.split_once(':').is_some_and(|(u, g)| numeric(u) && numeric(g)) {
+            return invalid(
+                "executor.user",
+                "must be a numeric uid:gid of a non-root user (e.g. 2000000000:2000000000)",
+            );
         }
         if !matches!(self.network.as_str(), "none" | "bridge") {
             return invalid("executor.network", "must be none or bridge");
@@ -466,6 +484,18 @@ mod tests {
         assert!(Config::load(None, typo).unwrap_err().to_string().contains("SCOPEFS_EXECUTOR_IMAGES"));
         let iso = vec![("SCOPEFS_EXECUTOR_ISOLATION".to_string(), "strict".to_string())];
         assert!(Config::load(None, iso).is_err());
+    }
+
+    #[test]
+    fn executor_user_must_be_a_numeric_uid_gid_with_a_high_default() {
+        assert_eq!(Config::default().executor.user, "2000000000:2000000000");
+        for bad in ["1000", "1000:", ":1000", "agent", "agent:agent", "1000:1000:1", "99999999999:1"] {
+            let env = vec![("SCOPEFS_EXECUTOR_USER".to_string(), bad.to_string())];
+            let err = Config::load(None, env).unwrap_err().to_string();
+            assert!(err.contains("executor.user"), "{bad:?}: {err}");
+        }
+        let ok = vec![("SCOPEFS_EXECUTOR_USER".to_string(), "1234:5678".to_string())];
+        assert_eq!(Config::load(None, ok).unwrap().executor.user, "1234:5678");
     }
 }
 

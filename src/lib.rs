@@ -9,6 +9,7 @@ pub mod config;
 pub mod engine;
 pub mod executor;
 pub mod ids;
+pub mod limits;
 pub mod migrate;
 pub mod names;
 pub mod registry;

@@ -29,8 +29,11 @@ pub const REGISTRY: &[Migration] = &[
 ];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.
-pub const SCOPE_META: &[Migration] =
-    &[Migration { version: 1, sql: include_str!("../migrations/scope/0001_namespace.sql") }];
+pub const SCOPE_META: &[Migration] = &[
+    Migration { version: 1, sql: include_str!("../migrations/scope/0001_namespace.sql") },
+    Migration { version: 2, sql: include_str!("../migrations/scope/0002_children_by_inode.sql") },
+    Migration { version: 3, sql: include_str!("../migrations/scope/0003_symlink_bytes.sql") },
+];
 
 /// Brings `conn` up to the newest version in `migrations`, each step in its own transaction.
 pub fn apply(conn: &mut Connection, migrations: &[Migration]) -> Result<i64, MigrateError> {

@@ -23,14 +23,38 @@ use std::collections::BTreeMap;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 
-/// Deepest nesting of arrays and objects accepted (Python's own limit is near 1000).
-const MAX_DEPTH: usize = 256;
+use crate::limits::{self, Bound, LimitsConfig};
+
+/// What one parse may build: at most `max_values` JSON values (every object, array, string, number,
+/// literal) and at most `max_depth` nested arrays/objects. Checked before each value is built, so
+/// a refused body never costs more than the budget (`[limits] tools_max_json_values`/`_depth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JsonBudget {
+    pub max_values: u64,
+    pub max_depth: u32,
+}
+
+impl JsonBudget {
+    pub fn from_limits(l: &LimitsConfig) -> JsonBudget {
+        JsonBudget { max_values: l.tools_max_json_values, max_depth: l.tools_max_json_depth }
+    }
+}
+
+impl Default for JsonBudget {
+    fn default() -> JsonBudget {
+        JsonBudget::from_limits(&LimitsConfig::default())
+    }
+}
 
 /// Why a signed body was refused. Messages never repeat the body, the token or the secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SigningError {
     #[error("body is not valid JSON: {0}")]
     BadJson(&'static str),
+    #[error("body has more JSON values than allowed")]
+    TooManyValues,
+    #[error("body is nested deeper than allowed")]
+    TooDeep,
     #[error("auth_context is missing or malformed: {0}")]
     BadAuthContext(&'static str),
     #[error("signature does not match")]
@@ -171,10 +195,16 @@ pub fn python_float_repr(f: f64) -> String {
     out
 }
 
-/// Parses a JSON document (UTF-8) with Python `json.loads` semantics.
+/// Parses a JSON document (UTF-8) with Python `json.loads` semantics, within the default budget.
 pub fn parse(bytes: &[u8]) -> Result<CanonValue, SigningError> {
+    parse_with(bytes, JsonBudget::default())
+}
+
+/// Parses a JSON document (UTF-8) with Python `json.loads` semantics, refusing it (and counting
+/// the refusal) as soon as it exceeds `budget`.
+pub fn parse_with(bytes: &[u8], budget: JsonBudget) -> Result<CanonValue, SigningError> {
     let text = std::str::from_utf8(bytes).map_err(|_| SigningError::BadJson("not UTF-8"))?;
-    let mut p = Parser { s: text.as_bytes(), text, i: 0 };
+    let mut p = Parser { s: text.as_bytes(), text, i: 0, values: 0, budget };
     p.ws();
     let v = p.value(0)?;
     p.ws();
@@ -188,6 +218,9 @@ struct Parser<'a> {
     s: &'a [u8],
     text: &'a str,
     i: usize,
+    /// Values started so far.
+    values: u64,
+    budget: JsonBudget,
 }
 
 impl Parser<'_> {
@@ -210,9 +243,16 @@ impl Parser<'_> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Result<CanonValue, SigningError> {
-        if depth > MAX_DEPTH {
-            return Err(SigningError::BadJson("nested too deeply"));
+    /// One value inside `depth` enclosing arrays/objects.
+    fn value(&mut self, depth: u32) -> Result<CanonValue, SigningError> {
+        self.values += 1;
+        if self.values > self.budget.max_values {
+            limits::refuse(Bound::JsonValues);
+            return Err(SigningError::TooManyValues);
+        }
+        if matches!(self.peek(), Some(b'{' | b'[')) && depth >= self.budget.max_depth {
+            limits::refuse(Bound::JsonDepth);
+            return Err(SigningError::TooDeep);
         }
         match self.peek() {
             None => Err(SigningError::BadJson("unexpected end")),
@@ -229,7 +269,7 @@ impl Parser<'_> {
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<CanonValue, SigningError> {
+    fn object(&mut self, depth: u32) -> Result<CanonValue, SigningError> {
         self.i += 1;
         let mut map = BTreeMap::new();
         self.ws();
@@ -263,7 +303,7 @@ impl Parser<'_> {
         }
     }
 
-    fn array(&mut self, depth: usize) -> Result<CanonValue, SigningError> {
+    fn array(&mut self, depth: u32) -> Result<CanonValue, SigningError> {
         self.i += 1;
         let mut items = Vec::new();
         self.ws();
@@ -438,10 +478,26 @@ pub struct AuthContext {
     pub object_scope: Option<String>,
 }
 
-/// Verifies the signature of a `/tools/*` body for `method` and `path` (no query). Checks neither
-/// the time window nor the nonce: see [`check_window`] and the registry's nonce store.
+/// Verifies the signature of a `/tools/*` body for `method` and `path` (no query), within the
+/// default JSON budget. Checks neither the time window nor the nonce: see [`check_window`] and the
+/// registry's nonce store.
 pub fn verify(secret: &[u8], method: &str, path: &str, body: &[u8]) -> Result<AuthContext, SigningError> {
-    let mut root = parse(body)?;
+    verify_with(secret, method, path, body, JsonBudget::default())
+}
+
+/// [`verify`] within `budget`. A body whose first non-blank byte does not open an object is
+/// refused before anything is parsed.
+pub fn verify_with(
+    secret: &[u8],
+    method: &str,
+    path: &str,
+    body: &[u8],
+    budget: JsonBudget,
+) -> Result<AuthContext, SigningError> {
+    if body.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r')) != Some(&b'{') {
+        return Err(SigningError::BadJson("the body must be a JSON object"));
+    }
+    let mut root = parse_with(body, budget)?;
     let CanonValue::Object(top) = &mut root else {
         return Err(SigningError::BadJson("the body must be a JSON object"));
     };
@@ -579,6 +635,44 @@ mod tests {
         for bad in ["\"\u{1}\"", r#""\ud800""#, "[1,]", "01", "1.", "{\"a\" 1}", "tru", "[1] x"] {
             assert!(parse(bad.as_bytes()).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn json_budget_refuses_before_building_more() {
+        let count = |label: &str| limits::refusals().into_iter().find(|(l, _)| *l == label).map_or(0, |(_, n)| n);
+        // `[0,0,…]`: 10 000 integers and the array itself are 10 001 values.
+        let flat = format!("[{}0]", "0,".repeat(9_999));
+        let budget = |max_values, max_depth| JsonBudget { max_values, max_depth };
+        let before = count("json_values");
+        assert_eq!(parse_with(flat.as_bytes(), budget(10_000, 64)), Err(SigningError::TooManyValues));
+        assert!(count("json_values") > before, "the refusal is counted");
+        assert!(
+            matches!(parse_with(flat.as_bytes(), budget(10_001, 64)), Ok(CanonValue::Array(v)) if v.len() == 10_000)
+        );
+        // The default budget refuses a 2.2 MB `[0,0,…]` (1.1 M values) too.
+        let big = format!("[{}0]", "0,".repeat(1_100_000));
+        assert_eq!(parse(big.as_bytes()), Err(SigningError::TooManyValues));
+
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let before = count("json_depth");
+        assert_eq!(parse_with(nested(65).as_bytes(), budget(1000, 64)), Err(SigningError::TooDeep));
+        assert!(count("json_depth") > before);
+        assert!(parse_with(nested(64).as_bytes(), budget(1000, 64)).is_ok());
+        assert_eq!(parse(nested(100_000).as_bytes()), Err(SigningError::TooDeep), "no stack overflow either");
+        let obj = |n: usize| format!("{}1{}", "{\"a\":".repeat(n), "}".repeat(n));
+        assert_eq!(parse_with(obj(3).as_bytes(), budget(1000, 2)), Err(SigningError::TooDeep));
+        assert!(parse_with(obj(2).as_bytes(), budget(1000, 2)).is_ok());
+
+        // A body that is not an object is refused before it is parsed, whatever its size.
+        assert_eq!(
+            verify_with(SECRET, "POST", "/tools/read_file", big.as_bytes(), budget(10, 64)),
+            Err(SigningError::BadJson("the body must be a JSON object"))
+        );
+        let wrapped = format!("{{\"x\":{flat}}}");
+        assert_eq!(
+            verify_with(SECRET, "POST", "/tools/read_file", wrapped.as_bytes(), budget(100, 64)),
+            Err(SigningError::TooManyValues)
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //!
 //! A virtual path names a file relative to the scope root. The rules, applied in this order:
 //!
-//! 1. Unicode NFC normalization (so `é` typed two ways is one name).
+//! 1. No Unicode normalization: a name is kept byte for byte, exactly as FUSE stores and a listing
+//!    shows it, so an API path always names the entry listed under it (a Kelvin sign `\u{212A}`
+//!    never reaches `K`, a decomposed `e\u{301}` never reaches a composed `é`).
 //! 2. Refused: the empty path, NUL and every control character (C0, DEL, C1), backslashes (no
 //!    second separator), Windows drive prefixes (`C:`), and a leading `/`: **API paths are relative
 //!    to the workspace root**; `/paper.pdf` is the *display* form ([`virtual_path`]) used in chat
@@ -25,8 +27,6 @@ use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-
-use icu_normalizer::ComposingNormalizerBorrowed;
 
 use crate::names::{MAX_NAME_LEN, RESERVED_TOP_LEVEL};
 
@@ -59,8 +59,7 @@ pub fn normalize(raw: &str) -> Result<String, PathError> {
 }
 
 fn normalize_inner(raw: &str, top_level: bool) -> Result<String, PathError> {
-    let nfc = ComposingNormalizerBorrowed::new_nfc().normalize(raw);
-    let path: &str = &nfc;
+    let path = raw;
     if path.is_empty() {
         return Err(PathError::Empty);
     }
@@ -237,9 +236,11 @@ mod tests {
     }
 
     #[test]
-    fn nfc_is_applied() {
-        let decomposed = "cafe\u{301}.txt";
-        assert_eq!(normalize(decomposed).unwrap(), "caf\u{e9}.txt");
+    fn names_are_kept_byte_for_byte() {
+        // Normalizing would make these address the composed/ASCII names a listing shows separately.
+        assert_eq!(normalize("cafe\u{301}.txt").unwrap(), "cafe\u{301}.txt");
+        assert_eq!(normalize("\u{212A}ey.txt").unwrap(), "\u{212A}ey.txt");
+        assert_eq!(normalize("d/\u{212A}ey.txt").unwrap(), "d/\u{212A}ey.txt");
     }
 
     #[test]

@@ -114,6 +114,60 @@ fn a_preflight_boundaries() {
     assert!(Micros::parse("0.0000001").is_err());
 }
 
+/// Review M7: the preflight counts what the user already committed, across scopes: the admitted
+/// runtime of live environments and usage not settled yet. Parallel environments cannot together
+/// run longer than the balance pays for.
+#[test]
+fn a_preflight_counts_live_environments_and_unsettled_usage_of_the_user() {
+    use scopefs::ids::ThreadId;
+    use scopefs::registry::environments::NewEnvironment;
+    let reg = Registry::open_in_memory().unwrap();
+    let p = pricing();
+    let scope = |t: &str| {
+        let pr = reg.provision("d", &format!("op-{t}"), &ThreadId::parse(t).unwrap(), None).unwrap();
+        reg.complete_provision("d", &pr.scope.scope_id).unwrap().scope_id
+    };
+    let live = |scope: &scopefs::ids::ScopeId, user: &str, secs: u64| {
+        let new = NewEnvironment {
+            user_id: user.into(),
+            thread_id: "t".into(),
+            read_only: false,
+            requested_max_runtime_seconds: Some(secs),
+            effective_max_runtime_seconds: secs,
+            max_live_per_scope: 4,
+        };
+        reg.create_environment("d", scope, &new).unwrap().unwrap().environment_id
+    };
+    let (a, b) = (scope("thr-a"), scope("thr-b"));
+    // 120 free minutes, no cash: one hour in scope A, one hour in scope B, then nothing.
+    account(&reg, &p, "para", "pro", "0");
+    assert_eq!(reg.admit_environment(&p, "para", Some(3600)).unwrap(), 3600);
+    let first = live(&a, "para", 3600);
+    assert_eq!(reg.admit_environment(&p, "para", None).unwrap(), 3600, "60 minutes are committed in scope A");
+    live(&b, "para", 3600);
+    assert!(matches!(reg.admit_environment(&p, "para", None), Err(BillingError::ComputeQuotaExceeded(_))));
+    // Another user's budget is their own.
+    account(&reg, &p, "other", "pro", "0");
+    assert_eq!(reg.admit_environment(&p, "other", None).unwrap(), 7200);
+
+    // The first ends after 30 minutes: its usage is unpaid until settled, and still counts.
+    reg.end_environment("d", &first, false, "destroyed").unwrap();
+    let usage = reg.record_usage("para", "t", &first, 1800, &[]).unwrap();
+    assert_eq!(reg.admit_environment(&p, "para", None).unwrap(), 1800, "120 - 60 live - 30 unsettled");
+    reg.settle_usage(&p, usage.usage_id).unwrap();
+    assert_eq!(reg.account("para").unwrap().unwrap().compute_minutes_remaining, 90);
+    assert_eq!(reg.admit_environment(&p, "para", None).unwrap(), 1800, "90 - 60 live");
+
+    // Cash pays what free minutes do not: 0 minutes, cash for 60; 40 committed leave 20.
+    account(&reg, &p, "payer", "payg", "3.000000");
+    live(&a, "payer", 2400);
+    let pre = reg.compute_preflight(&p, "payer", None).unwrap();
+    assert_eq!((pre.affordable_runtime_seconds, pre.cash_balance_snapshot), (20 * 60, m("1.000000")));
+    live(&b, "payer", 1200);
+    assert!(matches!(reg.admit_environment(&p, "payer", None), Err(BillingError::ComputeQuotaExceeded(_))));
+    assert_books_agree(&reg);
+}
+
 // ---------- b: settlement arithmetic, rollback, already_settled ----------
 
 fn ledger_len(reg: &Registry, user: &str) -> usize {

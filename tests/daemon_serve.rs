@@ -103,6 +103,15 @@ fn serve_provisions_mounts_stops_and_remounts() {
     let content = b"scopefs end-to-end content\n".repeat(100);
     std::fs::write(mountpoint.join("hello.txt"), &content).unwrap();
     assert_eq!(std::fs::read(mountpoint.join("hello.txt")).unwrap(), content);
+    // `bind_source` is the real mount an orchestrator binds (outside the mount root's listing);
+    // `mountpoint`, the host view, never follows a symlink.
+    let bind_source = PathBuf::from(mount["bind_source"].as_str().unwrap());
+    assert_eq!(bind_source, tmp.path().join(".mnt.real").join(&scope_id));
+    assert_eq!(std::fs::read(bind_source.join("hello.txt")).unwrap(), content);
+    std::os::unix::fs::symlink("hello.txt", mountpoint.join("link")).unwrap();
+    assert_eq!(std::fs::read(bind_source.join("link")).unwrap(), content);
+    assert_eq!(std::fs::read(mountpoint.join("link")).unwrap_err().raw_os_error(), Some(libc::ELOOP));
+    std::fs::remove_file(mountpoint.join("link")).unwrap();
     let (status, body) =
         call(http.get(format!("{base}/internal/workspace-scopes/{}/mount", uuid_like())).bearer_auth(&token));
     assert_eq!((status, error_code(&body)), (StatusCode::NOT_FOUND, "scope_not_found"));
@@ -140,6 +149,7 @@ fn serve_provisions_mounts_stops_and_remounts() {
     let status = daemon.terminate(SIGTERM_WAIT);
     assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
     assert!(mounts_under(&daemon.mount_root).is_empty(), "mounts left after SIGTERM");
+    assert!(mounts_under(&daemon.real_root).is_empty(), "real mounts left after SIGTERM");
     let log = daemon.log_text();
     assert!(!log.contains(&token), "the log contains the service token");
     drop(daemon);
@@ -165,6 +175,47 @@ fn serve_provisions_mounts_stops_and_remounts() {
     assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
     assert_eq!(recv_notification(&notify), "STOPPING=1");
     assert!(mounts_under(&daemon.mount_root).is_empty(), "mounts left after the second SIGTERM");
+    assert!(mounts_under(&daemon.real_root).is_empty(), "real mounts left after SIGTERM");
+}
+
+/// Review L12: a client that sends half a request header is disconnected after
+/// `limits.http_header_timeout_secs`, while other clients are served meanwhile.
+#[test]
+fn a_slowloris_client_is_disconnected_while_others_are_served() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config =
+        write_config(tmp.path(), port, "[store]\nkind = \"local\"\n\n[limits]\nhttp_header_timeout_secs = 2\n");
+    let http = client();
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve-slow.log", &[]);
+    daemon.wait_ready(&http);
+    let mut slow = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ").unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // A connection that sends nothing at all holds a connection slot just the same.
+    let mut silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    silent.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let started = std::time::Instant::now();
+    // Served while the slow client holds its connection.
+    let (status, _) = call(http.get(format!("{}/health", daemon.base)));
+    assert_eq!(status, StatusCode::OK);
+    let mut answer = Vec::new();
+    match slow.read_to_end(&mut answer) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("the half-sent request was not cut off ({e}); answer so far: {answer:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(25), "closed only after {:?}", started.elapsed());
+    assert!(!String::from_utf8_lossy(&answer).contains("200 OK"), "an incomplete request was answered");
+    match silent.read_to_end(&mut Vec::new()) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("a silent connection was kept open ({e})"),
+    }
+    let (status, _) = call(http.get(format!("{}/health", daemon.base)));
+    assert_eq!(status, StatusCode::OK);
+    assert!(daemon.terminate(SIGTERM_WAIT).success());
 }
 
 fn recv_notification(sock: &UnixDatagram) -> String {

@@ -75,7 +75,7 @@ impl Rig {
         let mnt_a = mounts.mount(a.clone()).expect("mount A");
         mounts.mount(b.clone()).expect("mount B");
         // The root of a fresh scope belongs to root; let the sandbox user write.
-        std::os::unix::fs::chown(&mnt_a, Some(1000), Some(1000)).expect("chown A's root");
+        std::os::unix::fs::chown(&mnt_a, Some(2_000_000_000), Some(2_000_000_000)).expect("chown A's root");
         let cfg = ExecutorConfig {
             image,
             memory_bytes: MEMORY,
@@ -168,7 +168,7 @@ fn container_policy_by_inspection() {
     assert_eq!(host["PidMode"], "", "host PID namespace");
     assert_eq!(host["IpcMode"], "private");
     assert!(host["Devices"].is_null() || host["Devices"].as_array().is_some_and(|d| d.is_empty()));
-    assert_eq!(c["Config"]["User"], "1000:1000");
+    assert_eq!(c["Config"]["User"], "2000000000:2000000000");
     let labels = &c["Config"]["Labels"];
     assert_eq!(labels["io.scopefs.deployment"], "executor-test");
     assert_eq!(labels["io.scopefs.scope"], spec.scope_id.as_str());
@@ -223,7 +223,7 @@ fn container_policy_by_behaviour() {
     assert_eq!(code, Some(0), "/tmp and /workspace are writable");
     assert_eq!(std::fs::read(rig.mnt_a.join("from-sandbox")).expect("file via the mount"), b"hi\n");
     let (out, _, _) = rig.sh(&id, "id -u; id -g");
-    assert_eq!(out.split_whitespace().collect::<Vec<_>>(), vec!["1000", "1000"]);
+    assert_eq!(out.split_whitespace().collect::<Vec<_>>(), vec!["2000000000", "2000000000"]);
     let (out, _, _) = rig.sh(&id, "grep CapEff /proc/self/status");
     assert!(out.trim().ends_with("0000000000000000"), "effective capabilities: {out}");
     let (out, _, _) = rig.sh(&id, "find / -name docker.sock 2>/dev/null; ls /var/run/docker.sock 2>&1; true");

@@ -80,12 +80,16 @@ impl Daemon {
 
     /// A signed `/tools/<tool>` call as `thread`.
     fn tool(&self, thread: &str, tool: &str, params: Value) -> (StatusCode, Value) {
+        self.tool_as("user-1", thread, tool, params)
+    }
+
+    /// A signed `/tools/<tool>` call as `thread` of user `user`.
+    fn tool_as(&self, user: &str, thread: &str, tool: &str, params: Value) -> (StatusCode, Value) {
         let path = format!("/tools/{tool}");
         let issued_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
         let nonce = uid();
         let mut body = params;
-        body["auth_context"] =
-            json!({"user_id": "user-1", "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
+        body["auth_context"] = json!({"user_id": user, "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
         let canonical = scopefs::signing::parse(&serde_json::to_vec(&body).unwrap()).unwrap().to_canonical();
         let hash = scopefs::signing::payload_hash(&canonical);
         let string = scopefs::signing::canonical_string("POST", &path, &issued_at.to_string(), &nonce, &hash);
@@ -136,7 +140,8 @@ fn daemon_with_executor() -> (tempfile::TempDir, Daemon, String) {
 
 /// `scopefs_refused_total{kind="cross_scope",via="api"}` from the daemon's `/metrics`.
 fn cross_scope_refusals(d: &Daemon) -> u64 {
-    let text = d.client.get(format!("{}/metrics", d.serve.base)).send().unwrap().text().unwrap();
+    let resp = d.client.get(format!("{}/metrics", d.serve.base)).bearer_auth(SERVICE_TOKEN).send().unwrap();
+    let text = resp.text().unwrap();
     let line = text
         .lines()
         .find(|l| l.starts_with("scopefs_refused_total{kind=\"cross_scope\",via=\"api\"} "))
@@ -375,7 +380,10 @@ fn strict_mode_refuses_each_weak_configuration() {
     let t = format!("thread-s-{}", uid());
     d.provision(&t);
     let env = d.ok(&t, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
-    assert_eq!(d.ok(&t, "execute_command", json!({"environment_id": env, "command": "id -u"}))["stdout"], "1000\n");
+    assert_eq!(
+        d.ok(&t, "execute_command", json!({"environment_id": env, "command": "id -u"}))["stdout"],
+        "2000000000\n"
+    );
     d.ok(&t, "destroy_environment", json!({"environment_id": env}));
     remove_containers(&deployment);
 }
@@ -476,5 +484,111 @@ fn an_account_that_affords_one_minute_is_stopped_after_a_minute_and_charged() {
     let (s, v) = d.tool(&t, "create_environment", json!({}));
     assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{v}");
     assert_eq!(v["error"]["code"], "compute_quota_exceeded", "{v}");
+    remove_containers(&deployment);
+}
+
+/// Review M4 and L12: a memory worker of a scope runs nothing in the primary thread's read-write
+/// environment and ends none of it or its processes, but uses a read-only environment of its own;
+/// another user acting in the scope sees the environments without their creators' identities.
+#[test]
+fn memory_workers_use_only_their_own_read_only_environments() {
+    let (_dir, d, _deployment) = daemon_with_executor();
+    let primary = format!("thread-a-{}", uid());
+    let scope = d.provision(&primary);
+    let worker = format!("mw-{}", uid());
+    let resp = d
+        .client
+        .post(format!("{}/internal/workspace-scopes/{scope}/owners", d.serve.base))
+        .bearer_auth(SERVICE_TOKEN)
+        .json(&json!({"owner_type": "memory_worker", "resource_id": worker}))
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success(), "owner: {}", resp.status());
+
+    let rw = d.ok(&primary, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
+    let pid = d.ok(&primary, "start_process", json!({"environment_id": rw, "command": "sleep 300"}))["process_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let refused = |tool: &str, params: Value, code: &str| {
+        let (s, v) = d.tool(&worker, tool, params);
+        assert_eq!((s, v["error"]["code"].as_str()), (StatusCode::FORBIDDEN, Some(code)), "{tool}: {v}");
+    };
+    refused("execute_command", json!({"environment_id": rw, "command": "echo pwned > /workspace/pwned"}), "read_only");
+    refused("start_process", json!({"environment_id": rw, "command": "echo pwned > /workspace/pwned"}), "read_only");
+    refused("start_process", json!({"command": "echo pwned > /workspace/pwned"}), "read_only");
+    refused("destroy_environment", json!({"environment_id": rw}), "not_owner");
+    refused("stop_process", json!({"process_id": pid}), "not_owner");
+    let (s, _) = d.tool(&primary, "read_file", json!({"path": "pwned"}));
+    assert_eq!(s, StatusCode::NOT_FOUND, "the worker wrote through the primary's environment");
+    assert_eq!(d.ok(&primary, "get_environment_status", json!({"environment_id": rw}))["state"], "running");
+
+    // Its own environment is read-only and usable; the primary cannot end it.
+    let ro = d.ok(&worker, "create_environment", json!({}));
+    assert_eq!(ro["read_only"], true, "{ro}");
+    let ro = ro["environment_id"].as_str().unwrap().to_string();
+    let out = d.ok(&worker, "execute_command", json!({"environment_id": ro, "command": "echo from-worker"}));
+    assert_eq!(out["stdout"], "from-worker\n", "{out}");
+    let (s, v) = d.tool(&primary, "destroy_environment", json!({"environment_id": ro}));
+    assert_eq!((s, v["error"]["code"].as_str()), (StatusCode::FORBIDDEN, Some("not_owner")), "{v}");
+
+    // Another user acting through the primary thread: the environments, without identities.
+    let (s, v) = d.tool_as("user-2", &primary, "list_environments", json!({}));
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let envs = v["environments"].as_array().unwrap();
+    assert_eq!(envs.len(), 2, "{v}");
+    for e in envs {
+        for k in ["user_id", "thread_id", "owner_id"] {
+            assert!(e.get(k).is_none(), "{k} of another user listed: {e}");
+        }
+    }
+    let mine = d.ok(&primary, "list_environments", json!({}));
+    assert!(mine["environments"].as_array().unwrap().iter().all(|e| e["user_id"] == "user-1"), "{mine}");
+
+    d.ok(&worker, "destroy_environment", json!({"environment_id": ro}));
+    d.ok(&primary, "stop_process", json!({"process_id": pid}));
+    d.ok(&primary, "destroy_environment", json!({"environment_id": rw}));
+}
+
+/// Review M3 and M8 through the daemon: a scope runs at most `max_concurrent_execs_per_scope`
+/// commands and `max_live_processes_per_scope` background processes at once; beyond is 429
+/// before anything runs, and a finished one frees its place.
+#[test]
+fn concurrent_commands_and_live_processes_are_capped_per_scope() {
+    let image = image();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let deployment = format!("ct-{}", &uid()[20..]);
+    let limits = "\n[limits]\nmax_concurrent_execs_per_scope = 1\nmax_live_processes_per_scope = 1\n";
+    let cfg = write_config(dir.path(), port, &deployment, &format!("{}{limits}", executor_section(&image)));
+    let d = Daemon::start(dir.path(), &cfg, port);
+    let t = format!("thread-l-{}", uid());
+    d.provision(&t);
+    let env = d.ok(&t, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
+    let refused = |(status, body): (StatusCode, Value)| {
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+        assert_eq!(body["error"]["code"], "compute_capacity_exceeded");
+    };
+    let waits = "touch /workspace/started; while [ ! -e /workspace/go ]; do sleep 0.1; done; echo done";
+    std::thread::scope(|s| {
+        let first = s.spawn(|| d.tool(&t, "execute_command", json!({"environment_id": env, "command": waits})));
+        wait_until("the first command to run", || d.tool(&t, "read_file", json!({"path": "started"})).0.is_success());
+        refused(d.tool(&t, "execute_command", json!({"environment_id": env, "command": "touch /workspace/second"})));
+        d.ok(&t, "write_file", json!({"path": "go", "content": ""}));
+        let (status, out) = first.join().unwrap();
+        assert_eq!((status, out["stdout"].as_str()), (StatusCode::OK, Some("done\n")), "{out}");
+    });
+    assert_eq!(d.tool(&t, "read_file", json!({"path": "second"})).0, StatusCode::NOT_FOUND, "the refused command ran");
+    assert_eq!(
+        d.ok(&t, "execute_command", json!({"environment_id": env, "command": "echo again"}))["stdout"],
+        "again\n"
+    );
+
+    let start = json!({"environment_id": env, "command": "sleep 300"});
+    let pid = d.ok(&t, "start_process", start.clone())["process_id"].as_str().unwrap().to_string();
+    refused(d.tool(&t, "start_process", start.clone()));
+    d.ok(&t, "stop_process", json!({"process_id": pid}));
+    d.ok(&t, "start_process", start);
+    d.ok(&t, "destroy_environment", json!({"environment_id": env}));
     remove_containers(&deployment);
 }

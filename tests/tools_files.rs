@@ -6,11 +6,12 @@ mod tools_support;
 mod workspace_support;
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tools_support::{call, start_daemon};
+use tools_support::{call, peak_rss_kib, start_daemon};
 use workspace_support::{Answer, Daemon, MAX_UPLOAD};
 
 fn ok(a: Answer) -> Value {
@@ -89,9 +90,9 @@ fn grep_glob_and_list_never_leave_the_scope() {
     write(&d, "thr_a", "top.py", "print('NEEDLE')\n");
     write(&d, "thr_b", "secret-b.txt", "NEEDLE of B\n");
 
-    // Symlinks through A's mount: the mount refuses any that point out of the scope (to /, to B's
-    // mount, above the root); those that stay inside (a cycle to the root, to itself, to a
-    // directory) are listed by the tools but never followed.
+    // Symlinks through A's mount: any target is allowed (to /, to B's mount, to the host, above the
+    // root, a cycle to the root, to itself, to a directory); the tools list them but never follow
+    // one, and the host view of the mount does not follow them either.
     let mnt_a = d.mountpoint(&scope_a);
     let mnt_b = d.mountpoint(&scope_b);
     let host = tempfile::tempdir().unwrap();
@@ -102,21 +103,27 @@ fn grep_glob_and_list_never_leave_the_scope() {
         (host.path().to_path_buf(), "to-host"),
         (std::path::PathBuf::from("../../x"), "notes/escape"),
     ] {
-        let err = std::os::unix::fs::symlink(&target, mnt_a.join(link)).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{link}");
+        std::os::unix::fs::symlink(&target, mnt_a.join(link)).unwrap_or_else(|e| panic!("{link}: {e}"));
     }
     std::os::unix::fs::symlink("..", mnt_a.join("notes/up")).unwrap();
     std::os::unix::fs::symlink("notes", mnt_a.join("to-notes")).unwrap();
     std::os::unix::fs::symlink("loop", mnt_a.join("loop")).unwrap();
-    assert_eq!(std::fs::read_to_string(mnt_a.join("notes/up/top.py")).unwrap(), "print('NEEDLE')\n");
+    let through = std::fs::read_to_string(mnt_a.join("notes/up/top.py")).unwrap_err();
+    assert_eq!(through.raw_os_error(), Some(libc::ELOOP), "the host view followed a symlink");
+    let through = std::fs::read_to_string(mnt_a.join("to-b/secret-b.txt")).unwrap_err();
+    assert_eq!(through.raw_os_error(), Some(libc::ELOOP), "the host view followed a symlink");
 
     let own: BTreeSet<String> = ["/workspace/notes/a.txt", "/workspace/top.py"].iter().map(|s| s.to_string()).collect();
     let entries: BTreeSet<String> = [
         "/workspace/loop",
         "/workspace/notes",
         "/workspace/notes/a.txt",
+        "/workspace/notes/escape",
         "/workspace/notes/up",
+        "/workspace/to-b",
+        "/workspace/to-host",
         "/workspace/to-notes",
+        "/workspace/to-root",
         "/workspace/top.py",
     ]
     .iter()
@@ -153,19 +160,27 @@ fn grep_glob_and_list_never_leave_the_scope() {
         assert_eq!(a.status, StatusCode::BAD_REQUEST, "{pattern}: {}", a.text());
     }
     // list_dir, grep and read through a symlink never follow it.
-    for path in ["to-notes", "notes/up", "loop"] {
+    for path in ["to-notes", "notes/up", "loop", "to-root", "to-b", "to-host", "notes/escape"] {
         let l = call(&d, "list_dir", "thr_a", json!({"path": path}));
         assert!(l.status.is_client_error(), "list_dir {path}: {}", l.text());
         let g = call(&d, "grep_files", "thr_a", json!({"pattern": "NEEDLE", "path": path}));
         assert!(g.status.is_client_error() || g.json()["matches"].as_array().unwrap().is_empty(), "{}", g.text());
     }
-    for path in ["to-notes/a.txt", "notes/up/top.py", "loop", "to-notes"] {
+    for path in [
+        "to-notes/a.txt",
+        "notes/up/top.py",
+        "loop",
+        "to-notes",
+        "to-root/etc/hostname",
+        "to-b/secret-b.txt",
+        "to-host",
+    ] {
         assert_eq!(read(&d, "thr_a", path).status, StatusCode::NOT_FOUND, "{path}");
         assert_eq!(call(&d, "download_file", "thr_a", json!({"remote_path": path})).status, StatusCode::NOT_FOUND);
     }
     let root = ok(call(&d, "list_dir", "thr_a", json!({})));
     let names: Vec<&str> = root["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["loop", "notes", "to-notes", "top.py"]);
+    assert_eq!(names, ["loop", "notes", "to-b", "to-host", "to-notes", "to-root", "top.py"]);
     assert_eq!(root["entries"][0]["type"], "symlink");
 
     // Paths outside the workspace are refused by every tool.
@@ -290,4 +305,69 @@ fn b64(data: &[u8]) -> String {
         }
     }
     out
+}
+
+#[test]
+fn replace_all_over_the_limit_is_refused_before_it_is_built() {
+    let d = start_daemon(&[]);
+    d.provision("thr_blowup");
+    let content = "a".repeat(1_000_000);
+    write(&d, "thr_blowup", "a.txt", &content);
+    let before = peak_rss_kib(d.pid());
+    let started = Instant::now();
+    // 10^6 matches × 999 more bytes: a 1 GB result, which the old code built before its size check.
+    let a = call(
+        &d,
+        "edit_file",
+        "thr_blowup",
+        json!({"path": "a.txt", "old_string": "a", "new_string": "b".repeat(1000), "replace_all": true}),
+    );
+    assert_eq!(status_code(&a), (StatusCode::PAYLOAD_TOO_LARGE, "too_large".into()), "{}", a.text());
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    let grown = peak_rss_kib(d.pid()).saturating_sub(before);
+    assert!(grown < 200 * 1024, "peak RSS grew by {grown} KiB");
+    // The daemon is alive and the file unchanged; an edit that fits still works.
+    assert_eq!(ok(read(&d, "thr_blowup", "a.txt"))["content"].as_str(), Some(content.as_str()));
+    let fits = ok(call(
+        &d,
+        "edit_file",
+        "thr_blowup",
+        json!({"path": "a.txt", "old_string": "a", "new_string": "", "replace_all": true}),
+    ));
+    assert_eq!((fits["replacements"].as_u64(), fits["size_bytes"].as_u64()), (Some(1_000_000), Some(0)));
+}
+
+#[test]
+fn glob_and_grep_stay_cheap_on_deep_trees_and_long_patterns() {
+    let d = start_daemon(&[]);
+    d.provision("thr_deep");
+    // A 300-deep chain: the old matcher tried every split per `**` (~depth^5/120 steps per walk).
+    let deep = format!("{}f.txt", "d/".repeat(300));
+    write(&d, "thr_deep", &deep, "needle here\n");
+    write(&d, "thr_deep", "top.txt", "no\nneedle\n");
+    let started = Instant::now();
+    let none = ok(call(&d, "glob_files", "thr_deep", json!({"pattern": "**/**/**/**/nomatch"})));
+    assert_eq!((none["paths"].clone(), none["truncated"].clone()), (json!([]), json!(false)));
+    let some = ok(call(&d, "glob_files", "thr_deep", json!({"pattern": "**/d/**/d/**/f.txt"})));
+    assert_eq!(some["paths"], json!([format!("/workspace/{deep}")]));
+    let tops = ok(call(&d, "glob_files", "thr_deep", json!({"pattern": "*.txt"})));
+    assert_eq!(tops["paths"], json!(["/workspace/top.txt"]));
+    let found = ok(call(&d, "grep_files", "thr_deep", json!({"pattern": "needle"})));
+    let mut hits: Vec<(String, u64)> = found["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["path"].as_str().unwrap().to_string(), m["line_number"].as_u64().unwrap()))
+        .collect();
+    hits.sort();
+    assert_eq!(hits, vec![(format!("/workspace/{deep}"), 1), ("/workspace/top.txt".into(), 2)]);
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+
+    // Patterns over `grep_max_pattern_bytes` / `glob_max_pattern_bytes` (1 KiB) are 413.
+    let long = call(&d, "grep_files", "thr_deep", json!({"pattern": "x".repeat(1025)}));
+    assert_eq!(status_code(&long), (StatusCode::PAYLOAD_TOO_LARGE, "too_large".into()), "{}", long.text());
+    let long = call(&d, "glob_files", "thr_deep", json!({"pattern": "*".repeat(1025)}));
+    assert_eq!(status_code(&long), (StatusCode::PAYLOAD_TOO_LARGE, "too_large".into()), "{}", long.text());
+    let fits = call(&d, "grep_files", "thr_deep", json!({"pattern": "x".repeat(1024)}));
+    assert_eq!(fits.status, StatusCode::OK, "{}", fits.text());
 }

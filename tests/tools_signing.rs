@@ -6,13 +6,18 @@
 mod tools_support;
 mod workspace_support;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use scopefs::signing::{self, CanonValue, SigningError};
 use serde_json::{json, Value};
-use tools_support::{call, fresh_nonce, now_secs, post_raw, signed_body, signed_body_with, start_daemon, SECRET};
+use tools_support::{
+    call, fresh_nonce, now_secs, peak_rss_kib, post_raw, signed_body, signed_body_with, start_daemon, SECRET,
+};
 
 const GOLDEN_SECRET: &str = "test-hmac-secret-for-unit-tests-only";
 const GOLDEN_TOKEN: &str = "06af87716e9c3ba83441362dad2faa543c5db19d1c47fb937cd2ffe29cee1d21";
@@ -222,6 +227,71 @@ fn replays_stale_timestamps_and_malformed_auth_are_401() {
     assert_eq!((unknown.status, unknown.code().as_str()), (StatusCode::NOT_FOUND, "scope_not_found"));
     // Nothing of the secret or tokens reaches the log.
     assert!(!d.log_text().contains(SECRET));
+}
+
+/// A body with a well-formed but wrongly signed `auth_context` around `rest` (JSON members).
+fn unsigned_body(thread: &str, rest: &str) -> String {
+    format!(
+        r#"{{"auth_context":{{"user_id":"user-1","thread_id":"{thread}","issued_at":{},"nonce":"{}","token":"{}"}},{rest}}}"#,
+        now_secs(),
+        fresh_nonce(),
+        "0".repeat(64)
+    )
+}
+
+#[test]
+fn bodies_are_bounded_before_authentication() {
+    let d = start_daemon(&[]);
+    d.provision("thr_budget");
+    let path = "/tools/list_dir";
+
+    // A declared length over the body limit is 413 before the body is read: the client sends the
+    // headers and a few bytes only, and still gets its answer (the old code waited for the body).
+    let addr = d.url("").trim_start_matches("http://").to_string();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n[0,0,0,"
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).expect("an answer before the body was sent");
+    assert_eq!(&head, b"HTTP/1.1 413");
+    drop(s);
+
+    // `[0,0,…]` of 14 MB: refused as too large without the daemon's memory growing by its parse.
+    let before = peak_rss_kib(d.pid());
+    let big = format!("[{}0]", "0,".repeat(7_000_000));
+    let a = post_raw(&d, path, big);
+    assert_eq!((a.status, a.code().as_str()), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"), "{}", a.text());
+    let grown = peak_rss_kib(d.pid()).saturating_sub(before);
+    assert!(grown < 100 * 1024, "peak RSS grew by {grown} KiB");
+
+    // Under the size limit but over the value budget (1.1 M values in 2.2 MB): refused while it is
+    // parsed, before its signature is looked at (the old code parsed it all, then answered 401).
+    let many = unsigned_body("thr_budget", &format!(r#""path":"/workspace","pad":[{}0]"#, "0,".repeat(1_100_000)));
+    let a = post_raw(&d, path, many);
+    assert_eq!((a.status, a.code().as_str()), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"), "{}", a.text());
+    // Nested deeper than `tools_max_json_depth` (64): 400 invalid_json, not a signature check.
+    let deep = unsigned_body("thr_budget", &format!(r#""pad":{}{}"#, "[".repeat(100), "]".repeat(100)));
+    let a = post_raw(&d, path, deep);
+    assert_eq!((a.status, a.code().as_str()), (StatusCode::BAD_REQUEST, "invalid_json"), "{}", a.text());
+    // A root that is not an object is refused before it is parsed.
+    let a = post_raw(&d, path, "[1,2,3]".into());
+    assert_eq!((a.status, a.code().as_str()), (StatusCode::BAD_REQUEST, "invalid_json"), "{}", a.text());
+
+    // The refusals are counted per bound, and a normal signed call still works.
+    let metrics = d.get("/metrics").text();
+    for bound in ["body_bytes", "json_values", "json_depth"] {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("scopefs_limit_refused_total{{bound=\"{bound}\"}}")))
+            .unwrap_or_else(|| panic!("no refusal count of {bound} in /metrics"));
+        assert_ne!(line.rsplit(' ').next(), Some("0"), "{line}");
+    }
+    let ok = call(&d, "list_dir", "thr_budget", json!({"path": "/workspace"}));
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text());
 }
 
 #[test]

@@ -247,18 +247,26 @@ fn range_reads_and_downloads() {
 fn the_zip_holds_only_the_scopes_files_and_never_a_symlink_target() {
     let d = Daemon::start();
     let scope = d.provision("thread-z");
-    d.provision("thread-other");
+    let other = d.provision("thread-other");
     assert_eq!(d.upload("thread-other", "other.txt", b"not yours".to_vec(), "").status, StatusCode::CREATED);
     assert_eq!(d.upload("thread-z", "result.txt", b"mine".to_vec(), "").status, StatusCode::CREATED);
     assert_eq!(d.put("thread-z", "data/x.txt", b"target bytes".to_vec()).status, StatusCode::OK);
     let mnt = d.mountpoint(&scope);
     std::os::unix::fs::symlink("data/x.txt", mnt.join("link")).expect("symlink through the mount");
     std::os::unix::fs::symlink("data", mnt.join("dirlink")).expect("directory symlink through the mount");
+    // Any target is allowed (SPEC §6): to a host file, to another scope's mount, above the root.
+    let other_mnt = d.mountpoint(&other);
+    std::os::unix::fs::symlink("/etc/hostname", mnt.join("host")).expect("absolute symlink through the mount");
+    std::os::unix::fs::symlink(&other_mnt, mnt.join("other")).expect("symlink to another scope");
+    std::os::unix::fs::symlink("../../..", mnt.join("up")).expect("symlink above the root");
     // The API lists symlinks as such and never reads through them.
     let rows = d.listing("thread-z");
     assert!(rows.contains(&("link".to_string(), "symlink".to_string(), 0)), "{rows:?}");
     assert_eq!(d.read("thread-z", "link").status, StatusCode::NOT_FOUND);
     assert_eq!(d.read("thread-z", "dirlink/x.txt").status, StatusCode::NOT_FOUND);
+    for path in ["host", "other/other.txt", "up/etc/hostname"] {
+        assert_eq!(d.read("thread-z", path).status, StatusCode::NOT_FOUND, "{path}");
+    }
 
     let entries = d.zip_entries("thread-z");
     let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
@@ -482,4 +490,62 @@ fn a_deleting_scope_refuses_file_work_with_409() {
     ] {
         assert_eq!((a.status, a.code().as_str()), (StatusCode::CONFLICT, "scope_deleting"), "{}", a.text());
     }
+}
+
+/// Review L1: names made in a container (through the mount) with `\`, `:` or bytes that are not
+/// UTF-8, and setuid modes, reach the zip as safe, distinct names without special mode bits, and
+/// the archive is whole.
+#[test]
+fn zip_names_and_modes_are_safe_for_any_extractor() {
+    use std::ffi::OsStr;
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+
+    let d = Daemon::start();
+    let scope = d.provision("thread-zipnames");
+    assert_eq!(d.put("thread-zipnames", "plain.txt", b"plain".to_vec()).status, StatusCode::OK);
+    let mnt = d.mountpoint(&scope);
+    let make = |name: &[u8], content: &[u8]| std::fs::write(mnt.join(OsStr::from_bytes(name)), content).unwrap();
+    make(b"..\\..\\AppData\\x.bat", b"windows");
+    make(b"C:evil", b"drive");
+    make(b"\xff", b"ff");
+    make(b"\xfe", b"fe");
+    make(b"a_b", b"underscore");
+    make(b"a\\b", b"backslash");
+    make(b"suid", b"suid");
+    std::fs::set_permissions(mnt.join("suid"), std::fs::Permissions::from_mode(0o6755)).unwrap();
+    std::fs::create_dir(mnt.join(OsStr::from_bytes(b"dir\xff"))).unwrap();
+    make(b"dir\xff/inner", b"inner");
+
+    let a = d.get("/api/workspace/download?threadId=thread-zipnames");
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(a.body)).expect("a whole zip");
+    let mut entries = Vec::new();
+    for i in 0..zip.len() {
+        let mut f = zip.by_index(i).unwrap();
+        let name = f.name().expect("UTF-8 names").to_string();
+        let mode = f.unix_mode().unwrap_or(0);
+        let mut content = Vec::new();
+        f.read_to_end(&mut content).unwrap();
+        assert_eq!(mode & 0o7000, 0, "{name} keeps special mode bits: {mode:o}");
+        assert!(!name.contains('\\') && !name.contains(':'), "unsafe name {name:?}");
+        assert!(!name.split('/').any(|c| c == ".."), "{name:?}");
+        entries.push((name, String::from_utf8(content).unwrap()));
+    }
+    entries.sort();
+    let got = |content: &str| entries.iter().filter(|(_, c)| c == content).map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(got("windows"), vec![".._.._AppData_x.bat".to_string()]);
+    assert_eq!(got("drive"), vec!["C_evil".to_string()]);
+    assert_eq!(got("ff"), vec!["%FF".to_string()]);
+    assert_eq!(got("fe"), vec!["%FE".to_string()]);
+    assert_eq!(got("inner"), vec!["dir%FF/inner".to_string()]);
+    // `a\b` and `a_b` both become `a_b`: one keeps it, the other is told apart by a suffix.
+    let mut underscored = [got("underscore"), got("backslash")].concat();
+    underscored.sort();
+    assert_eq!(underscored, vec!["a_b".to_string(), "a_b~1".to_string()]);
+    assert_eq!(got("suid"), vec!["suid".to_string()]);
+    assert_eq!(got("plain"), vec!["plain.txt".to_string()]);
+    let names: std::collections::BTreeSet<_> = entries.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(names.len(), entries.len(), "duplicate names: {entries:?}");
 }

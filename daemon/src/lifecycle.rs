@@ -22,9 +22,20 @@ pub const FAILPOINT_ENV: &str = "SCOPEFS_FAILPOINT";
 /// Bound on waiting for a deleted scope's queued uploads before it is unmounted.
 const UPLOAD_WAIT_AT_DELETE: Duration = Duration::from_secs(10);
 
+/// Whether the test hooks (`SCOPEFS_FAILPOINT`, `SCOPEFS_TEST_CLOCK_FILE`) are honoured: only in
+/// debug builds, which the integration tests use; a release build (the package) ignores them, so
+/// whoever can set the daemon's environment or write a clock file cannot abort it or move its
+/// signature window (review L11).
+pub const fn test_hooks_enabled() -> bool {
+    cfg!(debug_assertions)
+}
+
 /// Aborts the process (like `kill -9`: no cleanup) when `SCOPEFS_FAILPOINT` equals `name`.
-/// Without that variable this does nothing.
+/// Without that variable, or in a release build, this does nothing.
 pub fn failpoint(name: &str) {
+    if !test_hooks_enabled() {
+        return;
+    }
     static ARMED: OnceLock<Option<String>> = OnceLock::new();
     let armed = ARMED.get_or_init(|| std::env::var(FAILPOINT_ENV).ok().filter(|v| !v.is_empty()));
     if armed.as_deref() == Some(name) {

@@ -1,6 +1,7 @@
 //! `GET /metrics`: Prometheus text exposition (SPEC §11) and the object-store request counters behind it.
 //!
 //! Labels carry ids and names only (scope ids, operation names, states), never paths or secrets.
+//! The route needs the service token (review L9): it names every scope and costs a registry walk.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -184,6 +185,15 @@ pub fn render(service: &ScopeService) -> Result<String, crate::service::ServiceE
     let cross = CROSS_SCOPE.load(Ordering::Relaxed);
     t.sample("scopefs_refused_total", &[("kind", "cross_scope"), ("via", "api")], cross);
 
+    t.family(
+        "scopefs_limit_refused_total",
+        "counter",
+        "Work refused because a configured [limits] bound was reached, by bound.",
+    );
+    for (bound, n) in scopefs::limits::refusals() {
+        t.sample("scopefs_limit_refused_total", &[("bound", bound)], n);
+    }
+
     let mut running = 0usize;
     for rec in scopes.iter().filter(|s| s.state != ScopeState::Deleted) {
         running += service
@@ -212,10 +222,10 @@ fn settlements(service: &ScopeService) -> (usize, i64, usize) {
     (settled, pending.iter().map(|u| u.settle_failures).sum(), pending.len())
 }
 
-/// `GET /metrics` (public, like `/health`: it carries counts and ids, no secrets).
+/// `GET /metrics` (service token: counts and ids, no secrets, but every scope's id and size).
 pub async fn handler(State(st): State<AppState>) -> Response {
     let service = st.service.clone();
-    match tokio::task::spawn_blocking(move || render(&service)).await {
+    match crate::pools::spawn(crate::pools::RouteClass::Internal, move || render(&service)).await {
         Ok(Ok(text)) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
         Ok(Err(e)) => ApiError::from(e).into_response(),
         Err(join) => ApiError::internal("task_failed", &join).into_response(),

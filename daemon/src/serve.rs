@@ -9,7 +9,6 @@
 //! and drains, each scope's uploads are awaited (bounded; the rest stays
 //! journaled), every scope is unmounted, and the process exits 0.
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +31,8 @@ use crate::{setup, tokens};
 const HTTP_DRAIN: Duration = Duration::from_secs(10);
 /// Bound on waiting for uploads at shutdown (across all scopes).
 const UPLOAD_DRAIN: Duration = Duration::from_secs(20);
-/// Variable naming a file with a clock offset in seconds; honoured only when set (tests of expiry and retention).
+/// Variable naming a file with a clock offset in seconds; honoured only when set and only in debug
+/// builds (tests of expiry and retention; see `lifecycle::test_hooks_enabled`).
 const TEST_CLOCK_ENV: &str = "SCOPEFS_TEST_CLOCK_FILE";
 
 /// The address to listen on; a non-loopback address needs `allow_remote = true`.
@@ -62,7 +62,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         .context("loading the admin token")?;
     let hmac_secret = tokens::load_or_generate(cfg.hmac_secret.as_deref(), &control.join("hmac-secret"))
         .context("loading the HMAC secret of /tools")?;
-    let tools_auth = api::ToolsAuth::new(hmac_secret, cfg.signature_window_secs, cfg.max_upload_bytes);
+    crate::pools::init(&cfg.limits);
+    let tools_auth =
+        api::ToolsAuth::new(hmac_secret, cfg.signature_window_secs, cfg.max_upload_bytes).with_limits(&cfg.limits);
 
     // Strict isolation refuses to start here, before anything is mounted (see `executor::build`).
     let compute = crate::executor::build(&cfg, rt.handle().clone()).context("sandbox executor")?;
@@ -81,7 +83,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let storage = Storage::new(store, cfg.storage_settings(), &cfg.data_dir, rt.handle().clone())
         .context("opening local storage")?;
     let mut registry = Registry::open(&setup::registry_path(&cfg)).context("opening the registry")?;
-    if let Some(path) = std::env::var_os(TEST_CLOCK_ENV).filter(|p| !p.is_empty()) {
+    let test_clock = crate::lifecycle::test_hooks_enabled().then(|| std::env::var_os(TEST_CLOCK_ENV)).flatten();
+    if let Some(path) = test_clock.filter(|p| !p.is_empty()) {
         tracing::warn!(
             "{TEST_CLOCK_ENV} is set: the registry clock is shifted by the offset in that file (tests only)"
         );
@@ -158,14 +161,12 @@ async fn serve(addr: SocketAddr, state: AppState, (term, int): (Signal, Signal))
     let billing = state.billing.clone();
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     tracing::info!(listen = %addr, "HTTP API listening");
-    let mut server_stop = stop_rx.clone();
-    let server = tokio::spawn(
-        axum::serve(listener, api::router(state))
-            .with_graceful_shutdown(async move {
-                let _ = server_stop.wait_for(|stop| *stop).await;
-            })
-            .into_future(),
-    );
+    let limits = state.tools.limits.clone();
+    let app = api::router(state);
+    let server = tokio::spawn({
+        let stop = stop_rx.clone();
+        async move { crate::http::serve(listener, app, &limits, stop).await }
+    });
 
     let svc = service.clone();
     let recovered = tokio::task::spawn_blocking(move || {
@@ -196,8 +197,7 @@ async fn serve(addr: SocketAddr, state: AppState, (term, int): (Signal, Signal))
     notify_or_log("STOPPING=1");
     service.set_ready(false);
     match tokio::time::timeout(HTTP_DRAIN, server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::error!(error = %e, "HTTP server failed"),
+        Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
         Err(_) => tracing::warn!("HTTP requests still running after the drain period"),
     }

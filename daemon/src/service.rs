@@ -270,7 +270,8 @@ impl ScopeService {
         Ok(Some(ScopeStatus { record, usage }))
     }
 
-    /// Mounts the scope if it is not mounted yet (finishing its provisioning if needed); returns the mountpoint.
+    /// Mounts the scope if it is not mounted yet (finishing its provisioning if needed); returns the real
+    /// mount, the path a container binds (the host view is `mounts.mountpoint`).
     pub fn mount(&self, scope: &ScopeId) -> Result<(ScopeRecord, PathBuf), ServiceError> {
         let mut rec = self.registry.get(&self.deployment, scope)?.ok_or(ServiceError::ScopeNotFound)?;
         if rec.state == ScopeState::Provisioning {

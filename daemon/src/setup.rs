@@ -89,6 +89,7 @@ pub fn mount_options(cfg: &Config) -> MountOptions {
         attr_ttl: Duration::from_millis(cfg.fuse.attr_ttl_ms),
         threads: cfg.fuse.threads,
         allow_other: cfg.fuse.allow_other,
+        max_dir_handles: cfg.limits.max_dir_handles_per_mount,
     }
 }
 

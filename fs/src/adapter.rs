@@ -1,6 +1,5 @@
 //! `fuser::Filesystem` over one scope's `ScopeEngine`: each callback makes one engine call and maps its result.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -14,9 +13,8 @@ use fuser::{
     KernelConfig, LockOwner, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use parking_lot::Mutex;
 use scopefs::engine::{
-    Attr, DirEntry, EngineResult, FileKind, Ino, OpenFlags, Opened, Owner, RenameMode, ScopeEngine, SetAttr, TimeSet,
+    Attr, EngineResult, FileKind, Ino, OpenFlags, Opened, Owner, RenameMode, ScopeEngine, SetAttr, TimeSet,
 };
 
 use crate::errno::{is_internal, to_errno};
@@ -126,38 +124,33 @@ fn owner(req: &Request) -> Owner {
     Owner { uid: req.uid(), gid: req.gid() }
 }
 
-/// A directory listing taken when a directory stream starts (or rewinds), so that
-/// offsets stay stable while entries are removed during the walk.
-struct DirSnapshot {
-    ino: Ino,
-    parent: Ino,
-    entries: Vec<DirEntry>,
-}
+/// Directory-stream offsets (the kernel's cookies). A stream is stateless: 0 starts at `.`,
+/// [`DOTDOT_COOKIE`] resumes at `..`, and `CHILD_COOKIE_BASE + ino` resumes after child `ino`.
+/// Children come from the engine in inode order, a page at a time, and inode numbers are never
+/// reused, so a cookie stays valid whatever happens to the directory: no child is returned twice,
+/// a walk always ends, and an open handle costs the daemon no memory.
+const DOTDOT_COOKIE: u64 = 1;
+const CHILD_COOKIE_BASE: u64 = 2;
+/// Children fetched from the engine per page (a kernel buffer holds fewer; the rest are fetched again).
+const READDIR_PAGE: usize = 128;
 
-impl DirSnapshot {
-    /// Entry `index` of the stream: `.`, `..`, then the children.
-    fn entry(&self, index: usize) -> Option<(Ino, FileType, &[u8], Option<&Attr>)> {
-        match index {
-            0 => Some((self.ino, FileType::Directory, b".", None)),
-            1 => Some((self.parent, FileType::Directory, b"..", None)),
-            i => {
-                self.entries.get(i - 2).map(|e| (e.attr.ino, file_type(e.attr.kind), e.name.as_slice(), Some(&e.attr)))
-            }
-        }
-    }
-}
+/// One entry of a directory stream, as handed to a reply: inode, cookie of the next entry,
+/// type, name, and attributes (none for `.` and `..`).
+type StreamEntry<'a> = (Ino, u64, FileType, &'a [u8], Option<&'a Attr>);
 
 /// One mounted scope.
 pub struct ScopeFs {
     engine: Arc<ScopeEngine>,
     ttl: Duration,
-    dirs: Mutex<HashMap<u64, Arc<DirSnapshot>>>,
-    next_dir_handle: AtomicU64,
+    /// Open directory handles; `opendir` beyond `max_dir_handles` answers `ENFILE`.
+    open_dirs: AtomicU64,
+    max_dir_handles: u64,
 }
 
 impl ScopeFs {
-    pub fn new(engine: Arc<ScopeEngine>, ttl: Duration) -> ScopeFs {
-        ScopeFs { engine, ttl, dirs: Mutex::new(HashMap::new()), next_dir_handle: AtomicU64::new(1) }
+    /// `max_dir_handles` bounds the open directory handles of this mount (`limits.max_dir_handles_per_mount`).
+    pub fn new(engine: Arc<ScopeEngine>, ttl: Duration, max_dir_handles: u64) -> ScopeFs {
+        ScopeFs { engine, ttl, open_dirs: AtomicU64::new(0), max_dir_handles }
     }
 
     fn reply_entry(&self, reply: ReplyEntry, result: Result<Attr, Errno>) {
@@ -167,18 +160,49 @@ impl ScopeFs {
         }
     }
 
-    /// The listing for a read at `offset`: fresh at offset 0, else the stream's snapshot.
-    fn snapshot(&self, ino: Ino, fh: u64, offset: u64) -> Result<Arc<DirSnapshot>, Errno> {
-        if offset != 0 {
-            if let Some(snap) = self.dirs.lock().get(&fh) {
-                return Ok(snap.clone());
+    /// Takes one directory handle, or refuses with `ENFILE` at the bound.
+    fn take_dir_handle(&self) -> Result<(), Errno> {
+        let max = self.max_dir_handles;
+        match self.open_dirs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)) {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                scopefs::limits::refuse(scopefs::limits::Bound::DirHandles);
+                tracing::debug!("directory handle bound reached; answering ENFILE");
+                Err(Errno::ENFILE)
             }
         }
-        let entries = call("readdir", || self.engine.readdir(ino))?;
-        let parent = call("parent_of", || self.engine.parent_of(ino))?;
-        let snap = Arc::new(DirSnapshot { ino, parent, entries });
-        self.dirs.lock().insert(fh, snap.clone());
-        Ok(snap)
+    }
+
+    fn give_dir_handle(&self) {
+        let _ = self.open_dirs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// Feeds the stream of directory `ino` from `offset` to `add` until `add` reports the reply
+    /// full or the directory ends. Each page is read from the engine when it is needed.
+    fn stream(&self, ino: Ino, offset: u64, mut add: impl FnMut(StreamEntry<'_>) -> bool) -> Result<(), Errno> {
+        if offset == 0 && add((ino, DOTDOT_COOKIE, FileType::Directory, b".", None)) {
+            return Ok(());
+        }
+        if offset <= DOTDOT_COOKIE {
+            let parent = call("parent_of", || self.engine.parent_of(ino))?;
+            if add((parent, CHILD_COOKIE_BASE, FileType::Directory, b"..", None)) {
+                return Ok(());
+            }
+        }
+        let mut after = offset.saturating_sub(CHILD_COOKIE_BASE);
+        loop {
+            let page = call("readdir", || self.engine.readdir_page(ino, after, READDIR_PAGE))?;
+            for e in &page {
+                let next = e.attr.ino.saturating_add(CHILD_COOKIE_BASE);
+                if add((e.attr.ino, next, file_type(e.attr.kind), e.name.as_slice(), Some(&e.attr))) {
+                    return Ok(());
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == READDIR_PAGE => after = last.attr.ino,
+                _ => return Ok(()),
+            }
+        }
     }
 }
 
@@ -417,44 +441,35 @@ impl Filesystem for ScopeFs {
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
-        let fh = self.next_dir_handle.fetch_add(1, Ordering::Relaxed);
-        reply.opened(FileHandle(fh), FopenFlags::empty());
-    }
-
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let snap = match self.snapshot(ino.0, fh.0, offset) {
-            Ok(snap) => snap,
-            Err(e) => return reply.error(e),
-        };
-        let mut index = offset as usize;
-        while let Some((child, kind, name, _)) = snap.entry(index) {
-            index += 1;
-            if reply.add(INodeNo(child), index as u64, kind, OsStr::from_bytes(name)) {
-                break;
-            }
+        match self.take_dir_handle() {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let snap = match self.snapshot(ino.0, fh.0, offset) {
-            Ok(snap) => snap,
-            Err(e) => return reply.error(e),
-        };
-        let mut index = offset as usize;
-        while let Some((child, _, name, attr)) = snap.entry(index) {
-            index += 1;
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let streamed = self.stream(ino.0, offset, |(child, next, kind, name, _)| {
+            reply.add(INodeNo(child), next, kind, OsStr::from_bytes(name))
+        });
+        match streamed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let streamed = self.stream(ino.0, offset, |(child, next, _, name, attr)| {
             let attr = attr.map(file_attr).unwrap_or_else(|| dot_attr(child));
-            let full = reply.add(INodeNo(child), index as u64, OsStr::from_bytes(name), &self.ttl, &attr, GENERATION);
-            if full {
-                break;
-            }
+            reply.add(INodeNo(child), next, OsStr::from_bytes(name), &self.ttl, &attr, GENERATION)
+        });
+        match streamed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: fuser::OpenFlags, reply: ReplyEmpty) {
-        self.dirs.lock().remove(&fh.0);
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: fuser::OpenFlags, reply: ReplyEmpty) {
+        self.give_dir_handle();
         reply.ok();
     }
 

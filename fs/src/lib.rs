@@ -2,6 +2,7 @@
 
 pub mod adapter;
 pub mod errno;
+pub mod layout;
 pub mod metrics;
 pub mod mount;
 

@@ -1,5 +1,6 @@
-//! `MountManager`: one background FUSE session per scope under a private mount root, with stale-mount cleanup
-//! and kernel-cache coherence for changes made outside the mount.
+//! `MountManager`: one background FUSE session per scope under a private mount root, its host view
+//! (`crate::layout`: a `nosymfollow` bind), stale-mount cleanup, bounded unmount (the connection is
+//! aborted when a bind survives elsewhere) and kernel-cache coherence for changes made outside the mount.
 //!
 //! Coherence: the kernel caches entries, attributes and pages for `attr_ttl` (60 s in production). A
 //! change made through the engine's path-level API (the HTTP routes) is reported by the engine's
@@ -9,7 +10,7 @@
 //! notification never waits on a request that waits on us. A failed notification is logged, not fatal.
 
 use std::collections::HashMap;
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -23,6 +24,10 @@ use scopefs::engine::{Change, Ino, ScopeEngine};
 use scopefs::ids::ScopeId;
 
 use crate::adapter::ScopeFs;
+use crate::layout::{self, lazy_unmount};
+
+/// How long `unmount` waits for a session thread to end after its connection is gone.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Filesystem type the kernel records for our mounts (`fuse.<subtype>`).
 const FS_TYPE: &str = "fuse.scopefs";
@@ -36,11 +41,18 @@ pub struct MountOptions {
     pub threads: usize,
     /// Let every user (containers' users included) use the mount.
     pub allow_other: bool,
+    /// Open directory handles per mount (`limits.max_dir_handles_per_mount`).
+    pub max_dir_handles: u64,
 }
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { attr_ttl: Duration::from_secs(60), threads: 4, allow_other: true }
+        MountOptions {
+            attr_ttl: Duration::from_secs(60),
+            threads: 4,
+            allow_other: true,
+            max_dir_handles: scopefs::limits::LimitsConfig::default().max_dir_handles_per_mount,
+        }
     }
 }
 
@@ -70,9 +82,11 @@ pub enum MountError {
     },
 }
 
-/// Mounts scopes at `<mount_root>/<scope_id>`, one background session each.
+/// Mounts scopes, one background session each: the real mount at `<real_root>/<scope_id>`
+/// (what containers bind) and its host view at `<mount_root>/<scope_id>` (see `crate::layout`).
 pub struct MountManager {
     root: PathBuf,
+    real_root: PathBuf,
     opts: MountOptions,
     sessions: Mutex<HashMap<ScopeId, Mounted>>,
 }
@@ -81,47 +95,72 @@ pub struct MountManager {
 struct Mounted {
     session: BackgroundSession,
     engine: Arc<ScopeEngine>,
+    /// The connection's fuse control directory name, when it could be read.
+    conn: Option<String>,
 }
 
 impl MountManager {
-    /// Prepares `mount_root` (created `0700`) and lazily detaches stale scopefs
-    /// mounts left below it by a daemon that was killed.
+    /// Prepares `mount_root` and its real-mount root (both `0700`) and lazily detaches stale
+    /// scopefs mounts left below them by a daemon that was killed (views first).
     pub fn new(mount_root: &Path, opts: MountOptions) -> Result<MountManager, MountError> {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(mount_root).map_err(MountError::MountRoot)?;
-        std::fs::set_permissions(mount_root, std::fs::Permissions::from_mode(0o700)).map_err(MountError::MountRoot)?;
-        let root = mount_root.canonicalize().map_err(MountError::MountRoot)?;
-        for stale in stale_mounts(&root).map_err(MountError::MountTable)? {
-            if let Err(err) = lazy_unmount(&stale) {
-                tracing::warn!(error = %err, "could not detach a stale scopefs mount");
-            } else {
-                tracing::info!("detached a stale scopefs mount");
+        let private_dir = |dir: &Path| -> io::Result<PathBuf> {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+            dir.canonicalize()
+        };
+        let root = private_dir(mount_root).map_err(MountError::MountRoot)?;
+        let real_root = private_dir(&layout::real_root_of(&root)).map_err(MountError::MountRoot)?;
+        for dir in [&root, &real_root] {
+            for stale in stale_mounts(dir).map_err(MountError::MountTable)? {
+                if let Err(err) = lazy_unmount(&stale) {
+                    tracing::warn!(error = %err, "could not detach a stale scopefs mount");
+                } else {
+                    tracing::info!("detached a stale scopefs mount");
+                }
             }
         }
-        Ok(MountManager { root, opts, sessions: Mutex::new(HashMap::new()) })
+        if let Err(err) = layout::ensure_fusectl() {
+            tracing::warn!(error = %err, "fuse control filesystem unavailable; a surviving bind cannot be aborted");
+        }
+        Ok(MountManager { root, real_root, opts, sessions: Mutex::new(HashMap::new()) })
     }
 
     pub fn mount_root(&self) -> &Path {
         &self.root
     }
 
+    /// The root-only directory holding the real mounts.
+    pub fn real_root(&self) -> &Path {
+        &self.real_root
+    }
+
+    /// The host view of a scope: `<mount_root>/<scope_id>`, where symlinks are never followed.
     pub fn mountpoint(&self, scope: &ScopeId) -> PathBuf {
         self.root.join(scope.to_string())
+    }
+
+    /// The real mount of a scope, what a container binds (symlinks resolve in its namespace).
+    pub fn real_mountpoint(&self, scope: &ScopeId) -> PathBuf {
+        self.real_root.join(scope.to_string())
     }
 
     pub fn is_mounted(&self, scope: &ScopeId) -> bool {
         self.sessions.lock().contains_key(scope)
     }
 
-    /// Mounts the engine's scope (a no-op when it is already mounted).
+    /// Mounts the engine's scope and its host view (a no-op when it is already mounted).
+    /// Returns the real mount ([`Self::real_mountpoint`]): the path a container binds.
     pub fn mount(&self, engine: Arc<ScopeEngine>) -> Result<PathBuf, MountError> {
         let scope = engine.scope_id().clone();
-        let path = self.mountpoint(&scope);
+        let path = self.real_mountpoint(&scope);
+        let view = self.mountpoint(&scope);
         let mut sessions = self.sessions.lock();
         if sessions.contains_key(&scope) {
             return Ok(path);
         }
         let mp_err = |source| MountError::Mountpoint { scope: scope.to_string(), source };
         prepare_mountpoint(&path).map_err(mp_err)?;
+        prepare_mountpoint(&view).map_err(mp_err)?;
         let mut config = Config::default();
         config.mount_options = vec![
             MountOption::FSName(format!("scopefs:{scope}")),
@@ -134,33 +173,81 @@ impl MountManager {
         config.acl = if self.opts.allow_other { SessionACL::All } else { SessionACL::Owner };
         config.n_threads = Some(self.opts.threads.max(1));
         config.clone_fd = true;
-        let fs = ScopeFs::new(engine.clone(), self.opts.attr_ttl);
+        let fs = ScopeFs::new(engine.clone(), self.opts.attr_ttl, self.opts.max_dir_handles);
         let session = fuser::spawn_mount(fs, &path, &config)
             .map_err(|source| MountError::Mount { scope: scope.to_string(), source })?;
-        engine.set_observer(Some(observer(scope.clone(), session.notifier())));
+        let conn = layout::connection_of(&path).ok();
+        let mounted = Mounted { session, engine: engine.clone(), conn };
+        if let Err(source) = layout::bind_view(&path, &view) {
+            // No view, no mount: a half-made layout is taken down again.
+            self.finish(&scope, mounted, false);
+            return Err(MountError::Mount { scope: scope.to_string(), source });
+        }
+        engine.set_observer(Some(observer(scope.clone(), mounted.session.notifier())));
         tracing::info!(%scope, "scope mounted");
-        sessions.insert(scope, Mounted { session, engine });
+        sessions.insert(scope, mounted);
         Ok(path)
     }
 
-    /// Unmounts a scope and waits for its session to end. If the mount is busy it is
-    /// detached lazily (the kernel finishes it when the last user lets go).
+    /// Unmounts a scope (its view first, then the real mount) and waits, bounded, for its session
+    /// to end. A mount busy here (an open file, a working directory) is detached lazily and its
+    /// session left to end when the last user lets go, as a local filesystem would. Otherwise a
+    /// connection that survives both unmounts is held by a bind elsewhere (a container the executor
+    /// could not remove, an orchestrator's bind): it is aborted, so the survivors get `ENOTCONN`
+    /// instead of reading a deleted scope, and the unmount never blocks on them.
     pub fn unmount(&self, scope: &ScopeId) -> Result<(), MountError> {
-        let Some(Mounted { session, engine }) = self.sessions.lock().remove(scope) else {
+        let Some(mounted) = self.sessions.lock().remove(scope) else {
             return Ok(());
         };
-        engine.set_observer(None);
-        let path = self.mountpoint(scope);
-        match session.umount_and_join() {
-            Ok(()) => {
-                tracing::info!(%scope, "scope unmounted");
-                Ok(())
+        mounted.engine.set_observer(None);
+        let err = |source| MountError::Unmount { scope: scope.to_string(), source };
+        let view = layout::unmount_path(&self.mountpoint(scope));
+        let real = layout::unmount_path(&self.real_mountpoint(scope));
+        let busy = matches!(view, Ok(true)) || matches!(real, Ok(true));
+        if busy {
+            tracing::warn!(%scope, "mount busy; detached lazily");
+        }
+        self.finish(scope, mounted, busy);
+        view.map_err(err)?;
+        real.map_err(err).map(drop)
+    }
+
+    /// Ends a session whose mounts are gone or detached. Unless `busy` (a lazily detached mount
+    /// still in use here), a connection that survives is aborted and the session thread joined
+    /// for at most `JOIN_TIMEOUT`.
+    fn finish(&self, scope: &ScopeId, mounted: Mounted, busy: bool) {
+        let Mounted { session, engine, conn } = mounted;
+        drop(engine);
+        if let Err(e) = layout::unmount_path(&self.real_mountpoint(scope)) {
+            tracing::warn!(%scope, error = %e, "unmount failed");
+        }
+        if busy {
+            // Dropping the session detaches its thread; it ends with the last user of the mount.
+            drop(session);
+            return;
+        }
+        if let Some(conn) = conn.filter(|c| layout::connection_alive(c)) {
+            tracing::warn!(%scope, "the mount survives elsewhere; aborting its FUSE connection");
+            if let Err(e) = layout::abort_connection(&conn) {
+                tracing::warn!(%scope, error = %e, "aborting the FUSE connection failed");
             }
-            Err(err) if err.raw_os_error() == Some(libc::EBUSY) => {
-                tracing::warn!(%scope, "mount busy; detaching lazily");
-                lazy_unmount(&path).map_err(|source| MountError::Unmount { scope: scope.to_string(), source })
+        }
+        // The mount is gone already: dropping fuser's own mount handle finds nothing to unmount.
+        let guard = {
+            let session = session;
+            session.guard
+        };
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let joiner = std::thread::Builder::new().name("scopefs-unmount".into()).spawn(move || {
+            let _ = done_tx.send(guard.join().map_err(|_| io::Error::other("session thread panicked")).and_then(|r| r));
+        });
+        match joiner.map(|_| done_rx.recv_timeout(JOIN_TIMEOUT)) {
+            Ok(Ok(Ok(()))) => tracing::info!(%scope, "scope unmounted"),
+            Ok(Ok(Err(e))) => tracing::warn!(%scope, error = %e, "the FUSE session ended with an error"),
+            Ok(Err(_)) => {
+                tracing::warn!(%scope, "the FUSE session did not end in time; left to finish in the background")
             }
-            Err(source) => Err(MountError::Unmount { scope: scope.to_string(), source }),
+            Err(e) => tracing::warn!(%scope, error = %e, "cannot start the unmount thread"),
         }
     }
 
@@ -234,17 +321,6 @@ fn prepare_mountpoint(path: &Path) -> io::Result<()> {
     match std::fs::DirBuilder::new().mode(0o755).create(path) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
         other => other,
-    }
-}
-
-fn lazy_unmount(path: &Path) -> io::Result<()> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
-    let rc = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 

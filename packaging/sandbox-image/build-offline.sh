@@ -4,7 +4,7 @@
 #   build-offline.sh [--tag NAME:TAG] [--force] [--full [--mirror URL]]
 #
 # Default (minimal): a rootfs holding Debian's static busybox and a symlink
-# for every applet, an `agent` user (uid 1000) and /workspace, imported with
+# for every applet, an `agent` user (uid 2000000000, the default executor.user; no host account has it) and /workspace, imported with
 # `docker import`. Needs only the busybox-static package and a Docker engine.
 #
 # --full: a Debian 12 minbase rootfs with python3, git and coreutils built by
@@ -72,17 +72,17 @@ if [ "$FULL" -eq 0 ]; then
     ln -sf ../../bin/env "$ROOT/usr/bin/env"
     cat >"$ROOT/etc/passwd" <<'PASSWD'
 root:x:0:0:root:/root:/bin/sh
-agent:x:1000:1000:agent:/home/agent:/bin/sh
+agent:x:2000000000:2000000000:agent:/home/agent:/bin/sh
 nobody:x:65534:65534:nobody:/nonexistent:/bin/false
 PASSWD
     cat >"$ROOT/etc/group" <<'GROUP'
 root:x:0:
-agent:x:1000:
+agent:x:2000000000:
 nogroup:x:65534:
 GROUP
     chmod 1777 "$ROOT/tmp"
     chmod 0700 "$ROOT/root"
-    chown 1000:1000 "$ROOT/home/agent" "$ROOT/workspace"
+    chown 2000000000:2000000000 "$ROOT/home/agent" "$ROOT/workspace"
     IMPORT_CHANGES+=(--change 'ENV PATH=/bin:/sbin:/usr/bin:/usr/sbin' --change 'CMD ["/bin/sh"]')
 else
     command -v debootstrap >/dev/null 2>&1 || die "--full needs debootstrap (apt-get install debootstrap)"
@@ -90,9 +90,9 @@ else
     # shellcheck disable=SC2086
     debootstrap --variant=minbase --include=python3,git,ca-certificates bookworm "$ROOT" $MIRROR >&2 ||
         die "debootstrap failed"
-    chroot "$ROOT" /usr/sbin/useradd -u 1000 -U -m -s /bin/bash agent || die "useradd agent failed"
+    chroot "$ROOT" /usr/sbin/useradd -l -u 2000000000 -U -m -s /bin/bash agent || die "useradd agent failed"
     mkdir -p "$ROOT/workspace"
-    chown 1000:1000 "$ROOT/workspace"
+    chown 2000000000:2000000000 "$ROOT/workspace"
     rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/*
     IMPORT_CHANGES+=(--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
         --change 'CMD ["/bin/bash"]')

@@ -246,6 +246,26 @@ pub fn preflight(account: &AccountBalance, plan: &PlanConfig, price: Micros, req
     }
 }
 
+/// The balance left once `committed` minutes (live environments' admitted runtime, unsettled
+/// usage) are paid: free minutes first, then cash at `price` per minute; never below zero (an
+/// account that cannot cover its commitments has nothing left, it is not "negative").
+pub fn after_commitments(balance: &AccountBalance, committed: i64, price: Micros) -> AccountBalance {
+    let committed = committed.max(0);
+    let minutes = balance.compute_minutes_remaining;
+    let from_minutes = committed.min(minutes.max(0));
+    let from_cash = committed - from_minutes;
+    let cash = if from_cash == 0 || balance.cash_balance.is_negative() {
+        balance.cash_balance
+    } else {
+        price
+            .checked_mul(from_cash)
+            .and_then(|owed| balance.cash_balance.checked_sub(owed))
+            .filter(|left| !left.is_negative())
+            .unwrap_or(Micros::ZERO)
+    };
+    AccountBalance { plan: balance.plan.clone(), compute_minutes_remaining: minutes - from_minutes, cash_balance: cash }
+}
+
 /// Billed minutes of a runtime: `max(1, ceil(runtime_seconds / 60))`.
 pub fn compute_minutes(runtime_seconds: u64) -> i64 {
     i64::try_from(runtime_seconds.div_ceil(60).max(1)).unwrap_or(i64::MAX)
@@ -270,7 +290,11 @@ pub fn split_charge(compute_minutes: i64, minutes_remaining: i64, price: Micros)
 }
 
 /// Aborts the process (like `kill -9`) when `SCOPEFS_FAILPOINT` equals `name` (crash tests only).
+/// Only debug builds honour it (the integration tests); a release build never aborts here.
 pub fn failpoint(name: &str) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
     static ARMED: OnceLock<Option<String>> = OnceLock::new();
     let armed = ARMED.get_or_init(|| std::env::var("SCOPEFS_FAILPOINT").ok().filter(|v| !v.is_empty()));
     if armed.as_deref() == Some(name) {

@@ -2,7 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
-use std::io;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -71,7 +72,7 @@ pub struct BlockCache {
 impl BlockCache {
     /// Opens the cache directory and indexes what it already holds (oldest first by mtime).
     pub fn open(dir: PathBuf, max_bytes: u64) -> io::Result<BlockCache> {
-        fs::create_dir_all(&dir)?;
+        super::storage::private_dir(&dir)?;
         let mut found = Vec::new();
         for scope in fs::read_dir(&dir)? {
             let scope = scope?;
@@ -117,9 +118,13 @@ impl BlockCache {
     /// Stores verified bytes of a block.
     pub fn insert_bytes(&self, scope: &str, sha: &str, data: &[u8]) -> io::Result<()> {
         let dir = self.dir.join(scope);
-        fs::create_dir_all(&dir)?;
+        super::storage::private_dir(&dir)?;
         let tmp = dir.join(format!("{sha}.tmp{}", rand::random::<u32>()));
-        fs::write(&tmp, data)?;
+        let mut file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        if let Err(e) = file.write_all(data) {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         fs::rename(&tmp, dir.join(sha))?;
         self.index.lock().insert((scope.to_string(), sha.to_string()), data.len() as u64);
         self.evict();
@@ -129,7 +134,7 @@ impl BlockCache {
     /// Moves an already verified local file (an uploaded staging block) into the cache.
     pub fn adopt_file(&self, scope: &str, sha: &str, src: &Path) -> io::Result<()> {
         let dir = self.dir.join(scope);
-        fs::create_dir_all(&dir)?;
+        super::storage::private_dir(&dir)?;
         let size = fs::metadata(src)?.len();
         fs::rename(src, dir.join(sha))?;
         self.index.lock().insert((scope.to_string(), sha.to_string()), size);

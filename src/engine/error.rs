@@ -16,6 +16,12 @@ pub enum EngineError {
     NotEmpty,
     #[error("name too long (at most 255 bytes)")]
     NameTooLong,
+    /// A path with more components or bytes than `limits.max_path_depth`/`max_path_bytes` allow.
+    #[error("path too deep or too long")]
+    PathTooLong,
+    /// A recursive listing or delete would visit more than `limits.max_walk_entries` entries.
+    #[error("too many entries below this directory for one request")]
+    TooManyEntries,
     #[error("invalid name: {0}")]
     InvalidName(&'static str),
     #[error("invalid argument: {0}")]
@@ -55,7 +61,7 @@ pub type EngineResult<T> = Result<T, EngineError>;
 pub enum Refusal {
     /// An invalid, reserved or over-long name, or an operation the scope does not permit.
     Path,
-    /// A symlink target that is absolute or leaves the scope.
+    /// A symlink target of a size outside 1..4095 bytes (any content is allowed; SPEC §6).
     Symlink,
 }
 
@@ -66,9 +72,10 @@ impl EngineError {
         let about_symlink = |m: &str| m.contains("symlink");
         match self {
             EngineError::NotPermitted(m) | EngineError::Invalid(m) if about_symlink(m) => Some(Refusal::Symlink),
-            EngineError::InvalidName(_) | EngineError::NameTooLong | EngineError::NotPermitted(_) => {
-                Some(Refusal::Path)
-            }
+            EngineError::InvalidName(_)
+            | EngineError::NameTooLong
+            | EngineError::PathTooLong
+            | EngineError::NotPermitted(_) => Some(Refusal::Path),
             _ => None,
         }
     }
@@ -82,6 +89,7 @@ mod tests {
     fn refusals_are_told_apart_from_other_errors() {
         assert_eq!(EngineError::InvalidName("reserved").refusal(), Some(Refusal::Path));
         assert_eq!(EngineError::NameTooLong.refusal(), Some(Refusal::Path));
+        assert_eq!(EngineError::PathTooLong.refusal(), Some(Refusal::Path));
         assert_eq!(EngineError::NotPermitted("hard links").refusal(), Some(Refusal::Path));
         assert_eq!(EngineError::NotPermitted("absolute symlink targets").refusal(), Some(Refusal::Symlink));
         assert_eq!(EngineError::Invalid("symlink target leaves the scope").refusal(), Some(Refusal::Symlink));

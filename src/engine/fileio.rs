@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -18,6 +18,9 @@ use super::types::*;
 
 /// SHA-256 of the empty file.
 const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbfb4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/// Largest file size: sizes and usage are stored as SQLite integers (`i64`). Larger is `TooLarge`.
+pub(crate) const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
 /// An open file shared by all its handles.
 pub(crate) struct OpenEntry {
@@ -224,6 +227,10 @@ impl ScopeEngine {
         let file = self.file_of(ino, fh, true)?;
         let mut f = file.lock();
         let end = offset.checked_add(data.len() as u64).ok_or(EngineError::Invalid("offset overflow"))?;
+        if end > MAX_FILE_SIZE {
+            crate::limits::refuse(crate::limits::Bound::FileSize);
+            return Err(EngineError::TooLarge);
+        }
         if end > f.size {
             self.reserve_growth(end - f.size)?;
         }
@@ -239,7 +246,7 @@ impl ScopeEngine {
                 let d = f.dirty.get_mut(&idx).ok_or(EngineError::BadHandle)?;
                 let new_len = d.len.max(in_off + n);
                 if new_len > d.len {
-                    self.storage.staging_add(new_len - d.len)?;
+                    self.staging_add(new_len - d.len)?;
                 }
                 d.file.write_all_at(src, in_off)?;
                 d.len = new_len;
@@ -262,15 +269,15 @@ impl ScopeEngine {
         Ok(data.len() as u32)
     }
 
-    /// Checks the byte quota for `growth` more bytes and reserves them.
+    /// Checks the byte quota for `growth` more bytes and reserves them. Committed usage and pending
+    /// growth are read under the metadata lock, which commits also hold while they move bytes from
+    /// pending to committed, so the sum is never seen half-moved.
     fn reserve_growth(&self, growth: u64) -> EngineResult<()> {
-        let committed = self.usage()?.bytes;
-        let limit = self.quota().bytes;
+        let meta = self.meta.lock();
+        let committed = meta.usage()?.bytes;
         let mut pending = self.pending_growth.lock();
-        if committed as i64 + *pending + growth as i64 > limit as i64 {
-            return Err(EngineError::QuotaExceeded("bytes"));
-        }
-        *pending += growth as i64;
+        self.check_bytes(committed, *pending, growth)?;
+        *pending += growth as i64; // ≤ the quota, itself ≤ i64::MAX (checked above)
         Ok(())
     }
 
@@ -281,14 +288,25 @@ impl ScopeEngine {
         }
         let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let path = self.open_dir.join(format!("{ino}.{idx}.{n}"));
-        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path)?;
         let mut len = 0;
         if let Some(b) = f.blocks.get(&idx) {
             if !(cover_off == 0 && cover_len >= b.len) {
-                let data = self.read_block(b)?;
-                self.storage.staging_add(data.len() as u64)?;
-                file.write_all_at(&data, 0)?;
-                len = data.len() as u64;
+                let copied = self.read_block(b).and_then(|data| {
+                    self.staging_add(data.len() as u64)?;
+                    if let Err(e) = file.write_all_at(&data, 0) {
+                        self.staging_sub(data.len() as u64);
+                        return Err(e.into());
+                    }
+                    Ok(data.len() as u64)
+                });
+                match copied {
+                    Ok(n) => len = n,
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&path);
+                        return Err(e);
+                    }
+                }
             }
         }
         f.dirty.insert(idx, DirtyBlock { file, path, len });
@@ -296,8 +314,9 @@ impl ScopeEngine {
     }
 
     fn discard_dirty(&self, d: DirtyBlock) {
-        self.storage.staging_sub(d.len);
-        let _ = std::fs::remove_file(&d.path);
+        if std::fs::remove_file(&d.path).is_ok() {
+            self.staging_sub(d.len);
+        }
     }
 
     /// Sets the size of a file (open or not) and commits the change.
@@ -314,6 +333,10 @@ impl ScopeEngine {
     fn truncate_locked(&self, f: &mut OpenFile, size: u64) -> EngineResult<()> {
         if size == f.size {
             return Ok(());
+        }
+        if size > MAX_FILE_SIZE {
+            crate::limits::refuse(crate::limits::Bound::FileSize);
+            return Err(EngineError::TooLarge);
         }
         if size > f.size {
             self.reserve_growth(size - f.size)?;
@@ -336,7 +359,7 @@ impl ScopeEngine {
             if let Some(d) = f.dirty.get_mut(&idx) {
                 if d.len > tail {
                     d.file.set_len(tail)?;
-                    self.storage.staging_sub(d.len - tail);
+                    self.staging_sub(d.len - tail);
                     d.len = tail;
                 }
             }
@@ -361,26 +384,28 @@ impl ScopeEngine {
         let bs = self.block_size();
         let mut blocks = f.blocks.clone();
         let mut sealed = Vec::new();
+        // Dirty blocks whose file is now the journal's `blocks/<sha>` (the others are duplicates).
+        let mut linked = std::collections::HashSet::new();
         for (&idx, d) in f.dirty.iter_mut() {
             if idx * bs >= f.size {
                 continue;
             }
             let len = bs.min(f.size - idx * bs);
             if len != d.len {
-                d.file.set_len(len)?;
                 if len > d.len {
-                    self.storage.staging_add(len - d.len)?;
+                    self.staging_add(len - d.len)?;
+                    d.file.set_len(len)?;
                 } else {
-                    self.storage.staging_sub(d.len - len);
+                    d.file.set_len(len)?;
+                    self.staging_sub(d.len - len);
                 }
                 d.len = len;
             }
             d.file.sync_data()?;
             let sha = hash_file(&mut d.file, len)?;
             let staged = self.blocks_dir.join(&sha);
-            if d.path != staged {
-                std::fs::rename(&d.path, &staged)?;
-                d.path = staged;
+            if self.seal(&d.path, &staged)? {
+                linked.insert(idx);
             }
             sealed.push(sha.clone());
             blocks.insert(idx, BlockRef { sha256: sha, len });
@@ -393,22 +418,32 @@ impl ScopeEngine {
             Some(b) if blocks.len() == 1 && b.len == f.size && blocks.contains_key(&0) => Some(b.sha256.clone()),
             _ => None,
         };
-        let new = self.meta.lock().commit_file(ino, f.size, f.mtime_ns, &blocks, content_sha.as_deref())?;
+        let new = {
+            let mut meta = self.meta.lock();
+            let new = meta.commit_file(ino, f.size, f.mtime_ns, &blocks, content_sha.as_deref())?;
+            // Moved from pending to committed under the metadata lock (see `reserve_growth`).
+            *self.pending_growth.lock() -= f.size as i64 - f.committed_size as i64;
+            new
+        };
+        // The working files' names go; a duplicate's bytes leave staging with it.
+        for (idx, d) in std::mem::take(&mut f.dirty) {
+            if std::fs::remove_file(&d.path).is_ok() && !linked.contains(&idx) {
+                self.staging_sub(d.len);
+            }
+        }
         // Sealed copies of blocks the scope already had uploaded are redundant.
         for sha in sealed.iter().filter(|s| !new.contains(s)) {
             if self.meta.lock().block_uploaded(sha)? == Some(true) {
                 let path = self.blocks_dir.join(sha);
                 if let Ok(m) = std::fs::metadata(&path) {
                     if std::fs::remove_file(&path).is_ok() {
-                        self.storage.staging_sub(m.len());
+                        self.staging_sub(m.len());
                     }
                 }
             }
         }
-        *self.pending_growth.lock() -= f.size as i64 - f.committed_size as i64;
         f.committed_size = f.size;
         f.blocks = blocks;
-        f.dirty.clear();
         f.changed = false;
         if !foreground {
             for sha in &new {
@@ -416,6 +451,23 @@ impl ScopeEngine {
             }
         }
         Ok(new)
+    }
+
+    /// Links a hashed dirty block into the journal as `blocks/<sha>`; `true` when the working file
+    /// is now that journal file. When another file holds that name already (an identical block of
+    /// this or an earlier commit, still staged), `false`: the working file is a duplicate, dropped
+    /// once the commit succeeds. Either way staging counts each file on disk once.
+    fn seal(&self, dirty: &std::path::Path, staged: &std::path::Path) -> EngineResult<bool> {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::hard_link(dirty, staged) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // A retried commit finds its own earlier link.
+                let (a, b) = (std::fs::metadata(dirty)?, std::fs::metadata(staged)?);
+                Ok(a.dev() == b.dev() && a.ino() == b.ino())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Commits the file's dirty data (a new version); in `close` durability also uploads it.

@@ -11,6 +11,12 @@ use super::paths::WriteMode;
 use super::types::{FileKind, Ino, RenameMode, TimeSet, Usage, ROOT_INO};
 use crate::migrate;
 
+mod check;
+mod page;
+mod tree;
+
+pub(crate) use tree::Place;
+
 /// A block of a file version: its content hash and length.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BlockRef {
@@ -116,6 +122,8 @@ impl MetaDb {
     /// Opens (creating and migrating) the database; creates the root directory on first open.
     pub fn open(path: &Path, root_uid: u32, root_gid: u32) -> EngineResult<MetaDb> {
         let mut conn = Connection::open(path)?;
+        // Private before the WAL and shared-memory files exist: SQLite gives them the database's mode.
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL: in WAL mode a commit survives a process crash; a power loss may drop the newest
         // commits but never corrupts. Commits that must survive power loss (a file version at
@@ -162,29 +170,6 @@ impl MetaDb {
         Ok(n as u64)
     }
 
-    /// Depth of a directory below the root (root = 0).
-    pub fn depth(&self, mut ino: Ino) -> EngineResult<usize> {
-        let mut depth = 0;
-        while ino != ROOT_INO {
-            ino = self.inode(ino)?.parent.ok_or(EngineError::NotFound)?;
-            depth += 1;
-        }
-        Ok(depth)
-    }
-
-    /// The virtual path of an inode (`/a/b`), or `None` if it has no name any more.
-    pub fn path_of(&self, mut ino: Ino) -> EngineResult<Option<String>> {
-        let mut parts = Vec::new();
-        while ino != ROOT_INO {
-            let row = self.inode(ino)?;
-            let (Some(parent), Some(name)) = (row.parent, row.name) else { return Ok(None) };
-            parts.push(String::from_utf8_lossy(&name).into_owned());
-            ino = parent;
-        }
-        parts.reverse();
-        Ok(Some(format!("/{}", parts.join("/"))))
-    }
-
     pub fn usage(&self) -> EngineResult<Usage> {
         Ok(usage_in(&self.conn)?)
     }
@@ -223,7 +208,11 @@ impl MetaDb {
         )?;
         let ino = tx.last_insert_rowid() as Ino;
         let is_file = i64::from(kind == FileKind::File);
-        tx.execute("UPDATE usage SET inodes = inodes + 1, files = files + ?1 WHERE id = 1", [is_file])?;
+        // A symlink's target is charged to the byte quota (its `size` is the target's length).
+        tx.execute(
+            "UPDATE usage SET inodes = inodes + 1, files = files + ?1, bytes = bytes + ?2 WHERE id = 1",
+            params![is_file, size],
+        )?;
         touch_dir(&tx, parent, now)?;
         let row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;
         tx.commit()?;
@@ -558,47 +547,6 @@ impl MetaDb {
         r?;
         Ok(())
     }
-
-    pub fn integrity_check(&self) -> EngineResult<String> {
-        let mut st = self.conn.prepare("PRAGMA integrity_check")?;
-        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?.join("; "))
-    }
-
-    /// Checks the stored counters against a recount; returns a description of each mismatch.
-    pub fn consistency_problems(&self) -> EngineResult<Vec<String>> {
-        let mut problems = Vec::new();
-        let bad_refs: i64 = self.conn.query_row(
-            "SELECT COUNT(*) FROM blocks b WHERE refcount <> (SELECT COUNT(*) FROM file_blocks f WHERE f.sha256 = b.sha256)",
-            [],
-            |r| r.get(0),
-        )?;
-        if bad_refs > 0 {
-            problems.push(format!("{bad_refs} block reference counts disagree with the block lists"));
-        }
-        let missing: i64 = self.conn.query_row(
-            "SELECT COUNT(*) FROM file_blocks f WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.sha256 = f.sha256)",
-            [],
-            |r| r.get(0),
-        )?;
-        if missing > 0 {
-            problems.push(format!("{missing} file blocks point at no block row"));
-        }
-        let u = usage_in(&self.conn)?;
-        let (files, bytes, inodes): (i64, i64, i64) = self.conn.query_row(
-            "SELECT COALESCE(SUM(kind = 'file'), 0), COALESCE(SUM(CASE WHEN kind = 'file' THEN size ELSE 0 END), 0), COUNT(*)
-             FROM inodes WHERE ino <> 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?;
-        if (files as u64, bytes as u64, inodes as u64) != (u.files, u.bytes, u.inodes) {
-            problems.push(format!(
-                "usage counters ({}, {}, {}) disagree with a recount ({files}, {bytes}, {inodes})",
-                u.files, u.bytes, u.inodes
-            ));
-        }
-        Ok(problems)
-    }
 }
 
 fn inode_in(conn: &Connection, ino: Ino) -> rusqlite::Result<Option<InodeRow>> {
@@ -678,7 +626,11 @@ fn delete_inode(conn: &Connection, row: &InodeRow) -> EngineResult<()> {
         drop_ref(conn, &sha)?;
     }
     conn.execute("DELETE FROM inodes WHERE ino = ?1", [row.ino as i64])?;
-    let (files, bytes) = if row.kind == FileKind::File { (1, row.size as i64) } else { (0, 0) };
+    let (files, bytes) = match row.kind {
+        FileKind::File => (1, row.size as i64),
+        FileKind::Symlink => (0, row.size as i64),
+        _ => (0, 0),
+    };
     conn.execute(
         "UPDATE usage SET inodes = inodes - 1, files = files - ?1, bytes = bytes - ?2 WHERE id = 1",
         params![files, bytes],

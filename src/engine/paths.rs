@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::error::{EngineError, EngineResult};
 use super::scope::ScopeEngine;
 use super::types::*;
+use crate::limits::{refuse, Bound};
 use crate::names;
 
 /// A change made outside the kernel's view (through the HTTP API): the FUSE layer invalidates it.
@@ -40,6 +41,10 @@ pub struct PathEntry {
     pub attr: Attr,
 }
 
+/// A directory of a recursive delete: its inode, its parent and name (none for the walk's top),
+/// and whether its children were listed yet.
+type PendingDir = (Ino, Option<(Ino, Vec<u8>)>, bool);
+
 /// Splits a validated relative virtual path into components (empty for the root).
 fn components(path: &str) -> EngineResult<Vec<&str>> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
@@ -65,10 +70,24 @@ impl ScopeEngine {
         }
     }
 
+    /// The components of a path, refused (`PathTooLong`) beyond the path bounds before any lookup.
+    fn bounded_components<'p>(&self, path: &'p str) -> EngineResult<Vec<&'p str>> {
+        let s = &self.storage.settings;
+        let parts = components(path)?;
+        let bytes = parts.iter().map(|p| p.len()).sum::<usize>() + parts.len().saturating_sub(1);
+        if parts.len() as u64 > u64::from(s.max_path_depth) || bytes as u64 > u64::from(s.max_path_bytes) {
+            let depth = parts.len() as u64 > u64::from(s.max_path_depth);
+            refuse(if depth { Bound::PathDepth } else { Bound::PathBytes });
+            return Err(EngineError::PathTooLong);
+        }
+        Ok(parts)
+    }
+
     /// Resolves a relative virtual path without following symlinks: a symlink or file in the middle is `NotFound`.
+    /// Names are matched byte for byte, exactly as a listing shows them (no Unicode normalization).
     pub fn resolve_path(&self, path: &str) -> EngineResult<Attr> {
         let mut attr = self.getattr(ROOT_INO)?;
-        for part in components(path)? {
+        for part in self.bounded_components(path)? {
             if attr.kind != FileKind::Dir {
                 return Err(EngineError::NotFound);
             }
@@ -79,7 +98,7 @@ impl ScopeEngine {
 
     /// The directory inode and last name of a path (the directory must exist).
     fn parent_and_name<'p>(&self, path: &'p str) -> EngineResult<(Ino, &'p str)> {
-        let parts = components(path)?;
+        let parts = self.bounded_components(path)?;
         let Some((name, dirs)) = parts.split_last() else {
             return Err(EngineError::Invalid("the scope root has no name"));
         };
@@ -91,19 +110,31 @@ impl ScopeEngine {
     }
 
     /// Lists a directory (recursively if asked), paths relative to the scope root, sorted; symlinks are
-    /// listed, never followed.
+    /// listed, never followed. The walk uses an explicit stack and stops with `TooManyEntries` past
+    /// `max_walk_entries` entries, or `PathTooLong` at a path longer than `max_path_bytes`.
     pub fn list_path(&self, path: &str, recursive: bool) -> EngineResult<Vec<PathEntry>> {
         let dir = self.resolve_path(path)?;
         if dir.kind != FileKind::Dir {
             return Err(EngineError::NotDir);
         }
+        let s = &self.storage.settings;
+        let (max_entries, max_bytes) = (s.max_walk_entries, s.max_path_bytes as usize);
         let base = components(path)?.join("/");
         let mut out = Vec::new();
         let mut stack = vec![(dir.ino, base)];
         while let Some((ino, prefix)) = stack.pop() {
-            for e in self.readdir(ino)? {
-                let name = String::from_utf8_lossy(&e.name).into_owned();
-                let p = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+            let entries = self.readdir(ino)?;
+            if (out.len() + entries.len()) as u64 > max_entries {
+                refuse(Bound::WalkEntries);
+                return Err(EngineError::TooManyEntries);
+            }
+            for e in entries {
+                let name = String::from_utf8_lossy(&e.name);
+                if prefix.len() + 1 + name.len() > max_bytes {
+                    refuse(Bound::PathBytes);
+                    return Err(EngineError::PathTooLong);
+                }
+                let p = if prefix.is_empty() { name.into_owned() } else { format!("{prefix}/{name}") };
                 if recursive && e.attr.kind == FileKind::Dir {
                     stack.push((e.attr.ino, p.clone()));
                 }
@@ -144,7 +175,7 @@ impl ScopeEngine {
     /// Creates the missing directories of `path` (like `mkdir -p`); returns the last one's inode.
     pub fn make_dirs(&self, path: &str, owner: Owner) -> EngineResult<Ino> {
         let mut ino = ROOT_INO;
-        for part in components(path)? {
+        for part in self.bounded_components(path)? {
             ino = match self.lookup(ino, part.as_bytes()) {
                 Ok(a) if a.kind == FileKind::Dir => a.ino,
                 Ok(_) => return Err(EngineError::NotDir),
@@ -173,6 +204,7 @@ impl ScopeEngine {
         self.check_writable()?;
         let (parent, name) = self.parent_and_name(path)?;
         names::check_new_name(name.as_bytes(), parent == ROOT_INO)?;
+        self.check_placement(&self.meta.lock(), parent, name.as_bytes(), None)?;
         if mode == WriteMode::CreateNew && self.lookup(parent, name.as_bytes()).is_ok() {
             return Err(EngineError::Exists);
         }
@@ -188,8 +220,11 @@ impl ScopeEngine {
         };
         let filled = self.fill(ino, opened.fh, content, max_len).and_then(|_| self.flush(ino, opened.fh));
         let linked = filled.and_then(|_| {
-            let dropped =
-                self.meta.lock().attach(ino, parent, name.as_bytes(), mode, &|i| i != ino && self.is_open(i))?;
+            let mut meta = self.meta.lock();
+            // The directory may have moved while the content was written.
+            self.check_placement(&meta, parent, name.as_bytes(), None)?;
+            let dropped = meta.attach(ino, parent, name.as_bytes(), mode, &|i| i != ino && self.is_open(i))?;
+            drop(meta);
             self.after_drop(dropped);
             Ok(())
         });
@@ -217,21 +252,51 @@ impl ScopeEngine {
     }
 
     /// Removes a file or symlink, or a directory (with `recursive`, including everything below it).
+    /// A recursive delete walks with an explicit stack (any depth) and refuses, before removing
+    /// anything, a tree of more than `max_walk_entries` entries.
     pub fn remove_path(&self, path: &str, recursive: bool) -> EngineResult<()> {
         let (parent, name) = self.parent_and_name(path)?;
         let attr = self.lookup(parent, name.as_bytes())?;
         if attr.kind == FileKind::Dir {
             if recursive {
-                for child in self.readdir(attr.ino)? {
-                    let child_name = String::from_utf8_lossy(&child.name).into_owned();
-                    self.remove_path(&format!("{path}/{child_name}"), true)?;
-                }
+                self.remove_below(attr.ino)?;
             }
             self.rmdir(parent, name.as_bytes())?;
         } else {
             self.unlink(parent, name.as_bytes())?;
         }
         self.notify(Change::Entry { parent, name: name.as_bytes().to_vec() });
+        Ok(())
+    }
+
+    /// Empties directory `dir`: children first, each directory after everything below it.
+    fn remove_below(&self, dir: Ino) -> EngineResult<()> {
+        let max = self.storage.settings.max_walk_entries;
+        if self.meta.lock().count_below(dir, max)? > max {
+            refuse(Bound::WalkEntries);
+            return Err(EngineError::TooManyEntries);
+        }
+        // (directory, its parent and name, children listed yet?)
+        let mut stack: Vec<PendingDir> = vec![(dir, None, false)];
+        while let Some(top) = stack.last_mut() {
+            let ino = top.0;
+            if !top.2 {
+                top.2 = true;
+                for child in self.readdir(ino)? {
+                    if child.attr.kind == FileKind::Dir {
+                        stack.push((child.attr.ino, Some((ino, child.name)), false));
+                    } else {
+                        self.unlink(ino, &child.name)?;
+                        self.notify(Change::Entry { parent: ino, name: child.name });
+                    }
+                }
+                continue;
+            }
+            if let Some((_, Some((parent, name)), _)) = stack.pop() {
+                self.rmdir(parent, &name)?;
+                self.notify(Change::Entry { parent, name });
+            }
+        }
         Ok(())
     }
 }

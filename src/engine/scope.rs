@@ -10,11 +10,12 @@ use parking_lot::Mutex;
 
 use super::error::{EngineError, EngineResult};
 use super::fileio::OpenEntry;
-use super::meta::{from_ns, AttrChanges, Dropped, InodeRow, MetaDb};
+use super::meta::{from_ns, AttrChanges, Dropped, InodeRow, MetaDb, Place};
 use super::storage::Storage;
 use super::types::*;
 use super::upload::UploadQueue;
 use crate::ids::ScopeId;
+use crate::limits::Bound;
 use crate::names;
 
 /// Result of a garbage collection pass of one scope.
@@ -56,6 +57,8 @@ pub struct ScopeEngine {
     quota: Mutex<Quota>,
     /// Bytes by which open files exceed their committed sizes (counts against the quota).
     pub(crate) pending_growth: Mutex<i64>,
+    /// Bytes this scope holds in staging (its share of `Storage::staging_bytes`).
+    pub(crate) staged_bytes: AtomicU64,
     pub(crate) open_files: Mutex<HashMap<Ino, OpenEntry>>,
     pub(crate) handles: Mutex<HashMap<Fh, HandleInfo>>,
     pub(crate) next_fh: AtomicU64,
@@ -70,9 +73,10 @@ impl ScopeEngine {
         let staging = storage.scope_staging_dir(&id);
         let blocks_dir = staging.join("blocks");
         let open_dir = staging.join("open");
-        for d in [&meta_dir, &blocks_dir, &open_dir] {
-            std::fs::create_dir_all(d)?;
+        for d in [&meta_dir, &staging, &blocks_dir, &open_dir] {
+            super::storage::private_dir(d)?;
         }
+        let staged_bytes = AtomicU64::new(super::storage::dir_size(&staging));
         let meta = MetaDb::open(&meta_dir.join("meta.sqlite3"), 0, 0)?;
         let engine = Arc::new_cyclic(|me| ScopeEngine {
             scope_id,
@@ -84,6 +88,7 @@ impl ScopeEngine {
             read_only: AtomicBool::new(false),
             quota: Mutex::new(quota),
             pending_growth: Mutex::new(0),
+            staged_bytes,
             open_files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -99,7 +104,7 @@ impl ScopeEngine {
         for entry in std::fs::read_dir(&self.open_dir)?.flatten() {
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
             if std::fs::remove_file(entry.path()).is_ok() {
-                self.storage.staging_sub(len);
+                self.staging_sub(len);
             }
         }
         let mut meta = self.meta.lock();
@@ -114,7 +119,7 @@ impl ScopeEngine {
             if !staged_set.contains(name.as_str()) {
                 let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
                 if std::fs::remove_file(entry.path()).is_ok() {
-                    self.storage.staging_sub(len);
+                    self.staging_sub(len);
                 }
             }
         }
@@ -272,8 +277,12 @@ impl ScopeEngine {
         names::check_new_name(name, parent == ROOT_INO)?;
         let max_inodes = self.quota().inodes;
         let mut meta = self.meta.lock();
+        self.check_placement(&meta, parent, name, None)?;
         if let Some(t) = target {
-            names::check_symlink_target(t, meta.depth(parent)?)?;
+            names::check_symlink_target(t)?;
+            // The target is charged to the byte quota (committed by `insert` under this lock).
+            let committed = meta.usage()?.bytes;
+            self.check_bytes(committed, *self.pending_growth.lock(), t.len() as u64)?;
         }
         let row = meta.insert(parent, name, kind, perm, owner.uid, owner.gid, target, max_inodes)?;
         drop(meta);
@@ -351,8 +360,69 @@ impl ScopeEngine {
         self.check_writable()?;
         names::check_lookup_name(name)?;
         names::check_new_name(new_name, new_parent == ROOT_INO)?;
-        let dropped = self.meta.lock().rename(parent, name, new_parent, new_name, mode, &|ino| self.is_open(ino))?;
+        let mut meta = self.meta.lock();
+        // The moved entry (and, exchanged, the other one) must fit below the path bounds where it lands.
+        let max_depth = u64::from(self.storage.settings.max_path_depth);
+        let src = meta.lookup(parent, name)?;
+        let from = meta.place(parent, max_depth)?.child(name.len());
+        let moved = (src.kind == FileKind::Dir).then_some((src.ino, from));
+        self.check_placement(&meta, new_parent, new_name, moved)?;
+        if mode == RenameMode::Exchange {
+            if let Ok(dst) = meta.lookup(new_parent, new_name) {
+                let from = meta.place(new_parent, max_depth)?.child(new_name.len());
+                let moved = (dst.kind == FileKind::Dir).then_some((dst.ino, from));
+                self.check_placement(&meta, parent, name, moved)?;
+            }
+        }
+        let dropped = meta.rename(parent, name, new_parent, new_name, mode, &|ino| self.is_open(ino))?;
+        drop(meta);
         self.after_drop(dropped);
+        Ok(())
+    }
+
+    /// Where a new name `name` in `parent` lands; `PathTooLong` when its path (or, for a directory
+    /// `moved` from place `from`, the deepest or longest path below it) would exceed
+    /// `max_path_depth` components or `max_path_bytes` bytes.
+    pub(crate) fn check_placement(
+        &self,
+        meta: &MetaDb,
+        parent: Ino,
+        name: &[u8],
+        moved: Option<(Ino, Place)>,
+    ) -> EngineResult<Place> {
+        let s = &self.storage.settings;
+        let (max_depth, max_bytes) = (u64::from(s.max_path_depth), u64::from(s.max_path_bytes));
+        let at = meta.place(parent, max_depth)?.child(name.len());
+        let refuse = |depth: u64| {
+            let bound = if depth > max_depth { Bound::PathDepth } else { Bound::PathBytes };
+            crate::limits::refuse(bound);
+            Err(EngineError::PathTooLong)
+        };
+        if at.depth > max_depth || at.bytes > max_bytes {
+            return refuse(at.depth);
+        }
+        if let Some((dir, from)) = moved {
+            // Moving no deeper and no longer cannot push anything below past a bound.
+            if at.depth > from.depth || at.bytes > from.bytes {
+                let (below, bytes) = meta.extent_below(dir, max_depth - at.depth, max_bytes - at.bytes)?;
+                if at.depth + below > max_depth || at.bytes + bytes > max_bytes {
+                    return refuse(at.depth + below);
+                }
+            }
+        }
+        Ok(at)
+    }
+
+    /// `QuotaExceeded` unless `growth` more bytes fit the byte quota next to `committed` usage and
+    /// `pending` growth of open files (read together under the metadata lock by the caller).
+    pub(crate) fn check_bytes(&self, committed: u64, pending: i64, growth: u64) -> EngineResult<()> {
+        // Never above what SQLite stores exactly, whatever the configured quota.
+        let limit = self.quota().bytes.min(i64::MAX as u64);
+        let total = i128::from(committed) + i128::from(pending) + i128::from(growth);
+        if total > i128::from(limit) {
+            crate::limits::refuse(Bound::QuotaBytes);
+            return Err(EngineError::QuotaExceeded("bytes"));
+        }
         Ok(())
     }
 
@@ -391,6 +461,31 @@ impl ScopeEngine {
             .collect())
     }
 
+    /// One page of a directory's children: at most `limit` entries whose inode number is above
+    /// `after`, in inode order. A listing paged this way needs no snapshot: every child present
+    /// for the whole walk is returned exactly once, children added or removed meanwhile at most once.
+    pub fn readdir_page(&self, ino: Ino, after: Ino, limit: usize) -> EngineResult<Vec<DirEntry>> {
+        let rows = {
+            let meta = self.meta.lock();
+            if meta.inode(ino)?.kind != FileKind::Dir {
+                return Err(EngineError::NotDir);
+            }
+            let mut rows = Vec::new();
+            for row in meta.children_after(ino, after, limit)? {
+                let n = Self::subdirs(&meta, &row)?;
+                rows.push((row, n));
+            }
+            rows
+        };
+        Ok(rows
+            .into_iter()
+            .map(|(row, subdirs)| {
+                let attr = self.attr_of(&row, subdirs);
+                DirEntry { name: row.name.unwrap_or_default(), attr }
+            })
+            .collect())
+    }
+
     /// The parent directory of a directory (root is its own parent).
     pub fn parent_of(&self, ino: Ino) -> EngineResult<Ino> {
         if ino == ROOT_INO {
@@ -407,8 +502,10 @@ impl ScopeEngine {
     pub fn statfs(&self) -> EngineResult<StatFs> {
         const BSIZE: u64 = 4096;
         let q = self.quota();
-        let used = self.usage()?;
-        let pending = (*self.pending_growth.lock()).max(0) as u64;
+        let (used, pending) = {
+            let meta = self.meta.lock();
+            (meta.usage()?, (*self.pending_growth.lock()).max(0) as u64)
+        };
         let used_bytes = used.bytes + pending;
         Ok(StatFs {
             block_size: BSIZE as u32,
@@ -436,7 +533,7 @@ impl ScopeEngine {
                 let staged = self.blocks_dir.join(&sha);
                 if let Ok(m) = std::fs::metadata(&staged) {
                     if std::fs::remove_file(&staged).is_ok() {
-                        self.storage.staging_sub(m.len());
+                        self.staging_sub(m.len());
                     }
                 }
                 self.storage.cache.remove(scope, &sha);

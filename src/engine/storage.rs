@@ -38,7 +38,7 @@ impl Storage {
         runtime: tokio::runtime::Handle,
     ) -> EngineResult<Arc<Storage>> {
         for sub in ["staging", "cache", "scopes"] {
-            std::fs::create_dir_all(data_dir.join(sub))?;
+            private_dir(&data_dir.join(sub))?;
         }
         let cache = BlockCache::open(data_dir.join("cache"), settings.cache_max_bytes)?;
         let staging_bytes = dir_size(&data_dir.join("staging"));
@@ -115,13 +115,17 @@ impl Storage {
         self.data_dir.join("staging").join(scope)
     }
 
-    /// Claims `n` more bytes of staging; `NoSpace` past `staging_max_bytes`.
+    /// Claims `n` more bytes of staging; `NoSpace` past `staging_max_bytes`. Scopes claim through
+    /// `ScopeEngine::staging_add`, which also applies the per-scope budget.
     pub(crate) fn staging_add(&self, n: u64) -> EngineResult<()> {
         let max = self.settings.staging_max_bytes;
         self.staging_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| (cur + n <= max).then_some(cur + n))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| cur.checked_add(n).filter(|total| *total <= max))
             .map(|_| ())
-            .map_err(|_| EngineError::NoSpace)
+            .map_err(|_| {
+                crate::limits::refuse(crate::limits::Bound::StagingGlobal);
+                EngineError::NoSpace
+            })
     }
 
     pub(crate) fn staging_sub(&self, n: u64) {
@@ -184,14 +188,61 @@ impl Storage {
     }
 }
 
-fn dir_size(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => dir_size(&e.path()),
-            Ok(_) => e.metadata().map(|m| m.len()).unwrap_or(0),
-            Err(_) => 0,
-        })
-        .sum()
+/// Creates `dir` (and missing parents) readable by the daemon's user only, and makes an existing
+/// one private too: staging, cache and metadata hold every tenant's data.
+pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Bytes of the files below `dir`, walked with an explicit stack (no recursion).
+pub(crate) fn dir_size(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(e.path()),
+                Ok(_) => total += e.metadata().map(|m| m.len()).unwrap_or(0),
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
+
+impl ScopeEngine {
+    /// Claims `n` more bytes of staging for this scope: `NoSpace` past the scope's budget
+    /// (`staging_max_bytes_per_scope`) or the daemon's (`staging_max_bytes`).
+    pub(crate) fn staging_add(&self, n: u64) -> EngineResult<()> {
+        let max = self.storage.settings.staging_max_bytes_per_scope;
+        self.staged_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| cur.checked_add(n).filter(|t| *t <= max))
+            .map_err(|_| {
+                crate::limits::refuse(crate::limits::Bound::StagingPerScope);
+                EngineError::NoSpace
+            })?;
+        if let Err(e) = self.storage.staging_add(n) {
+            self.staged_sub_local(n);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Gives back `n` bytes of this scope's staging.
+    pub(crate) fn staging_sub(&self, n: u64) {
+        self.staged_sub_local(n);
+        self.storage.staging_sub(n);
+    }
+
+    fn staged_sub_local(&self, n: u64) {
+        let _ = self.staged_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(n)));
+    }
+
+    /// Bytes this scope holds in staging.
+    pub fn staging_bytes(&self) -> u64 {
+        self.staged_bytes.load(Ordering::Relaxed)
+    }
 }

@@ -121,7 +121,7 @@ pub struct StatFs {
     pub max_name_len: u32,
 }
 
-/// Exact usage of a scope: committed bytes (sum of file sizes) and inodes (root excluded).
+/// Exact usage of a scope: committed bytes (sum of file sizes and symlink target lengths) and inodes (root excluded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Usage {
     pub files: u64,
@@ -161,10 +161,20 @@ pub struct StorageSettings {
     pub store_attempts: u32,
     /// Blocks fetched ahead on sequential reads.
     pub readahead_blocks: u64,
+    /// Staging bytes one scope may hold (`limits.staging_max_bytes_per_scope`); the global budget
+    /// is `staging_max_bytes`.
+    pub staging_max_bytes_per_scope: u64,
+    /// Components of a path from the scope root (`limits.max_path_depth`).
+    pub max_path_depth: u32,
+    /// Bytes of a path from the scope root, separators included (`limits.max_path_bytes`).
+    pub max_path_bytes: u32,
+    /// Entries a recursive listing or recursive delete may visit (`limits.max_walk_entries`).
+    pub max_walk_entries: u64,
 }
 
 impl Default for StorageSettings {
     fn default() -> Self {
+        let limits = crate::limits::LimitsConfig::default();
         StorageSettings {
             block_size: 4 * 1024 * 1024,
             durability: Durability::Writeback,
@@ -174,6 +184,10 @@ impl Default for StorageSettings {
             store_timeout: Duration::from_secs(10),
             store_attempts: 3,
             readahead_blocks: 2,
+            staging_max_bytes_per_scope: limits.staging_max_bytes_per_scope,
+            max_path_depth: limits.max_path_depth,
+            max_path_bytes: limits.max_path_bytes,
+            max_walk_entries: limits.max_walk_entries,
         }
     }
 }

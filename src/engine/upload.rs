@@ -75,8 +75,10 @@ impl ScopeEngine {
         self.meta.lock().mark_uploaded(sha)?;
         let staged = self.blocks_dir.join(sha);
         if let Ok(m) = std::fs::metadata(&staged) {
-            if self.storage.cache.adopt_file(self.scope_id.as_str(), sha, &staged).is_ok() {
-                self.storage.staging_sub(m.len());
+            // Into the cache, or (if the cache cannot take it) away: it is in the store now.
+            let cache = &self.storage.cache;
+            if cache.adopt_file(self.scope_id.as_str(), sha, &staged).is_ok() || std::fs::remove_file(&staged).is_ok() {
+                self.staging_sub(m.len());
             }
         }
         Ok(())

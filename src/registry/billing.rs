@@ -7,11 +7,14 @@
 //! returns `InsufficientComputeBalance` with nothing written. Accounts are created on first use with
 //! the default plan; a monthly period that has ended is refreshed before the account is used.
 
+mod audit;
+mod preflight;
+
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use serde::Serialize;
 
 use super::{validate_key, Registry, RegistryError};
-use crate::billing::{self, AccountBalance, BillingError, Micros, Preflight, PricingConfig};
+use crate::billing::{self, AccountBalance, BillingError, Micros, PricingConfig};
 
 /// One account (seed 003 §9.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -376,27 +379,6 @@ impl Registry {
         Ok(acc)
     }
 
-    /// Preflight of seed 003 §10.1 for `user` (account created on first use).
-    pub fn compute_preflight(
-        &self,
-        pricing: &PricingConfig,
-        user: &str,
-        requested_runtime_seconds: Option<u64>,
-    ) -> Result<Preflight, BillingError> {
-        let acc = self.ensure_account(pricing, user)?;
-        Ok(pricing.preflight(&acc.balance(), requested_runtime_seconds))
-    }
-
-    /// What `create_environment` calls: the effective max runtime, or `ComputeQuotaExceeded` (429).
-    pub fn admit_environment(
-        &self,
-        pricing: &PricingConfig,
-        user: &str,
-        requested_runtime_seconds: Option<u64>,
-    ) -> Result<u64, BillingError> {
-        self.compute_preflight(pricing, user, requested_runtime_seconds)?.into_effective()
-    }
-
     /// One usage record.
     pub fn usage(&self, usage_id: i64) -> Result<Option<UsageRecord>, BillingError> {
         Ok(get_usage_in(&self.conn.lock(), usage_id)?)
@@ -690,76 +672,6 @@ impl Registry {
         }
         tx.commit()?;
         Ok(due.len())
-    }
-
-    /// Checks that balances, ledger and usage log agree to the micro-unit for every account:
-    /// cash = credited − compute debits; overtime charged = compute debits = Σ settled overtime;
-    /// lifetime minutes = Σ settled minutes; each settled usage has exactly its one ledger row and
-    /// no pending usage has one.
-    pub fn billing_audit(&self) -> Result<BillingAudit, BillingError> {
-        let conn = self.conn.lock();
-        let mut audit = BillingAudit::default();
-        let accounts: Vec<Account> = {
-            let mut stmt = conn.prepare(&format!("SELECT {ACCOUNT_COLS} FROM accounts ORDER BY user_id"))?;
-            let rows = stmt.query_map([], account_row)?;
-            rows.collect::<Result<_, _>>()?
-        };
-        audit.accounts = accounts.len();
-        for a in &accounts {
-            let (credits, debits, compute_rows): (i64, i64, i64) = conn.query_row(
-                "SELECT COALESCE(SUM(CASE WHEN direction = 'credit' THEN amount_micros END), 0),
-                        COALESCE(SUM(CASE WHEN direction = 'debit' THEN amount_micros END), 0),
-                        COUNT(CASE WHEN entry_type = 'compute_overtime' THEN 1 END)
-                 FROM wallet_ledger WHERE user_id = ?1",
-                [&a.user_id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )?;
-            let (settled, minutes, overtime): (i64, i64, i64) = conn.query_row(
-                "SELECT COUNT(*), COALESCE(SUM(compute_minutes), 0), COALESCE(SUM(overtime_charged_micros), 0)
-                 FROM compute_usage_log WHERE user_id = ?1 AND settlement_status = 'settled'",
-                [&a.user_id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )?;
-            let u = &a.user_id;
-            let mut check = |ok: bool, what: String| {
-                if !ok {
-                    audit.problems.push(format!("{u}: {what}"));
-                }
-            };
-            check(
-                a.total_credited.micros() == credits,
-                format!("credited {} != ledger credits {credits}", a.total_credited.micros()),
-            );
-            check(
-                a.cash_balance.micros() == credits - debits,
-                format!("cash {} != credits - debits {}", a.cash_balance.micros(), credits - debits),
-            );
-            check(
-                a.compute_overtime_charged.micros() == debits,
-                format!("overtime charged {} != debits {debits}", a.compute_overtime_charged.micros()),
-            );
-            check(overtime == debits, format!("usage overtime {overtime} != debits {debits}"));
-            check(
-                a.compute_minutes_lifetime == minutes,
-                format!("lifetime minutes {} != settled minutes {minutes}", a.compute_minutes_lifetime),
-            );
-            check(settled == compute_rows, format!("settled usages {settled} != compute ledger rows {compute_rows}"));
-            audit.settled_usages += usize::try_from(settled).unwrap_or(0);
-            audit.compute_ledger_rows += usize::try_from(compute_rows).unwrap_or(0);
-        }
-        let mismatched: i64 = conn.query_row(
-            "SELECT COUNT(*) FROM compute_usage_log u
-             WHERE (u.settlement_status = 'settled') != EXISTS (
-                 SELECT 1 FROM wallet_ledger l
-                 WHERE l.idempotency_key = 'compute:' || u.user_id || ':' || u.thread_id || ':' || u.environment_id
-                   AND l.entry_id = COALESCE(u.ledger_entry_id, l.entry_id))",
-            [],
-            |r| r.get(0),
-        )?;
-        if mismatched != 0 {
-            audit.problems.push(format!("{mismatched} usage records disagree with the ledger about being settled"));
-        }
-        Ok(audit)
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::fs;
 use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -28,10 +29,12 @@ impl LocalDirStore {
         if root.as_os_str().is_empty() {
             return Err(StoreError::Config("local object directory path is empty".into()));
         }
-        fs::create_dir_all(&root)?;
+        private_dir(&root)?;
         if !fs::metadata(&root)?.is_dir() {
             return Err(StoreError::Config("local object directory path is not a directory".into()));
         }
+        // Every tenant's blocks live here: readable by the daemon's user only.
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o700))?;
         Ok(LocalDirStore { root })
     }
 
@@ -83,6 +86,11 @@ fn validate_key(key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Creates `dir` and its missing parents with mode 0700 (existing directories keep their mode).
+fn private_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
 /// Writes `data` to a temporary sibling of `path`, fsyncs it and renames it over `path`.
 fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let dir = path.parent().ok_or_else(|| io::Error::other("object path has no parent"))?;
@@ -90,9 +98,9 @@ fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        fs::create_dir_all(dir)?;
+        private_dir(dir)?;
         let tmp = dir.join(format!("{TMP_PREFIX}{name}-{:016x}", rand::random::<u64>()));
-        let created = fs::OpenOptions::new().write(true).create_new(true).open(&tmp);
+        let created = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp);
         let mut file = match created {
             Ok(f) => f,
             // A concurrent delete may have removed the (then empty) directory.
@@ -254,6 +262,21 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, vec!["aa".to_string()]);
+    }
+
+    #[test]
+    fn objects_and_directories_are_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("objects");
+        fs::create_dir(&root).unwrap();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap(); // a pre-existing path
+        let s = LocalDirStore::new(&root).unwrap();
+        rt().block_on(s.put("scopes/x/blocks/aa", Bytes::from_static(b"data"))).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        for d in ["", "scopes", "scopes/x", "scopes/x/blocks"] {
+            assert_eq!(mode(&root.join(d)), 0o700, "{d}");
+        }
+        assert_eq!(mode(&root.join("scopes/x/blocks/aa")), 0o600);
     }
 
     #[test]

@@ -60,7 +60,10 @@ fn mounts_in(table: &str, root: &Path) -> Vec<String> {
 pub struct ServeProcess {
     child: Option<Child>,
     pub log: PathBuf,
+    /// The host view: `<dir>/mnt`.
     pub mount_root: PathBuf,
+    /// The daemon's root-only directory of real mounts beside the view (`<dir>/.mnt.real`).
+    pub real_root: PathBuf,
     pub base: String,
 }
 
@@ -89,7 +92,13 @@ impl ServeProcess {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("starting scopefs serve");
-        ServeProcess { child: Some(child), log, mount_root: dir.join("mnt"), base: format!("http://127.0.0.1:{port}") }
+        ServeProcess {
+            child: Some(child),
+            log,
+            mount_root: dir.join("mnt"),
+            real_root: scopefs_fs::layout::real_root_of(&dir.join("mnt")),
+            base: format!("http://127.0.0.1:{port}"),
+        }
     }
 
     /// The daemon's log so far (empty if unreadable).
@@ -172,7 +181,7 @@ impl ServeProcess {
                 let _ = child.wait();
             }
         }
-        detach_mounts_under(&self.mount_root);
+        self.detach_mounts();
     }
 }
 
@@ -189,12 +198,20 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     }
 }
 
+impl ServeProcess {
+    /// Lazily detaches every mount left in the view and among the real mounts (views first).
+    fn detach_mounts(&self) {
+        detach_mounts_under(&self.mount_root);
+        detach_mounts_under(&self.real_root);
+    }
+}
+
 impl Drop for ServeProcess {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
-        detach_mounts_under(&self.mount_root);
+        self.detach_mounts();
     }
 }

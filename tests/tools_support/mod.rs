@@ -57,3 +57,10 @@ pub fn call(d: &Daemon, name: &str, thread: &str, params: Value) -> Answer {
     let path = format!("/tools/{name}");
     post_raw(d, &path, signed_body(&path, thread, &params, now_secs(), &fresh_nonce()))
 }
+
+/// The peak resident memory (`VmHWM`) of process `pid`, in KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("reading /proc/<pid>/status");
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM in /proc/<pid>/status");
+    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmHWM is a number of kB")
+}

@@ -84,7 +84,7 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T, BillingError> + Send + 'static,
 {
-    match tokio::task::spawn_blocking(f).await {
+    match crate::pools::spawn(crate::pools::RouteClass::Internal, f).await {
         Ok(result) => result.map_err(ApiError::from),
         Err(join) => Err(ApiError::internal("task_failed", &join)),
     }

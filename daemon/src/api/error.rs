@@ -158,7 +158,12 @@ impl From<PathRejection> for ApiError {
 impl From<SigningError> for ApiError {
     fn from(e: SigningError) -> ApiError {
         let code = match e {
-            SigningError::BadJson(_) => return ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", e.to_string()),
+            SigningError::BadJson(_) | SigningError::TooDeep => {
+                return ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", e.to_string())
+            }
+            SigningError::TooManyValues => {
+                return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
+            }
             SigningError::BadAuthContext(_) => "invalid_auth_context",
             SigningError::BadSignature => "invalid_signature",
             SigningError::OutsideWindow => "signature_expired",
@@ -181,7 +186,10 @@ fn from_engine(e: &EngineError) -> ApiError {
         EngineError::NotEmpty => conflict("directory_not_empty"),
         EngineError::ReadOnly => conflict("scope_deleting"),
         EngineError::Changed => conflict("file_changed"),
-        EngineError::NameTooLong | EngineError::InvalidName(_) => {
+        EngineError::TooManyEntries => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "too_many_entries", e.to_string())
+        }
+        EngineError::NameTooLong | EngineError::PathTooLong | EngineError::InvalidName(_) => {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.to_string())
         }
         EngineError::Invalid(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()),
@@ -274,6 +282,13 @@ impl From<ServiceError> for ApiError {
     }
 }
 
+impl From<crate::pools::ScopeBusy> for ApiError {
+    /// Review M3: a scope over `limits.max_inflight_per_scope` requests in flight.
+    fn from(e: crate::pools::ScopeBusy) -> ApiError {
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "scope_busy", e.to_string())
+    }
+}
+
 impl From<crate::executor::ComputeError> for ApiError {
     /// Compute tools (seed 003 §4.7): 503 unavailable, 404 environment/process missing (another
     /// scope's ids alike), 409 not running, 429 capacity, 400 validation.
@@ -295,7 +310,9 @@ impl From<crate::executor::ComputeError> for ApiError {
             C::NotRunning => {
                 ApiError::new(StatusCode::CONFLICT, "environment_not_running", "the environment is not running")
             }
-            C::AtCapacity => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "compute_capacity_exceeded", e.to_string()),
+            C::AtCapacity | C::TooMany(_) => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "compute_capacity_exceeded", e.to_string())
+            }
             C::Invalid(..) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()),
             C::Service(s) => ApiError::tools(s),
             C::Executor(_) => ApiError::internal("executor_error", &e),
@@ -422,6 +439,8 @@ mod tests {
         assert_eq!(status_code(SigningError::Replayed), (401, "nonce_replayed"));
         assert_eq!(status_code(SigningError::BadAuthContext("x")), (401, "invalid_auth_context"));
         assert_eq!(status_code(SigningError::BadJson("x")), (400, "invalid_json"));
+        assert_eq!(status_code(SigningError::TooDeep), (400, "invalid_json"));
+        assert_eq!(status_code(SigningError::TooManyValues), (413, "too_large"));
         let tools = |e: ServiceError| {
             let e = ApiError::tools(e);
             (e.status.as_u16(), e.code)

@@ -52,7 +52,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "GET",
             "/internal/workspace-scopes/{scope_id}/mount",
             Auth::Service,
-            "Host mountpoint of a scope for an external orchestrator (mounts if needed)",
+            "Host view and container bind source of a scope for an external orchestrator (mounts if needed)",
             get(mount),
         )
         .add(
@@ -219,25 +219,32 @@ async fn patch_scope(
     Ok(Json(ScopeView::of(rec)))
 }
 
+/// Where a mounted scope is. `bind_source` is the real mount: what an orchestrator binds into a
+/// container (symlinks resolve in the container's namespace). `mountpoint` is the host view, a
+/// `nosymfollow` bind of it: host tools read it without ever following a scope's symlink.
 #[derive(Debug, Serialize)]
 struct MountView {
     scope_id: ScopeId,
     mountpoint: String,
+    bind_source: String,
 }
 
-/// The one route that returns a host path: for the orchestrator that bind-mounts it into a container.
+/// The one route that returns host paths: for the orchestrator that bind-mounts a scope into a container.
 async fn mount(
     State(st): State<AppState>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<MountView>, ApiError> {
     let scope = scope_param(path)?;
     let service = st.service.clone();
-    let (rec, mountpoint) = blocking(move || service.mount(&scope)).await?;
-    let mountpoint = mountpoint
-        .into_os_string()
-        .into_string()
-        .map_err(|_| ApiError::internal("mount_failed", &"mountpoint is not valid UTF-8"))?;
-    Ok(Json(MountView { scope_id: rec.scope_id, mountpoint }))
+    let (rec, bind_source) = blocking(move || service.mount(&scope)).await?;
+    let utf8 = |p: std::path::PathBuf| {
+        p.into_os_string()
+            .into_string()
+            .map_err(|_| ApiError::internal("mount_failed", &"mountpoint is not valid UTF-8"))
+    };
+    let mountpoint = utf8(st.service.mounts.mountpoint(&rec.scope_id))?;
+    let bind_source = utf8(bind_source)?;
+    Ok(Json(MountView { scope_id: rec.scope_id, mountpoint, bind_source }))
 }
 
 #[derive(Debug, Deserialize)]

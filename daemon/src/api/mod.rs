@@ -9,6 +9,7 @@ mod unread_body;
 mod workspace;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -43,7 +44,7 @@ pub fn route_table() -> RouteTable<AppState> {
         .add("GET", "/health", Auth::Public, "Liveness", get(health))
         .add("GET", "/ready", Auth::Public, "Readiness: mounts and recovery done", get(ready))
         .add("GET", "/openapi.json", Auth::Public, "This document", get(openapi_json))
-        .add("GET", "/metrics", Auth::Public, "Prometheus metrics (counts and ids only)", get(crate::metrics::handler))
+        .add("GET", "/metrics", Auth::Service, "Prometheus metrics (counts and ids only)", get(crate::metrics::handler))
         .merge_from(internal::add_routes)
         .merge_from(workspace::add_routes)
         .merge_from(tools::add_routes)
@@ -67,7 +68,41 @@ pub fn router(state: AppState) -> Router {
     app.fallback(|| async { ApiError::route_not_found() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(middleware::from_fn(unread_body::drain_unread_body))
+        .layer(deadline_layer(Duration::from_secs(state.tools.limits.http_request_timeout_secs)))
         .with_state(state)
+}
+
+/// Routes bounded by their own, larger limits (`executor.command_timeout_secs`, upload and import
+/// sizes and body timeouts), which `limits.http_request_timeout_secs` does not cut.
+const LONG_ROUTES: [&str; 4] =
+    ["/tools/execute_command", "/tools/upload_file", "/api/workspace/upload", "/api/workspace/import"];
+
+/// A boxed middleware future.
+type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>>;
+
+/// The [`request_deadline`] layer with its limit.
+fn deadline_layer(
+    limit: Duration,
+) -> axum::middleware::FromFnLayer<impl Fn(Request, Next) -> Answer + Clone, (), (Request,)> {
+    middleware::from_fn(move |req: Request, next: Next| Box::pin(request_deadline(limit, req, next)) as Answer)
+}
+
+/// Review L12: a request not answered within `limits.http_request_timeout_secs` is cancelled (its
+/// future dropped; blocking work already started finishes in its bounded pool) and answered 503
+/// `request_timeout`.
+async fn request_deadline(limit: Duration, req: Request, next: Next) -> Response {
+    if LONG_ROUTES.contains(&req.uri().path()) {
+        return next.run(req).await;
+    }
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "request_timeout",
+            "the request took longer than the server allows; retry later",
+        )
+        .into_response(),
+    }
 }
 
 /// `/admin/*`: `X-Admin-Token: <admin token>` (constant-time compare).
@@ -89,7 +124,7 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T, ServiceError> + Send + 'static,
 {
-    match tokio::task::spawn_blocking(f).await {
+    match crate::pools::spawn(crate::pools::RouteClass::Internal, f).await {
         Ok(result) => result.map_err(ApiError::from),
         Err(join) => Err(ApiError::internal("task_failed", &join)),
     }
@@ -117,5 +152,51 @@ async fn ready(State(st): State<AppState>) -> Result<Json<serde_json::Value>, Ap
         Ok(Json(serde_json::json!({ "status": "ready" })))
     } else {
         Err(ApiError::not_ready())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::StatusCode;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// Review L12: a request not answered within the limit is cancelled with 503
+    /// `request_timeout`; the long routes (their own limits) are not cut.
+    #[tokio::test]
+    async fn a_request_past_its_deadline_is_cancelled_and_long_routes_are_exempt() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        struct SetOnDrop(Arc<AtomicBool>);
+        impl Drop for SetOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(AtomicBool::new(false));
+        let flag = dropped.clone();
+        let never = move || {
+            let guard = SetOnDrop(flag.clone());
+            async move {
+                // Resolves never; dropping it (the cancellation) drops the guard.
+                let _cancelled_with_the_request = guard;
+                std::future::pending::<()>().await;
+            }
+        };
+        let late = || async {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            "late but allowed"
+        };
+        let app: Router = Router::new()
+            .route("/api/never", get(never))
+            .route("/tools/execute_command", get(late))
+            .layer(deadline_layer(Duration::from_secs(1)));
+        let call = |path: &str| app.clone().oneshot(Request::get(path).body(Body::empty()).unwrap());
+        let resp = call("/api/never").await.unwrap();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(dropped.load(Ordering::SeqCst), "the handler's future was dropped");
+        let resp = call("/tools/execute_command").await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
     }
 }

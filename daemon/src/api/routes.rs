@@ -8,9 +8,9 @@ use serde_json::{json, Map, Value};
 /// Who may call a route (SPEC §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Auth {
-    /// `/health`, `/ready`, `/metrics`, `/openapi.json`.
+    /// `/health`, `/ready`, `/openapi.json`.
     Public,
-    /// `Authorization: Bearer <service token>`: `/internal/*`, `/api/*`.
+    /// `Authorization: Bearer <service token>`: `/internal/*`, `/api/*`, `/metrics`.
     Service,
     /// `X-Admin-Token`: `/admin/*`.
     Admin,

@@ -136,7 +136,7 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T, ServiceError> + Send + 'static,
 {
-    match tokio::task::spawn_blocking(f).await {
+    match crate::pools::spawn(crate::pools::RouteClass::Api, f).await {
         Ok(result) => result.map_err(ApiError::workspace),
         Err(join) => Err(ApiError::internal("task_failed", &join)),
     }

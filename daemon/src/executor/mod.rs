@@ -16,7 +16,7 @@ pub mod fake;
 mod ops;
 pub mod policy;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -43,6 +43,9 @@ pub enum ComputeError {
     NotRunning,
     #[error("this scope already has its maximum number of live environments")]
     AtCapacity,
+    /// A per-scope `[limits]` bound (the text names it); counted by `scopefs::limits::refuse`.
+    #[error("this scope already has its maximum number of {0}")]
+    TooMany(&'static str),
     #[error("invalid {0}: {1}")]
     Invalid(&'static str, String),
     #[error(transparent)]
@@ -78,6 +81,12 @@ pub struct ComputeSettings {
     pub max_runtime_secs: u64,
     pub max_environments_per_scope: u64,
     pub max_process_log_bytes: u64,
+    /// `limits.max_concurrent_execs_per_scope`: `execute_command` calls one scope runs at once.
+    pub max_concurrent_execs: u64,
+    /// `limits.max_live_processes_per_scope`: background processes one scope has running.
+    pub max_live_processes: u64,
+    /// `limits.max_process_logs_per_scope`: process logs one scope keeps (oldest finished go).
+    pub max_process_logs: u64,
     /// `<data_dir>/runtime`: per-scope process logs (never inside a scope's files).
     pub runtime_dir: PathBuf,
     /// The sandbox user (`uid:gid` of `executor.user`): a scope root still owned by root is given
@@ -94,8 +103,11 @@ impl ComputeSettings {
             max_runtime_secs: e.max_runtime_secs,
             max_environments_per_scope: e.max_environments_per_scope,
             max_process_log_bytes: e.max_process_log_bytes,
+            max_concurrent_execs: cfg.limits.max_concurrent_execs_per_scope,
+            max_live_processes: cfg.limits.max_live_processes_per_scope,
+            max_process_logs: cfg.limits.max_process_logs_per_scope,
             runtime_dir: cfg.data_dir.join("runtime"),
-            sandbox_owner: e.user.split_once(':').and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?))),
+            sandbox_owner: policy::parse_user(&e.user),
         }
     }
 }
@@ -110,6 +122,30 @@ pub struct Compute {
     reconcile_lock: Mutex<()>,
     /// Environments and processes being stopped by the daemon: their watchers record nothing.
     pub(crate) stopping: Mutex<HashSet<String>>,
+    /// `execute_command` calls running now, per scope id.
+    execs: Arc<Mutex<HashMap<String, u64>>>,
+    /// Held while a scope's live processes are counted and a new one is registered.
+    pub(crate) process_admission: Mutex<()>,
+    /// Held while a user's commitments are counted (billing preflight) and an environment is registered.
+    pub(crate) environment_admission: Mutex<()>,
+}
+
+/// One running `execute_command` of a scope; dropping it frees the slot.
+pub(crate) struct ExecSlot {
+    execs: Arc<Mutex<HashMap<String, u64>>>,
+    scope: String,
+}
+
+impl Drop for ExecSlot {
+    fn drop(&mut self) {
+        let mut execs = self.execs.lock();
+        if let Some(n) = execs.get_mut(&self.scope) {
+            *n -= 1;
+            if *n == 0 {
+                execs.remove(&self.scope);
+            }
+        }
+    }
 }
 
 impl Compute {
@@ -120,7 +156,23 @@ impl Compute {
             reconciled: AtomicBool::new(false),
             reconcile_lock: Mutex::new(()),
             stopping: Mutex::new(HashSet::new()),
+            execs: Arc::new(Mutex::new(HashMap::new())),
+            process_admission: Mutex::new(()),
+            environment_admission: Mutex::new(()),
         }
+    }
+
+    /// A slot for one more `execute_command` of `scope`, or `TooMany` (429) when the scope already
+    /// runs `max_concurrent_execs` (checked before anything runs).
+    pub(crate) fn exec_slot(&self, scope: &str) -> Result<ExecSlot, ComputeError> {
+        let mut execs = self.execs.lock();
+        let n = execs.entry(scope.to_string()).or_insert(0);
+        if *n >= self.settings.max_concurrent_execs {
+            scopefs::limits::refuse(scopefs::limits::Bound::ConcurrentExecs);
+            return Err(ComputeError::TooMany("concurrent commands (limits.max_concurrent_execs_per_scope)"));
+        }
+        *n += 1;
+        Ok(ExecSlot { execs: self.execs.clone(), scope: scope.to_string() })
     }
 
     pub(crate) fn needs_reconcile(&self) -> bool {

@@ -110,12 +110,6 @@ impl ScopeService {
         if requested == Some(0) {
             return Err(ComputeError::Invalid("max_runtime_seconds", "must be at least 1".into()));
         }
-        // Billing preflight (seed 003 §10.1): min(requested, plan maximum, affordable), or 429.
-        let admitted = match &self.billing {
-            Some(billing) => billing.admit_environment(&caller.user_id, requested)?,
-            None => requested.unwrap_or(max),
-        };
-        let effective = admitted.min(max);
         let (_, mountpoint) = self.mount(scope)?;
         if let Some((uid, gid)) = compute.settings.sandbox_owner.filter(|_| !caller.read_only) {
             use std::os::unix::fs::MetadataExt;
@@ -123,15 +117,28 @@ impl ScopeService {
                 std::os::unix::fs::chown(&mountpoint, Some(uid), Some(gid))?;
             }
         }
-        let new = NewEnvironment {
-            user_id: caller.user_id.clone(),
-            thread_id: caller.thread_id.clone(),
-            read_only: caller.read_only,
-            requested_max_runtime_seconds: requested,
-            effective_max_runtime_seconds: effective,
-            max_live_per_scope: compute.settings.max_environments_per_scope,
+        let (env, effective) = {
+            // Preflight and the new row under one lock: the preflight counts the user's live
+            // environments (review M7), so two creations must not both see the same balance.
+            let _one_at_a_time = compute.environment_admission.lock();
+            // Billing preflight (seed 003 §10.1): min(requested, plan maximum, affordable), or 429.
+            let admitted = match &self.billing {
+                Some(billing) => billing.admit_environment(&caller.user_id, requested)?,
+                None => requested.unwrap_or(max),
+            };
+            let effective = admitted.min(max);
+            let new = NewEnvironment {
+                user_id: caller.user_id.clone(),
+                thread_id: caller.thread_id.clone(),
+                read_only: caller.read_only,
+                requested_max_runtime_seconds: requested,
+                effective_max_runtime_seconds: effective,
+                max_live_per_scope: compute.settings.max_environments_per_scope,
+            };
+            let env =
+                self.registry.create_environment(&self.deployment, scope, &new)?.ok_or(ComputeError::AtCapacity)?;
+            (env, effective)
         };
-        let env = self.registry.create_environment(&self.deployment, scope, &new)?.ok_or(ComputeError::AtCapacity)?;
         let spec = ContainerSpec {
             deployment_id: self.deployment.clone(),
             scope_id: scope.to_string(),
@@ -304,6 +311,8 @@ impl ScopeService {
         };
         let max_out = max_output_bytes.unwrap_or(u64::MAX).min(compute.settings.max_output_bytes);
         let (_, container) = self.running_container(scope, env_id)?;
+        // Held until the command ends: a scope cannot occupy more than its share of threads.
+        let _slot = compute.exec_slot(scope.as_str())?;
         let req = ExecRequest { command: command.to_string(), timeout, max_output_bytes: max_out };
         match compute.executor.exec(&container, &req) {
             Ok(out) => Ok(out),
@@ -339,8 +348,17 @@ impl ScopeService {
                 .ok_or(ComputeError::EnvironmentNotFound)?,
         };
         let (_, container) = self.running_container(scope, &env_id)?;
-        let proc =
-            self.registry.create_process(&self.deployment, scope, &env_id, command)?.ok_or(ComputeError::NotRunning)?;
+        let proc = {
+            let _one_at_a_time = compute.process_admission.lock();
+            let live =
+                self.registry.processes(&self.deployment, scope, None)?.iter().filter(|p| p.state.is_live()).count();
+            if live as u64 >= compute.settings.max_live_processes {
+                scopefs::limits::refuse(scopefs::limits::Bound::LiveProcesses);
+                return Err(ComputeError::TooMany("running processes (limits.max_live_processes_per_scope)"));
+            }
+            self.registry.create_process(&self.deployment, scope, &env_id, command)?.ok_or(ComputeError::NotRunning)?
+        };
+        self.evict_process_logs(compute, scope)?;
         let path = self.process_log_path(compute, scope, &proc.process_id);
         let log = open_log(&path);
         let log = match log {
@@ -398,6 +416,22 @@ impl ScopeService {
                 Err(e.into())
             }
         }
+    }
+
+    /// Keeps at most `max_process_logs` logs of `scope`: beyond, the logs of the oldest finished
+    /// processes are removed (a live process keeps its log; `check_process` of an evicted one
+    /// answers an empty tail).
+    fn evict_process_logs(&self, compute: &Compute, scope: &ScopeId) -> Result<(), ComputeError> {
+        let all = self.registry.processes(&self.deployment, scope, None)?;
+        let excess = (all.len() as u64).saturating_sub(compute.settings.max_process_logs);
+        for p in all.iter().filter(|p| !p.state.is_live()).take(usize::try_from(excess).unwrap_or(usize::MAX)) {
+            match std::fs::remove_file(self.process_log_path(compute, scope, &p.process_id)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// A process of `scope` with the tail of its log (`tail_bytes`, capped by `max_output_bytes`).

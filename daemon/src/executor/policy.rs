@@ -53,24 +53,53 @@ pub fn image_is_pinned(image: &str) -> bool {
     digest.strip_prefix("sha256:").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// `uid:gid` (or `uid`) with numeric, non-zero ids; names are refused because they cannot be
-/// checked before the image resolves them.
+/// `uid:gid` with numeric, non-zero ids. Names are refused because they cannot be checked before
+/// the image resolves them; a bare uid is refused because Docker would then take the group from
+/// the image's passwd entry, or 0.
 fn user_problem(user: &str) -> Option<String> {
-    let mut parts = user.splitn(2, ':');
-    let uid = parts.next().unwrap_or_default();
-    let gid = parts.next();
-    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !numeric(uid) || gid.is_some_and(|g| !numeric(g)) {
+    let Some((uid, gid)) = parse_user(user) else {
         return Some(format!("executor.user = {user:?} must be a numeric uid:gid so that non-root can be verified"));
-    }
-    if uid.parse::<u64>().ok() == Some(0) || gid.and_then(|g| g.parse::<u64>().ok()) == Some(0) {
+    };
+    if uid == 0 || gid == 0 {
         return Some(format!("executor.user = {user:?} runs as root (uid or gid 0)"));
     }
     None
 }
 
-/// Everything in `cfg` that weakens the container policy, each naming its key.
+/// `uid:gid` of `executor.user`, both numeric (u32); anything else (a name, a bare uid) is `None`.
+pub fn parse_user(user: &str) -> Option<(u32, u32)> {
+    let (uid, gid) = user.split_once(':')?;
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !numeric(uid) || !numeric(gid) {
+        return None;
+    }
+    Some((uid.parse().ok()?, gid.parse().ok()?))
+}
+
+/// The sandbox uid must not be a host account's (review M6): a host user with the same uid could
+/// read and write every running scope through `/proc/<pid>/cwd` of the sandbox processes.
+/// `passwd` is the text of the host's `/etc/passwd`.
+fn host_account_problem(user: &str, passwd: &str) -> Option<String> {
+    let (uid, _) = parse_user(user)?;
+    let name = passwd.lines().find_map(|line| {
+        let mut f = line.split(':');
+        let name = f.next()?;
+        (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+    })?;
+    Some(format!(
+        "executor.user = {user:?}: uid {uid} is the host account {name:?}, which could reach the sandboxes' \
+         files through /proc (use a uid with no host account, e.g. the default 2000000000:2000000000)"
+    ))
+}
+
+/// Everything in `cfg` that weakens the container policy, each naming its key (the sandbox uid is
+/// checked against this host's `/etc/passwd`).
 pub fn weaknesses(cfg: &ExecutorConfig) -> Vec<String> {
+    weaknesses_on_host(cfg, &std::fs::read_to_string("/etc/passwd").unwrap_or_default())
+}
+
+/// [`weaknesses`] with the host's `/etc/passwd` text given.
+fn weaknesses_on_host(cfg: &ExecutorConfig, passwd: &str) -> Vec<String> {
     let mut out = Vec::new();
     if !image_is_pinned(&cfg.image) {
         out.push(format!(
@@ -78,7 +107,7 @@ pub fn weaknesses(cfg: &ExecutorConfig) -> Vec<String> {
             cfg.image
         ));
     }
-    if let Some(p) = user_problem(&cfg.user) {
+    if let Some(p) = user_problem(&cfg.user).or_else(|| host_account_problem(&cfg.user, passwd)) {
         out.push(p);
     }
     if cfg.network != "none" {
@@ -124,6 +153,8 @@ mod tests {
             (ExecutorConfig { user: "0:0".into(), ..strong.clone() }, "root"),
             (ExecutorConfig { user: "1000:0".into(), ..strong.clone() }, "root"),
             (ExecutorConfig { user: "agent".into(), ..strong.clone() }, "numeric"),
+            (ExecutorConfig { user: "1000".into(), ..strong.clone() }, "numeric uid:gid"),
+            (ExecutorConfig { user: "1000:".into(), ..strong.clone() }, "numeric uid:gid"),
             (ExecutorConfig { network: "bridge".into(), ..strong.clone() }, "executor.network"),
             (ExecutorConfig { memory_bytes: 0, ..strong.clone() }, "executor.memory_bytes"),
             (ExecutorConfig { nano_cpus: 0, ..strong.clone() }, "executor.nano_cpus"),
@@ -135,5 +166,26 @@ mod tests {
             assert_eq!(w.len(), 1, "{w:?}");
             assert!(w[0].contains(needle), "{w:?} should mention {needle}");
         }
+    }
+
+    #[test]
+    fn a_bare_uid_is_not_a_user() {
+        assert_eq!(parse_user("1000"), None);
+        assert_eq!(parse_user("1000:x"), None);
+        assert_eq!(parse_user("2000000000:2000000000"), Some((2_000_000_000, 2_000_000_000)));
+    }
+
+    #[test]
+    fn a_sandbox_uid_of_a_host_account_is_a_weakness() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000:Alice:/home/alice:/bin/bash\n";
+        let strong = ExecutorConfig { image: format!("s@sha256:{}", "0".repeat(64)), ..ExecutorConfig::default() };
+        assert_eq!(strong.user, "2000000000:2000000000", "the default uid has no host account");
+        assert_eq!(weaknesses_on_host(&strong, passwd), Vec::<String>::new());
+        let host = ExecutorConfig { user: "1000:1000".into(), ..strong.clone() };
+        let w = weaknesses_on_host(&host, passwd);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("host account \"alice\""), "{w:?}");
+        // The real host: the default uid must not be one of its accounts.
+        assert_eq!(weaknesses(&strong), Vec::<String>::new());
     }
 }

@@ -2,7 +2,16 @@
 //! single-use nonce, scope of `auth_context.thread_id`) and the settings it needs ([`ToolsAuth`]).
 //!
 //! Order of checks, and the answers:
-//! 1. not ready → 503 `not_ready`; body over the limit → 413 `too_large`; not JSON → 400 `invalid_json`;
+//! 1. not ready → 503 `not_ready`; a declared `Content-Length` over the body limit → 413
+//!    `too_large` at once, nothing read; then the body is read only under one of
+//!    `[limits] tools_max_unauthenticated_bodies` permits (held until the signature is checked): a
+//!    request that finds none free within `http_header_timeout_secs` is refused with 503 `busy`
+//!    (waiting briefly smooths bursts; refusing beyond keeps memory bounded: the client retries);
+//!    the body must arrive within `http_request_timeout_secs` (else 408 `body_timeout`); a body
+//!    over the limit → 413 `too_large`; a body whose first byte does not open an object, or not
+//!    JSON → 400 `invalid_json`; more than `tools_max_json_values` values → 413 `too_large`,
+//!    deeper than `tools_max_json_depth` → 400 `invalid_json` (both refused during the parse,
+//!    before more is built);
 //! 2. `auth_context` missing/malformed → 401 `invalid_auth_context`; wrong signature (for this
 //!    METHOD and PATH, query excluded) → 401 `invalid_signature`;
 //! 3. `issued_at` more than `signature_window_secs` from now (registry clock) → 401 `signature_expired`;
@@ -17,15 +26,19 @@
 //! Nothing here logs the body, the token or the secret.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{FromRequest, Request};
+use axum::http::{header, HeaderMap, StatusCode};
 use futures_util::StreamExt;
 use scopefs::engine::ScopeEngine;
 use scopefs::ids::ThreadId;
+use scopefs::limits::{self, Bound, LimitsConfig};
 use scopefs::registry::nonces::ThreadRole;
 use scopefs::registry::{OwnerType, ScopeRecord};
 use scopefs::signing::{self, SigningError};
 use serde::de::DeserializeOwned;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::super::{ApiError, AppState};
 use crate::tokens::Token;
@@ -41,11 +54,28 @@ pub struct ToolsAuth {
     window_secs: u64,
     /// Largest file content of one request (see [`TOOL_FILE_LIMIT`]).
     pub file_limit: u64,
+    /// `[limits]` of the configuration (bodies, JSON budget, patterns, walks).
+    pub limits: LimitsConfig,
+    /// Permits for bodies read and verified before authentication (`tools_max_unauthenticated_bodies`).
+    unauthenticated: Arc<Semaphore>,
 }
 
 impl ToolsAuth {
     pub fn new(secret: Token, window_secs: u64, max_upload_bytes: u64) -> ToolsAuth {
-        ToolsAuth { secret, window_secs, file_limit: TOOL_FILE_LIMIT.min(max_upload_bytes) }
+        ToolsAuth {
+            secret,
+            window_secs,
+            file_limit: TOOL_FILE_LIMIT.min(max_upload_bytes),
+            unauthenticated: Arc::new(Semaphore::new(LimitsConfig::default().tools_max_unauthenticated_bodies)),
+            limits: LimitsConfig::default(),
+        }
+    }
+
+    /// The same settings under the configured `[limits]`.
+    pub fn with_limits(mut self, limits: &LimitsConfig) -> ToolsAuth {
+        self.unauthenticated = Arc::new(Semaphore::new(limits.tools_max_unauthenticated_bodies));
+        self.limits = limits.clone();
+        self
     }
 
     /// Largest request body: base64 of the file limit plus room for the other fields.
@@ -63,7 +93,11 @@ impl ToolsAuth {
 /// - `body`: the request body minus `auth_context`, deserialized into `T` (unknown fields are
 ///   ignored unless `T` says otherwise; a mismatch is 400 `invalid_request`);
 /// - `user_id`, `thread_id`: from the signed `auth_context`;
-/// - `object_scope`: `auth_context.object_scope` if present (as JSON);
+/// - `object_scope`: `auth_context.object_scope` if present (as JSON). It is covered by the
+///   signature and otherwise not enforced, because nothing here could exceed it: it grants
+///   object-store keys (seed 003: `"read": ["objects/in/…"]`, `"write_prefixes": ["jobs/…/artifacts/"]`,
+///   for `input_objects` and `artifact_prefix`), and no route reads or writes an object key for a
+///   request (create_environment takes only `max_runtime_seconds`; destroy returns no artifacts);
 /// - `scope`: the registry record of the scope (draft or active) the thread acts in;
 /// - `role`: `Primary`, or `Owner { owner_id, owner_type }` for a registered thread owner;
 /// - `engine`: the scope's open file engine (path API in `scopefs::engine::paths`).
@@ -78,6 +112,8 @@ pub struct SignedRequest<T> {
     pub scope: ScopeRecord,
     pub role: ThreadRole,
     pub engine: Arc<ScopeEngine>,
+    /// This request's place among its scope's `max_inflight_per_scope` (held until it is answered).
+    _inflight: crate::pools::InflightSlot,
 }
 
 impl<T> SignedRequest<T> {
@@ -87,15 +123,41 @@ impl<T> SignedRequest<T> {
     }
 }
 
+impl ToolsAuth {
+    /// One of the `tools_max_unauthenticated_bodies` permits to read and verify a body, waiting at
+    /// most `http_header_timeout_secs`; none free by then is 503 `busy`.
+    async fn admit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        let wait = Duration::from_secs(self.limits.http_header_timeout_secs);
+        match tokio::time::timeout(wait, self.unauthenticated.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => {
+                limits::refuse(Bound::UnauthenticatedBodies);
+                Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "busy",
+                    "too many unauthenticated request bodies are being read; retry later",
+                ))
+            }
+        }
+    }
+}
+
+/// A declared `Content-Length` over `limit`: refused before anything is read.
+fn declared_too_large(headers: &HeaderMap, limit: usize) -> bool {
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    declared.is_some_and(|n| n > limit as u64)
+}
+
 /// Reads a body of at most `limit` bytes; more is 413.
 async fn read_body(req: Request, limit: usize) -> Result<Vec<u8>, ApiError> {
     let mut stream = req.into_body().into_data_stream();
     let mut out = Vec::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|_| {
-            ApiError::new(axum::http::StatusCode::BAD_REQUEST, "invalid_body", "the request body could not be read")
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", "the request body could not be read")
         })?;
         if out.len() + chunk.len() > limit {
+            limits::refuse(Bound::BodyBytes);
             return Err(ApiError::too_large());
         }
         out.extend_from_slice(&chunk);
@@ -116,16 +178,16 @@ fn verify_body<T: DeserializeOwned>(
     bytes: &[u8],
     now_secs: i64,
 ) -> Result<Verified<T>, ApiError> {
-    let ctx = signing::verify(auth.secret.expose().as_bytes(), method, path, bytes)?;
+    let budget = signing::JsonBudget::from_limits(&auth.limits);
+    let ctx = signing::verify_with(auth.secret.expose().as_bytes(), method, path, bytes, budget)?;
     signing::check_window(ctx.issued_at, now_secs, auth.window_secs)?;
     let mut value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|_| ApiError::new(axum::http::StatusCode::BAD_REQUEST, "invalid_json", "body is not valid JSON"))?;
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", "body is not valid JSON"))?;
     if let Some(obj) = value.as_object_mut() {
         obj.remove("auth_context");
     }
-    let body = serde_json::from_value(value).map_err(|e| {
-        ApiError::new(axum::http::StatusCode::BAD_REQUEST, "invalid_request", format!("invalid parameters: {e}"))
-    })?;
+    let body = serde_json::from_value(value)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", format!("invalid parameters: {e}")))?;
     Ok(Verified { ctx, body })
 }
 
@@ -139,27 +201,29 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
         let method = req.method().as_str().to_owned();
         let path = req.uri().path().to_owned();
         let auth = st.tools.clone();
-        let bytes = read_body(req, auth.max_body_bytes()).await?;
+        let limit = auth.max_body_bytes();
+        if declared_too_large(req.headers(), limit) {
+            limits::refuse(Bound::BodyBytes);
+            return Err(ApiError::too_large());
+        }
+        let permit = auth.admit().await?;
+        let deadline = Duration::from_secs(auth.limits.http_request_timeout_secs);
+        let bytes = tokio::time::timeout(deadline, read_body(req, limit)).await.map_err(|_| {
+            ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", "the request body did not arrive in time")
+        })??;
         let service = st.service.clone();
         let work = move || -> Result<SignedRequest<T>, ApiError> {
             let now_ms = service.now_ms();
-            let Verified { ctx, body } = verify_body::<T>(&auth, &method, &path, &bytes, now_ms.div_euclid(1000))?;
-            drop(bytes);
+            let verified = verify_body::<T>(&auth, &method, &path, &bytes, now_ms.div_euclid(1000));
+            drop((bytes, permit));
+            let Verified { ctx, body } = verified?;
             let thread_id = ThreadId::parse(ctx.thread_id.as_deref().unwrap_or(""))?;
             let user_id = ctx.user_id.clone().filter(|u| !u.is_empty()).ok_or_else(|| {
-                ApiError::new(
-                    axum::http::StatusCode::BAD_REQUEST,
-                    "invalid_auth_context",
-                    "auth_context.user_id is required",
-                )
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_auth_context", "auth_context.user_id is required")
             })?;
             let object_scope = match &ctx.object_scope {
                 Some(text) => Some(serde_json::from_str(text).map_err(|_| {
-                    ApiError::new(
-                        axum::http::StatusCode::BAD_REQUEST,
-                        "invalid_auth_context",
-                        "object_scope is not plain JSON",
-                    )
+                    ApiError::new(StatusCode::BAD_REQUEST, "invalid_auth_context", "object_scope is not plain JSON")
                 })?),
                 None => None,
             };
@@ -170,6 +234,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
                 return Err(SigningError::Replayed.into());
             }
             let (binding, engine) = service.tool_scope(&thread_id).map_err(ApiError::tools)?;
+            let inflight = crate::pools::scope_slot(binding.scope.scope_id.as_str())?;
             Ok(SignedRequest {
                 body,
                 user_id,
@@ -178,9 +243,10 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
                 scope: binding.scope,
                 role: binding.role,
                 engine,
+                _inflight: inflight,
             })
         };
-        match tokio::task::spawn_blocking(work).await {
+        match crate::pools::spawn(crate::pools::RouteClass::Tools, work).await {
             Ok(result) => result,
             Err(join) => Err(ApiError::internal("task_failed", &join)),
         }
@@ -193,8 +259,43 @@ where
     R: Send + 'static,
     F: FnOnce() -> Result<R, ApiError> + Send + 'static,
 {
-    match tokio::task::spawn_blocking(f).await {
+    match crate::pools::spawn(crate::pools::RouteClass::Tools, f).await {
         Ok(result) => result,
         Err(join) => Err(ApiError::internal("task_failed", &join)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(bodies: usize) -> ToolsAuth {
+        let limits = LimitsConfig {
+            tools_max_unauthenticated_bodies: bodies,
+            http_header_timeout_secs: 1,
+            ..LimitsConfig::default()
+        };
+        ToolsAuth::new(Token::new("secret".into()), 300, 1 << 20).with_limits(&limits)
+    }
+
+    #[tokio::test]
+    async fn unauthenticated_bodies_are_limited() {
+        let auth = auth(2);
+        let first = auth.admit().await.expect("a permit");
+        let _second = auth.admit().await.expect("a second permit");
+        let refused = auth.admit().await.expect_err("no third permit");
+        assert_eq!((refused.status, refused.code), (StatusCode::SERVICE_UNAVAILABLE, "busy"));
+        drop(first);
+        assert!(auth.admit().await.is_ok(), "a released permit is reused");
+    }
+
+    #[test]
+    fn declared_lengths_over_the_limit_are_refused_unread() {
+        let mut h = HeaderMap::new();
+        assert!(!declared_too_large(&h, 10));
+        h.insert(header::CONTENT_LENGTH, "10".parse().unwrap());
+        assert!(!declared_too_large(&h, 10));
+        h.insert(header::CONTENT_LENGTH, "11".parse().unwrap());
+        assert!(declared_too_large(&h, 10));
     }
 }

@@ -16,12 +16,17 @@
 //!   `old_string_not_found`, several → 409 `old_string_not_unique` (a conflict with the file's
 //!   current content, not a malformed request). The edit is an atomic replace of the whole file,
 //!   and only of the version it read: a write in between answers 409 `file_changed` (nothing lost).
-//! - `grep_files`: `pattern` is a literal substring (no regular expressions: nothing to backtrack),
-//!   matched per line; optional `glob` filters file paths (relative to `path`); at most 200 matches,
+//! - `edit_file`: the size of the result (`len + count × (len(new) − len(old))`) is computed with
+//!   checked arithmetic before anything is built; over the file limit is 413 (`edit_result`).
+//! - `grep_files`: `pattern` is a literal substring (no regular expressions: nothing to backtrack)
+//!   of at most `[limits] grep_max_pattern_bytes` (more is 413), found with `memchr::memmem`
+//!   (linear); optional `glob` filters file paths (relative to `path`); at most 200 matches,
 //!   files over the file limit are skipped, lines are cut at 1000 bytes.
-//! - `glob_files`: `*` and `?` within a name, `**` across directories, `[abc]` classes; at most 1000
-//!   results. Patterns with `..`, or absolute outside `/workspace`, are 400.
-//! - Walks stop after 100 000 entries and say `truncated`.
+//! - `glob_files`: `*` and `?` within a name, `**` across directories, `[abc]` classes; patterns
+//!   of at most `glob_max_pattern_bytes` (more is 413), matched as a set of states (linear in the
+//!   path whatever the number of `**`; directories no match can lie below are not walked); at
+//!   most 1000 results. Patterns with `..`, or absolute outside `/workspace`, are 400.
+//! - Walks stop after `max_walk_entries` entries or `http_request_timeout_secs` and say `truncated`.
 //! - Writes (write_file, edit_file, upload_file) are refused with 403 `read_only` for a memory
 //!   worker's thread (SPEC §8).
 
@@ -39,7 +44,10 @@ use std::time::UNIX_EPOCH;
 use super::super::routes::{Auth, RouteTable};
 use super::super::{ApiError, AppState};
 use super::auth::{run_tool, SignedRequest};
+use super::base64;
+use super::search::{self, Glob, Visit, WalkBudget};
 use crate::service::{api_owner, ServiceError};
+use scopefs::limits::{self, Bound};
 
 /// Most entries `list_dir` returns.
 const MAX_LIST: usize = 1000;
@@ -47,8 +55,6 @@ const MAX_LIST: usize = 1000;
 const MAX_GREP_MATCHES: usize = 200;
 /// Most paths `glob_files` returns.
 const MAX_GLOB: usize = 1000;
-/// Most directory entries a walk visits.
-const MAX_WALK: usize = 100_000;
 /// Longest line `grep_files` returns.
 const MAX_LINE: usize = 1000;
 /// The prefix of the container view of a scope.
@@ -246,7 +252,13 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
             }
             _ => {}
         }
-        let after = before.replace(p.old_string.as_str(), &p.new_string);
+        let Some(size) =
+            edited_len(before.len(), count, p.old_string.len(), p.new_string.len()).filter(|n| *n as u64 <= limit)
+        else {
+            limits::refuse(Bound::EditResult);
+            return Err(ApiError::too_large());
+        };
+        let after = replace_bounded(&before, &p.old_string, &p.new_string, size);
         // Replaces only the version that was read: a write in between is never lost (409 file_changed).
         let unchanged = WriteMode::ReplaceIfUnchanged { ino: read.ino, version: read.version };
         let attr = write_whole_as(&req.engine, &rel, after.as_bytes(), limit, unchanged)?;
@@ -260,6 +272,30 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
         })))
     })
     .await
+}
+
+/// The length of `len` bytes after `count` replacements of `old` bytes by `new` bytes; `None` when
+/// it does not fit a `usize`.
+fn edited_len(len: usize, count: usize, old: usize, new: usize) -> Option<usize> {
+    if new >= old {
+        len.checked_add(count.checked_mul(new - old)?)
+    } else {
+        len.checked_sub(count.checked_mul(old - new)?)
+    }
+}
+
+/// `text` with every `old` replaced by `new`, built in one allocation of `size` bytes (the length
+/// [`edited_len`] computed and the caller bounded).
+fn replace_bounded(text: &str, old: &str, new: &str, size: usize) -> String {
+    let mut out = String::with_capacity(size);
+    let mut last = 0;
+    for (at, _) in text.match_indices(old) {
+        out.push_str(&text[last..at]);
+        out.push_str(new);
+        last = at + old.len();
+    }
+    out.push_str(&text[last..]);
+    out
 }
 
 #[derive(Debug, Deserialize)]
@@ -295,38 +331,6 @@ async fn list_dir(req: SignedRequest<DirParams>) -> Result<Json<Value>, ApiError
     .await
 }
 
-/// Visits every entry below `dir` (breadth first, sorted per directory), never following a
-/// symlink; stops when `visit` returns `false` or after `MAX_WALK` entries. Returns whether it was cut short.
-fn walk(
-    engine: &ScopeEngine,
-    dir: &str,
-    mut visit: impl FnMut(&str, &Attr) -> Result<bool, ApiError>,
-) -> Result<bool, ApiError> {
-    let mut queue = std::collections::VecDeque::from([dir.to_string()]);
-    let mut seen = 0usize;
-    while let Some(d) = queue.pop_front() {
-        let entries = match engine.list_path(&d, false) {
-            Ok(e) => e,
-            // Removed or replaced while walking: skip it.
-            Err(EngineError::NotFound | EngineError::NotDir) if d != dir => continue,
-            Err(e) => return Err(engine_err(e)),
-        };
-        for e in entries {
-            seen += 1;
-            if seen > MAX_WALK {
-                return Ok(true);
-            }
-            if e.attr.kind == FileKind::Dir {
-                queue.push_back(e.path.clone());
-            }
-            if !visit(&e.path, &e.attr)? {
-                return Ok(true);
-            }
-        }
-    }
-    Ok(false)
-}
-
 /// The part of `path` below `base` (`base` may be the root `""`).
 fn below<'a>(base: &str, path: &'a str) -> &'a str {
     if base.is_empty() {
@@ -347,13 +351,18 @@ struct GrepParams {
 
 async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) -> Result<Json<Value>, ApiError> {
     let limit = st.tools.file_limit;
+    let bounds = st.tools.limits.clone();
     run_tool(move || {
         let p = &req.body;
         if p.pattern.is_empty() {
             return Err(bad("invalid_request", "pattern must not be empty"));
         }
+        if p.pattern.len() as u64 > bounds.grep_max_pattern_bytes {
+            return Err(search::pattern_too_large(Bound::GrepPattern, "grep_max_pattern_bytes"));
+        }
         let base = tool_path(&p.path, true)?;
-        let filter = p.glob.as_deref().map(Glob::parse).transpose()?;
+        let filter = p.glob.as_deref().map(|g| Glob::parse(g, bounds.glob_max_pattern_bytes)).transpose()?;
+        let needle = memchr::memmem::Finder::new(p.pattern.as_bytes());
         let engine = &req.engine;
         let mut matches = Vec::new();
         let mut files_searched = 0u64;
@@ -370,25 +379,26 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
                 Err(e) => return Err(engine_err(e)),
             };
             files_searched += 1;
-            let needle = p.pattern.as_bytes();
-            for (i, line) in data.split(|&b| b == b'\n').enumerate() {
-                if line.windows(needle.len()).any(|w| w == needle) {
-                    if matches.len() == MAX_GREP_MATCHES {
-                        return Ok(false);
-                    }
-                    let cut = &line[..line.len().min(MAX_LINE)];
-                    matches.push(json!({
-                        "path": shown(path),
-                        "line_number": i + 1,
-                        "line": String::from_utf8_lossy(cut),
-                    }));
-                }
+            let (found, more) = search::matching_lines(&data, &needle, MAX_GREP_MATCHES - matches.len());
+            for (line_number, line) in found {
+                let cut = &line[..line.len().min(MAX_LINE)];
+                matches.push(json!({
+                    "path": shown(path),
+                    "line_number": line_number,
+                    "line": String::from_utf8_lossy(cut),
+                }));
             }
-            Ok(true)
+            Ok(!more)
         };
         let start = engine.resolve_path(&base).map_err(engine_err)?;
-        let truncated =
-            if start.kind == FileKind::File { !grep_one(&base, &start)? } else { walk(engine, &base, grep_one)? };
+        let truncated = if start.kind == FileKind::File {
+            !grep_one(&base, &start)?
+        } else {
+            let budget = WalkBudget::from_limits(&bounds);
+            search::walk(engine, &base, (), &budget, |path, attr, _| {
+                Ok(if grep_one(path, attr)? { Visit::Descend(()) } else { Visit::Stop })
+            })?
+        };
         Ok(Json(json!({ "matches": matches, "files_searched": files_searched, "truncated": truncated })))
     })
     .await
@@ -401,20 +411,24 @@ struct GlobParams {
     path: String,
 }
 
-async fn glob_files(req: SignedRequest<GlobParams>) -> Result<Json<Value>, ApiError> {
+async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) -> Result<Json<Value>, ApiError> {
+    let bounds = st.tools.limits.clone();
     run_tool(move || {
         let base = tool_path(&req.body.path, true)?;
         let pattern = req.body.pattern.strip_prefix("/workspace/").unwrap_or(&req.body.pattern);
-        let glob = Glob::parse(pattern)?;
+        let glob = Glob::parse(pattern, bounds.glob_max_pattern_bytes)?;
         let mut found = Vec::new();
-        let truncated = walk(&req.engine, &base, |path, _| {
-            if glob.matches(below(&base, path)) {
+        let budget = WalkBudget::from_limits(&bounds);
+        let truncated = search::walk(&req.engine, &base, glob.start(), &budget, |path, _, state| {
+            let name = path.rsplit('/').next().unwrap_or(path);
+            let next = glob.step(state, name.as_bytes());
+            if glob.accepts(&next) {
                 if found.len() == MAX_GLOB {
-                    return Ok(false);
+                    return Ok(Visit::Stop);
                 }
                 found.push(shown(path));
             }
-            Ok(true)
+            Ok(if Glob::dead(&next) { Visit::Skip } else { Visit::Descend(next) })
         })?;
         found.sort();
         Ok(Json(json!({ "paths": found, "truncated": truncated })))
@@ -473,173 +487,6 @@ async fn download_file(
     .await
 }
 
-/// A glob pattern over `/`-separated relative paths.
-#[derive(Debug)]
-struct Glob {
-    parts: Vec<String>,
-}
-
-impl Glob {
-    fn parse(pattern: &str) -> Result<Glob, ApiError> {
-        if pattern.is_empty() || pattern.len() > 1024 {
-            return Err(bad("invalid_pattern", "pattern must be 1-1024 bytes"));
-        }
-        if pattern.starts_with('/') {
-            return Err(bad("invalid_pattern", "pattern must be relative to the directory searched"));
-        }
-        if pattern.chars().any(char::is_control) || pattern.contains('\\') {
-            return Err(bad("invalid_pattern", "pattern contains a control character or backslash"));
-        }
-        let parts: Vec<String> =
-            pattern.split('/').filter(|p| !p.is_empty() && *p != ".").map(str::to_string).collect();
-        if parts.iter().any(|p| p == "..") {
-            return Err(bad("invalid_pattern", "pattern contains '..'"));
-        }
-        if parts.iter().filter(|p| p.as_str() == "**").count() > 4 {
-            return Err(bad("invalid_pattern", "at most four '**' components"));
-        }
-        Ok(Glob { parts })
-    }
-
-    fn matches(&self, path: &str) -> bool {
-        let segs: Vec<&str> = path.split('/').collect();
-        match_parts(&self.parts, &segs)
-    }
-}
-
-fn match_parts(pat: &[String], segs: &[&str]) -> bool {
-    match pat.split_first() {
-        None => segs.is_empty(),
-        Some((p, rest)) if p == "**" => (0..=segs.len()).any(|skip| match_parts(rest, &segs[skip..])),
-        Some((p, rest)) => segs
-            .split_first()
-            .is_some_and(|(s, more)| match_name(p.as_bytes(), s.as_bytes()) && match_parts(rest, more)),
-    }
-}
-
-/// `*`, `?` and `[...]` within one name (a leading `.` is matched like any character).
-fn match_name(p: &[u8], s: &[u8]) -> bool {
-    // Iterative matching with one backtrack point for the last `*` (linear in practice).
-    let (mut pi, mut si) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while si < s.len() {
-        if pi < p.len() {
-            match p[pi] {
-                b'*' => {
-                    star = Some((pi, si));
-                    pi += 1;
-                    continue;
-                }
-                b'?' => {
-                    pi += 1;
-                    si += 1;
-                    continue;
-                }
-                b'[' => {
-                    if let Some((ok, next)) = class(&p[pi..], s[si]) {
-                        if ok {
-                            pi += next;
-                            si += 1;
-                            continue;
-                        }
-                    } else if s[si] == b'[' {
-                        pi += 1;
-                        si += 1;
-                        continue;
-                    }
-                }
-                c if c == s[si] => {
-                    pi += 1;
-                    si += 1;
-                    continue;
-                }
-                _ => {}
-            }
-        }
-        match star {
-            Some((sp, ss)) => {
-                pi = sp + 1;
-                si = ss + 1;
-                star = Some((sp, ss + 1));
-            }
-            None => return false,
-        }
-    }
-    p[pi..].iter().all(|&c| c == b'*')
-}
-
-/// A `[...]` class at the start of `p`: whether `c` is in it and the class's length; `None` if unclosed.
-fn class(p: &[u8], c: u8) -> Option<(bool, usize)> {
-    let end = p.iter().skip(2).position(|&b| b == b']')? + 2;
-    let body = &p[1..end];
-    let (negate, body) = match body.first() {
-        Some(b'!' | b'^') => (true, &body[1..]),
-        _ => (false, body),
-    };
-    let mut hit = false;
-    let mut i = 0;
-    while i < body.len() {
-        if i + 2 < body.len() && body[i + 1] == b'-' {
-            hit |= body[i] <= c && c <= body[i + 2];
-            i += 3;
-        } else {
-            hit |= body[i] == c;
-            i += 1;
-        }
-    }
-    Some((hit != negate, end + 1))
-}
-
-/// Standard base64 with padding (RFC 4648 §4).
-mod base64 {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-    pub fn encode(data: &[u8]) -> String {
-        let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-        for chunk in data.chunks(3) {
-            let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
-    }
-
-    /// Strict decoding (padding required, no whitespace); `None` if malformed.
-    pub fn decode(text: &str) -> Option<Vec<u8>> {
-        let t = text.as_bytes();
-        if !t.len().is_multiple_of(4) {
-            return None;
-        }
-        let val = |c: u8| ALPHABET.iter().position(|&a| a == c).map(|v| v as u32);
-        let mut out = Vec::with_capacity(t.len() / 4 * 3);
-        for (k, q) in t.chunks(4).enumerate() {
-            let last = k == t.len() / 4 - 1;
-            let pad = q.iter().rev().take_while(|&&c| c == b'=').count();
-            if pad > 2 || (pad > 0 && !last) {
-                return None;
-            }
-            let mut n = 0u32;
-            for &c in &q[..4 - pad] {
-                n = (n << 6) | val(c)?;
-            }
-            n <<= 6 * pad as u32;
-            let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-            // Bits below the last byte must be zero (canonical encoding).
-            if (pad == 1 && bytes[2] != 0) || (pad == 2 && (bytes[1] != 0 || bytes[2] != 0)) {
-                return None;
-            }
-            out.extend_from_slice(&bytes[..3 - pad]);
-        }
-        Some(out)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -658,19 +505,15 @@ mod tests {
     }
 
     #[test]
-    fn globs_match_names_and_directories() {
-        let g = |p: &str, s: &str| Glob::parse(p).unwrap().matches(s);
-        assert!(g("*.py", "a.py"));
-        assert!(!g("*.py", "d/a.py"));
-        assert!(g("**/*.py", "a.py"));
-        assert!(g("**/*.py", "d/e/a.py"));
-        assert!(g("d/**", "d/e/a.py"));
-        assert!(g("?.[ch]", "x.c"));
-        assert!(!g("?.[!ch]", "x.c"));
-        assert!(g("a*b*c", "aXbYbc"));
-        assert!(!g("a*b*c", "aXbYb"));
-        assert!(Glob::parse("../*").is_err());
-        assert!(Glob::parse("/etc/*").is_err());
+    fn edit_sizes_are_computed_before_building() {
+        assert_eq!(edited_len(10, 2, 1, 3), Some(14));
+        assert_eq!(edited_len(10, 2, 3, 1), Some(6));
+        // 10^7 matches by 1 MB each: too large to build, and overflow is caught, not wrapped.
+        assert_eq!(edited_len(10_000_000, 10_000_000, 1, 1_000_001), Some(10_000_010_000_000));
+        assert_eq!(edited_len(usize::MAX, 2, 1, 3), None);
+        assert_eq!(edited_len(1, usize::MAX, 1, 3), None);
+        let after = replace_bounded("a-b-a", "a", "xyz", edited_len(5, 2, 1, 3).unwrap());
+        assert_eq!((after.as_str(), after.len()), ("xyz-b-xyz", 9));
     }
 
     #[test]

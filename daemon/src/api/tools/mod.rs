@@ -1,8 +1,10 @@
 //! `/tools/*`: the HMAC-signed execution API of the agent runtime (SPEC §7.3, seed 003 §4).
 
 pub mod auth;
+mod base64;
 mod compute;
 mod files;
+mod search;
 
 #[allow(unused_imports)] // For the compute tools.
 pub use auth::SignedRequest;

@@ -1,0 +1,365 @@
+//! Bounded search primitives of the file tools: the directory walk (entry budget and deadline),
+//! glob patterns matched as a set of states (linear in the path, whatever the number of `**`),
+//! and literal search (`memchr::memmem`, linear in the data).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use scopefs::engine::{Attr, EngineError, FileKind, Ino, ScopeEngine};
+use scopefs::limits::{self, Bound, LimitsConfig};
+
+use super::super::ApiError;
+use crate::service::ServiceError;
+
+fn engine_err(e: EngineError) -> ApiError {
+    ApiError::tools(ServiceError::Engine(e))
+}
+
+fn bad(message: &'static str) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_pattern", message)
+}
+
+/// A pattern longer than its `[limits]` bound: 413, counted under `bound`.
+pub fn pattern_too_large(bound: Bound, key: &str) -> ApiError {
+    limits::refuse(bound);
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!("pattern is longer than limits.{key}"))
+}
+
+/// What a walk's visitor decides for one entry.
+pub enum Visit<S> {
+    /// Stop the walk (it reports itself cut short).
+    Stop,
+    /// Go on; for a directory, do not descend into it.
+    Skip,
+    /// Go on; for a directory, descend into it with this state.
+    Descend(S),
+}
+
+/// Bounds of one walk: at most `max_entries` entries, until `deadline`.
+pub struct WalkBudget {
+    max_entries: u64,
+    deadline: Instant,
+}
+
+impl WalkBudget {
+    /// `max_walk_entries` entries, for at most `http_request_timeout_secs` (after that the answer
+    /// would not be awaited anyway).
+    pub fn from_limits(l: &LimitsConfig) -> WalkBudget {
+        WalkBudget {
+            max_entries: l.max_walk_entries,
+            deadline: Instant::now() + Duration::from_secs(l.http_request_timeout_secs),
+        }
+    }
+}
+
+/// Visits every entry below directory `dir` (breadth first, sorted per directory), never following
+/// a symlink; a directory's children are visited with the state its visit returned. Stops when
+/// the visitor says so, after the budget's entries or at its deadline. Returns whether it was cut
+/// short.
+pub fn walk<S>(
+    engine: &ScopeEngine,
+    dir: &str,
+    root: S,
+    budget: &WalkBudget,
+    mut visit: impl FnMut(&str, &Attr, &S) -> Result<Visit<S>, ApiError>,
+) -> Result<bool, ApiError> {
+    let start = engine.resolve_path(dir).map_err(engine_err)?;
+    if start.kind != FileKind::Dir {
+        return Err(engine_err(EngineError::NotDir));
+    }
+    let mut queue: VecDeque<(Ino, String, S)> = VecDeque::from([(start.ino, dir.to_string(), root)]);
+    let mut seen = 0u64;
+    while let Some((ino, prefix, state)) = queue.pop_front() {
+        let mut entries = match engine.readdir(ino) {
+            Ok(e) => e,
+            // Removed or replaced while walking: skip it.
+            Err(EngineError::NotFound | EngineError::NotDir) if ino != start.ino => continue,
+            Err(e) => return Err(engine_err(e)),
+        };
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        for e in entries {
+            seen += 1;
+            if seen > budget.max_entries {
+                limits::refuse(Bound::WalkEntries);
+                return Ok(true);
+            }
+            if Instant::now() >= budget.deadline {
+                return Ok(true);
+            }
+            let name = String::from_utf8_lossy(&e.name);
+            let path = if prefix.is_empty() { name.into_owned() } else { format!("{prefix}/{name}") };
+            match visit(&path, &e.attr, &state)? {
+                Visit::Stop => return Ok(true),
+                Visit::Skip => {}
+                Visit::Descend(s) if e.attr.kind == FileKind::Dir => queue.push_back((e.attr.ino, path, s)),
+                Visit::Descend(_) => {}
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// One component of a glob pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    /// `**`: any number of path components (none included).
+    Any,
+    /// `*`, `?` and `[...]` within one name.
+    Name(Vec<u8>),
+}
+
+/// A glob pattern over `/`-separated relative paths, matched component by component as a set of
+/// positions in the pattern (a Thompson-style simulation): each component costs at most one name
+/// match per pattern part, whatever the number of `**`.
+#[derive(Debug)]
+pub struct Glob {
+    parts: Vec<Part>,
+}
+
+/// The positions of a [`Glob`] reachable after some path components (sorted, no duplicates).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobState(Vec<usize>);
+
+impl Glob {
+    /// Parses `pattern`; longer than `max_bytes` is 413 (`glob_max_pattern_bytes`).
+    pub fn parse(pattern: &str, max_bytes: u64) -> Result<Glob, ApiError> {
+        if pattern.len() as u64 > max_bytes {
+            return Err(pattern_too_large(Bound::GlobPattern, "glob_max_pattern_bytes"));
+        }
+        if pattern.is_empty() {
+            return Err(bad("pattern must not be empty"));
+        }
+        if pattern.starts_with('/') {
+            return Err(bad("pattern must be relative to the directory searched"));
+        }
+        if pattern.chars().any(char::is_control) || pattern.contains('\\') {
+            return Err(bad("pattern contains a control character or backslash"));
+        }
+        let raw: Vec<&str> = pattern.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+        if raw.contains(&"..") {
+            return Err(bad("pattern contains '..'"));
+        }
+        let mut parts: Vec<Part> = Vec::with_capacity(raw.len());
+        for p in raw {
+            let part = if p == "**" { Part::Any } else { Part::Name(p.as_bytes().to_vec()) };
+            // `**/**` matches what `**` matches.
+            if !(part == Part::Any && parts.last() == Some(&Part::Any)) {
+                parts.push(part);
+            }
+        }
+        Ok(Glob { parts })
+    }
+
+    /// The state before any component.
+    pub fn start(&self) -> GlobState {
+        let mut marks = vec![false; self.parts.len() + 1];
+        marks[0] = true;
+        self.close(marks)
+    }
+
+    /// Adds the positions reachable by skipping `**` (which may match no component): one forward
+    /// pass, as skipping only moves forward.
+    fn close(&self, mut marks: Vec<bool>) -> GlobState {
+        for pos in 0..self.parts.len() {
+            if marks[pos] && self.parts[pos] == Part::Any {
+                marks[pos + 1] = true;
+            }
+        }
+        GlobState(marks.iter().enumerate().filter(|(_, m)| **m).map(|(i, _)| i).collect())
+    }
+
+    /// The state after one more component `name`.
+    pub fn step(&self, state: &GlobState, name: &[u8]) -> GlobState {
+        let mut marks = vec![false; self.parts.len() + 1];
+        for &pos in &state.0 {
+            match self.parts.get(pos) {
+                Some(Part::Any) => marks[pos] = true,
+                Some(Part::Name(p)) if match_name(p, name) => marks[pos + 1] = true,
+                _ => {}
+            }
+        }
+        self.close(marks)
+    }
+
+    /// Whether a path whose components led to `state` matches.
+    pub fn accepts(&self, state: &GlobState) -> bool {
+        state.0.contains(&self.parts.len())
+    }
+
+    /// Whether nothing below a directory in `state` can match (no position is left).
+    pub fn dead(state: &GlobState) -> bool {
+        state.0.is_empty()
+    }
+
+    /// Whether the whole relative `path` matches.
+    pub fn matches(&self, path: &str) -> bool {
+        let end = path.split('/').fold(self.start(), |s, seg| self.step(&s, seg.as_bytes()));
+        self.accepts(&end)
+    }
+}
+
+/// `*`, `?` and `[...]` within one name (a leading `.` is matched like any character).
+fn match_name(p: &[u8], s: &[u8]) -> bool {
+    // Iterative matching with one backtrack point for the last `*`: O(|p|·|s|) at worst.
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        if pi < p.len() {
+            match p[pi] {
+                b'*' => {
+                    star = Some((pi, si));
+                    pi += 1;
+                    continue;
+                }
+                b'?' => {
+                    pi += 1;
+                    si += 1;
+                    continue;
+                }
+                b'[' => {
+                    if let Some((ok, next)) = class(&p[pi..], s[si]) {
+                        if ok {
+                            pi += next;
+                            si += 1;
+                            continue;
+                        }
+                    } else if s[si] == b'[' {
+                        pi += 1;
+                        si += 1;
+                        continue;
+                    }
+                }
+                c if c == s[si] => {
+                    pi += 1;
+                    si += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        match star {
+            Some((sp, ss)) => {
+                pi = sp + 1;
+                si = ss + 1;
+                star = Some((sp, ss + 1));
+            }
+            None => return false,
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// A `[...]` class at the start of `p`: whether `c` is in it and the class's length; `None` if unclosed.
+fn class(p: &[u8], c: u8) -> Option<(bool, usize)> {
+    let end = p.iter().skip(2).position(|&b| b == b']')? + 2;
+    let body = &p[1..end];
+    let (negate, body) = match body.first() {
+        Some(b'!' | b'^') => (true, &body[1..]),
+        _ => (false, body),
+    };
+    let mut hit = false;
+    let mut i = 0;
+    while i < body.len() {
+        if i + 2 < body.len() && body[i + 1] == b'-' {
+            hit |= body[i] <= c && c <= body[i + 2];
+            i += 3;
+        } else {
+            hit |= body[i] == c;
+            i += 1;
+        }
+    }
+    Some((hit != negate, end + 1))
+}
+
+/// The lines of `data` containing `needle`, as (1-based line number, line without its `\n`), in
+/// order; at most `max` of them (and whether more were there). Linear in `data`.
+pub fn matching_lines<'d>(
+    data: &'d [u8],
+    needle: &memchr::memmem::Finder<'_>,
+    max: usize,
+) -> (Vec<(usize, &'d [u8])>, bool) {
+    let mut out = Vec::new();
+    let (mut from, mut line_no, mut counted) = (0usize, 1usize, 0usize);
+    while let Some(hit) = needle.find(&data[from..]).map(|i| from + i) {
+        let start = memchr::memrchr(b'\n', &data[..hit]).map_or(0, |i| i + 1);
+        let end = memchr::memchr(b'\n', &data[hit..]).map_or(data.len(), |i| hit + i);
+        line_no += memchr::memchr_iter(b'\n', &data[counted..start]).count();
+        counted = start;
+        if out.len() == max {
+            return (out, true);
+        }
+        out.push((line_no, &data[start..end]));
+        if end >= data.len() {
+            break;
+        }
+        from = end + 1;
+    }
+    (out, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn glob(p: &str) -> Glob {
+        Glob::parse(p, 1024).unwrap()
+    }
+
+    #[test]
+    fn globs_match_names_and_directories() {
+        let g = |p: &str, s: &str| glob(p).matches(s);
+        assert!(g("*.py", "a.py"));
+        assert!(!g("*.py", "d/a.py"));
+        assert!(g("**/*.py", "a.py"));
+        assert!(g("**/*.py", "d/e/a.py"));
+        assert!(g("d/**", "d/e/a.py"));
+        assert!(g("d/**", "d"));
+        assert!(g("d/**/x/**/y", "d/x/y"));
+        assert!(g("d/**/x/**/y", "d/a/b/x/c/y"));
+        assert!(!g("d/**/x/**/y", "d/a/b/y/c/x"));
+        assert!(g("?.[ch]", "x.c"));
+        assert!(!g("?.[!ch]", "x.c"));
+        assert!(g("a*b*c", "aXbYbc"));
+        assert!(!g("a*b*c", "aXbYb"));
+        assert!(Glob::parse("../*", 1024).is_err());
+        assert!(Glob::parse("/etc/*", 1024).is_err());
+        let long = Glob::parse(&"a".repeat(1025), 1024).unwrap_err();
+        assert_eq!((long.status, long.code), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
+    }
+
+    #[test]
+    fn many_double_stars_stay_linear_in_depth() {
+        // 2 000 components and every `**` the pattern can hold: the old backtracking matcher took
+        // ~depth^k steps here; states are at most the pattern's parts per component.
+        let deep = vec!["d"; 2000].join("/");
+        let pattern = format!("{}nomatch", "**/d/".repeat(100));
+        let g = glob(&pattern);
+        let started = Instant::now();
+        assert!(!g.matches(&deep));
+        assert!(g.matches(&format!("{deep}/nomatch")));
+        assert!(!glob("**/**/**/**/nomatch").matches(&deep));
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        // A fixed prefix that does not match kills the state: nothing below is walked.
+        let fixed = glob("src/**/*.rs");
+        assert!(Glob::dead(&fixed.step(&fixed.start(), b"docs")));
+        assert!(!Glob::dead(&fixed.step(&fixed.start(), b"src")));
+    }
+
+    #[test]
+    fn matching_lines_are_found_linearly() {
+        let f = memchr::memmem::Finder::new("ab");
+        let (lines, more) = matching_lines(b"xab\nno\n\nabab\nlast ab", &f, 10);
+        assert_eq!(lines, vec![(1, &b"xab"[..]), (4, &b"abab"[..]), (5, &b"last ab"[..])]);
+        assert!(!more);
+        let (lines, more) = matching_lines(b"ab\nab\nab\n", &f, 2);
+        assert_eq!((lines.len(), more), (2, true));
+        assert_eq!(matching_lines(b"", &f, 2).0, vec![]);
+        // A needle that almost matches everywhere stays linear (no O(line x pattern)).
+        let hay = vec![b'a'; 4 << 20];
+        let needle = [vec![b'a'; 1023], vec![b'b']].concat();
+        let started = Instant::now();
+        assert!(matching_lines(&hay, &memchr::memmem::Finder::new(&needle), 10).0.is_empty());
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    }
+}

@@ -1,0 +1,118 @@
+//! Mount layout syscalls: the host view (a `nosymfollow,nosuid,nodev` bind of a real FUSE mount),
+//! unmounting, and aborting a FUSE connection through the fuse control filesystem.
+//!
+//! Layout: a scope's real FUSE mount is `<real_root>/<scope_id>`, where `<real_root>` is the root-only
+//! (`0700`) sibling `.<name>.real` of the mount root (`/run/scopefs/.scopes.real` for the default
+//! `/run/scopefs/scopes`). Containers bind the real mount, where symlinks resolve as POSIX says (in
+//! the container's namespace). The host sees `<mount_root>/<scope_id>`, a bind of the real mount
+//! remounted `nosymfollow`: a host process that opens a path through a scope's symlink gets `ELOOP`
+//! (`readlink` still answers), so a link to `/etc/shadow` or to another scope is harmless there.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Where the kernel's fuse control filesystem lives (one directory per connection).
+const FUSECTL: &str = "/sys/fs/fuse/connections";
+
+fn cstr(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The root-only directory holding the real mounts of `mount_root`: its sibling `.<name>.real`.
+pub fn real_root_of(mount_root: &Path) -> PathBuf {
+    let name = mount_root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "scopes".into());
+    let parent = mount_root.parent().unwrap_or_else(|| Path::new("/"));
+    parent.join(format!(".{name}.real"))
+}
+
+/// Binds `real` at `view` and remounts the bind `nosymfollow,nosuid,nodev`.
+pub fn bind_view(real: &Path, view: &Path) -> io::Result<()> {
+    let (src, dst) = (cstr(real)?, cstr(view)?);
+    // SAFETY: valid NUL-terminated paths that outlive the calls; null fstype/data are allowed for binds.
+    unsafe {
+        check(libc::mount(src.as_ptr(), dst.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null()))?;
+        let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NOSYMFOLLOW | libc::MS_NOSUID | libc::MS_NODEV;
+        if let Err(e) = check(libc::mount(std::ptr::null(), dst.as_ptr(), std::ptr::null(), flags, std::ptr::null())) {
+            // Never leave a view that follows links.
+            let _ = libc::umount2(dst.as_ptr(), libc::MNT_DETACH);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Unmounts `path`; a busy mount is detached lazily (answered `true`: someone here still uses it),
+/// a path that is not a mount is left alone.
+pub fn unmount_path(path: &Path) -> io::Result<bool> {
+    let c = cstr(path)?;
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the calls.
+    match check(unsafe { libc::umount2(c.as_ptr(), 0) }) {
+        Ok(()) => Ok(false),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOENT)) => Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            // SAFETY: as above.
+            check(unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) }).map(|()| true)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Detaches `path` lazily.
+pub fn lazy_unmount(path: &Path) -> io::Result<()> {
+    let c = cstr(path)?;
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    check(unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) })
+}
+
+/// The fuse control directory name of the connection mounted at `mountpoint`: the kernel's
+/// encoding of the superblock's device number (`major << 20 | minor`).
+pub fn connection_of(mountpoint: &Path) -> io::Result<String> {
+    let dev = std::fs::metadata(mountpoint)?.dev();
+    Ok(((u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev))).to_string())
+}
+
+/// Whether the connection still exists (some mount of it, or an open file on a detached one, survives).
+pub fn connection_alive(conn: &str) -> bool {
+    Path::new(FUSECTL).join(conn).exists()
+}
+
+/// Aborts a FUSE connection: pending and future requests fail (`ENOTCONN`) in every mount of it,
+/// and the session's reads end, so its thread can be joined.
+pub fn abort_connection(conn: &str) -> io::Result<()> {
+    std::fs::write(Path::new(FUSECTL).join(conn).join("abort"), b"1")
+}
+
+/// Mounts the fuse control filesystem when nothing has (systemd normally does), so a connection
+/// can be aborted. Failure only costs that ability; the caller logs it.
+pub fn ensure_fusectl() -> io::Result<()> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mounted = table.lines().any(|l| l.split(' ').nth(4) == Some(FUSECTL));
+    if mounted {
+        return Ok(());
+    }
+    let (src, dst) = (CString::new("fusectl").map_err(io::Error::other)?, cstr(Path::new(FUSECTL))?);
+    // SAFETY: valid NUL-terminated strings that outlive the call.
+    check(unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), src.as_ptr(), 0, std::ptr::null()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn real_root_is_a_hidden_sibling_of_the_mount_root() {
+        assert_eq!(real_root_of(Path::new("/run/scopefs/scopes")), PathBuf::from("/run/scopefs/.scopes.real"));
+        assert_eq!(real_root_of(Path::new("/tmp/x/mnt")), PathBuf::from("/tmp/x/.mnt.real"));
+    }
+}

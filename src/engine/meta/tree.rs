@@ -1,0 +1,102 @@
+//! Tree shape in the metadata database: depth and path length of a directory, path of an inode, and
+//! bounded walks of a subtree (its extent below a directory, its size) — each one SQL statement, no recursion in Rust.
+
+use rusqlite::params;
+
+use super::MetaDb;
+use crate::engine::{EngineError, EngineResult, Ino, ROOT_INO};
+
+/// Where an inode sits: components from the root and bytes of its path (root = `(0, 0)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub depth: u64,
+    pub bytes: u64,
+}
+
+impl Place {
+    /// The place of a child named with `name_len` bytes.
+    pub fn child(self, name_len: usize) -> Place {
+        let sep = u64::from(self.depth > 0);
+        Place { depth: self.depth + 1, bytes: self.bytes + sep + name_len as u64 }
+    }
+}
+
+impl MetaDb {
+    /// Depth and path bytes of `ino`, walking at most `max_depth + 1` parents: a deeper inode answers
+    /// a depth above `max_depth` (its bytes then only count the part walked).
+    pub fn place(&self, ino: Ino, max_depth: u64) -> EngineResult<Place> {
+        let (top, depth, len): (i64, i64, i64) = self.conn.query_row(
+            "WITH RECURSIVE up(ino, d, len) AS (
+                 SELECT ?1, 0, 0
+                 UNION ALL
+                 SELECT i.parent, up.d + 1, up.len + length(i.name) + 1
+                 FROM inodes i JOIN up ON i.ino = up.ino
+                 WHERE i.parent IS NOT NULL AND up.d <= ?2
+             )
+             SELECT ino, d, len FROM up ORDER BY d DESC LIMIT 1",
+            params![ino as i64, i64::try_from(max_depth).unwrap_or(i64::MAX)],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        let (depth, len) = (depth as u64, len as u64);
+        if top as Ino == ROOT_INO {
+            // `len` counts one separator per component; a path has one fewer.
+            return Ok(Place { depth, bytes: len.saturating_sub(1) });
+        }
+        if depth > max_depth {
+            return Ok(Place { depth, bytes: len });
+        }
+        Err(EngineError::NotFound) // not linked below the root
+    }
+
+    /// How far the subtree below directory `ino` reaches: the most components and the most bytes
+    /// (separators included) of a path relative to `ino`. Entries past `depth_budget` or
+    /// `bytes_budget` are reported but not descended into, so a deep legacy chain ends the walk early.
+    pub fn extent_below(&self, ino: Ino, depth_budget: u64, bytes_budget: u64) -> EngineResult<(u64, u64)> {
+        let (d, len): (i64, i64) = self.conn.query_row(
+            "WITH RECURSIVE down(ino, d, len) AS (
+                 SELECT ?1, 0, 0
+                 UNION ALL
+                 SELECT i.ino, down.d + 1, down.len + 1 + length(i.name)
+                 FROM inodes i JOIN down ON i.parent = down.ino
+                 WHERE down.d <= ?2 AND down.len <= ?3
+             )
+             SELECT MAX(d), MAX(len) FROM down",
+            params![
+                ino as i64,
+                i64::try_from(depth_budget).unwrap_or(i64::MAX),
+                i64::try_from(bytes_budget).unwrap_or(i64::MAX)
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok((d as u64, len as u64))
+    }
+
+    /// Entries below `ino` (itself excluded), counting at most `limit + 1`.
+    pub fn count_below(&self, ino: Ino, limit: u64) -> EngineResult<u64> {
+        let n: i64 = self.conn.query_row(
+            "WITH RECURSIVE down(ino) AS (
+                 SELECT ?1
+                 UNION ALL
+                 SELECT i.ino FROM inodes i JOIN down ON i.parent = down.ino
+                 LIMIT ?2
+             )
+             SELECT COUNT(*) - 1 FROM down",
+            params![ino as i64, i64::try_from(limit.saturating_add(2)).unwrap_or(i64::MAX)],
+            |r| r.get(0),
+        )?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// The virtual path of an inode (`/a/b`), or `None` if it has no name any more.
+    pub fn path_of(&self, mut ino: Ino) -> EngineResult<Option<String>> {
+        let mut parts = Vec::new();
+        while ino != ROOT_INO {
+            let row = self.inode(ino)?;
+            let (Some(parent), Some(name)) = (row.parent, row.name) else { return Ok(None) };
+            parts.push(String::from_utf8_lossy(&name).into_owned());
+            ino = parent;
+        }
+        parts.reverse();
+        Ok(Some(format!("/{}", parts.join("/"))))
+    }
+}

@@ -1,0 +1,237 @@
+//! `[limits]`: every bound a request, a kernel operation or a container controls, and the
+//! process-wide count of refusals per bound (rendered by `/metrics` as
+//! `scopefs_limit_refused_total{bound}`).
+//!
+//! A bound is checked before the work it bounds is done. When it is hit the caller refuses the
+//! request (HTTP 413/429/503, errno `E2BIG`/`ENAMETOOLONG`/`ENFILE`/`ENOSPC`…) and calls
+//! [`refuse`] with the [`Bound`] it hit, so an operator sees which limit a tenant ran into.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// `[limits]` of the configuration file. Every key is documented in `packaging/scopefs.toml`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    // --- file engine (core) ---
+    /// Bytes one scope may hold staged (written, not yet uploaded); the global budget is
+    /// `staging_max_bytes`.
+    pub staging_max_bytes_per_scope: u64,
+    /// Components of a path from the scope root (mkdir, rename, symlink and API paths).
+    pub max_path_depth: u32,
+    /// Bytes of a path from the scope root.
+    pub max_path_bytes: u32,
+    /// Entries a recursive listing, recursive delete or zip download may visit.
+    pub max_walk_entries: u64,
+
+    // --- FUSE adapter ---
+    /// Open directory handles per mount.
+    pub max_dir_handles_per_mount: u64,
+
+    // --- HTTP API ---
+    /// Connections the HTTP server serves at once; more wait in the listen backlog.
+    pub http_max_connections: usize,
+    /// Time a client has to send a request's headers (seconds).
+    pub http_header_timeout_secs: u64,
+    /// Time a request (headers, body and answer) may take before it is cancelled (seconds);
+    /// `execute_command` and uploads have their own larger limits.
+    pub http_request_timeout_secs: u64,
+    /// `/tools/*` bodies read and verified at once, before authentication (the rest wait).
+    pub tools_max_unauthenticated_bodies: usize,
+    /// JSON values (objects, arrays, strings, numbers…) a signed body may contain.
+    pub tools_max_json_values: u64,
+    /// Nesting depth of a signed body's JSON.
+    pub tools_max_json_depth: u32,
+    /// Blocking worker threads per route class (`api`, `tools`, `internal`).
+    pub workers_per_route_class: usize,
+    /// Blocking operations one scope may have in flight at once (across route classes).
+    pub max_inflight_per_scope: usize,
+    /// Bytes of a `grep_files` pattern.
+    pub grep_max_pattern_bytes: u64,
+    /// Bytes of a `glob_files` pattern.
+    pub glob_max_pattern_bytes: u64,
+
+    // --- executor ---
+    /// `execute_command` calls one scope may run at once.
+    pub max_concurrent_execs_per_scope: u64,
+    /// Background processes one scope may have running at once.
+    pub max_live_processes_per_scope: u64,
+    /// Background-process logs one scope keeps (the oldest finished ones are removed beyond).
+    pub max_process_logs_per_scope: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            staging_max_bytes_per_scope: 2 * 1024 * 1024 * 1024,
+            max_path_depth: 512,
+            max_path_bytes: 16 * 1024,
+            max_walk_entries: 200_000,
+            max_dir_handles_per_mount: 1024,
+            http_max_connections: 1024,
+            http_header_timeout_secs: 10,
+            http_request_timeout_secs: 120,
+            tools_max_unauthenticated_bodies: 16,
+            tools_max_json_values: 1_000_000,
+            tools_max_json_depth: 64,
+            workers_per_route_class: 64,
+            max_inflight_per_scope: 16,
+            grep_max_pattern_bytes: 1024,
+            glob_max_pattern_bytes: 1024,
+            max_concurrent_execs_per_scope: 4,
+            max_live_processes_per_scope: 16,
+            max_process_logs_per_scope: 64,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        let checks: [(&'static str, u64); 18] = [
+            ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
+            ("limits.max_path_depth", u64::from(self.max_path_depth)),
+            ("limits.max_path_bytes", u64::from(self.max_path_bytes)),
+            ("limits.max_walk_entries", self.max_walk_entries),
+            ("limits.max_dir_handles_per_mount", self.max_dir_handles_per_mount),
+            ("limits.http_max_connections", self.http_max_connections as u64),
+            ("limits.http_header_timeout_secs", self.http_header_timeout_secs),
+            ("limits.http_request_timeout_secs", self.http_request_timeout_secs),
+            ("limits.tools_max_unauthenticated_bodies", self.tools_max_unauthenticated_bodies as u64),
+            ("limits.tools_max_json_values", self.tools_max_json_values),
+            ("limits.tools_max_json_depth", u64::from(self.tools_max_json_depth)),
+            ("limits.workers_per_route_class", self.workers_per_route_class as u64),
+            ("limits.max_inflight_per_scope", self.max_inflight_per_scope as u64),
+            ("limits.grep_max_pattern_bytes", self.grep_max_pattern_bytes),
+            ("limits.glob_max_pattern_bytes", self.glob_max_pattern_bytes),
+            ("limits.max_concurrent_execs_per_scope", self.max_concurrent_execs_per_scope),
+            ("limits.max_live_processes_per_scope", self.max_live_processes_per_scope),
+            ("limits.max_process_logs_per_scope", self.max_process_logs_per_scope),
+        ];
+        match checks.iter().find(|(_, v)| *v == 0) {
+            Some((key, _)) => Err((key, "must be at least 1".into())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A bound whose refusals are counted. The label is the metric's `bound` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    StagingGlobal,
+    StagingPerScope,
+    PathDepth,
+    PathBytes,
+    WalkEntries,
+    DirHandles,
+    EditResult,
+    BodyBytes,
+    JsonValues,
+    JsonDepth,
+    UnauthenticatedBodies,
+    InflightPerScope,
+    RouteWorkers,
+    GrepPattern,
+    GlobPattern,
+    ConcurrentExecs,
+    LiveProcesses,
+    Environments,
+    QuotaBytes,
+    QuotaInodes,
+    FileSize,
+}
+
+impl Bound {
+    /// Every bound, in metric order.
+    pub const ALL: [Bound; 21] = [
+        Bound::StagingGlobal,
+        Bound::StagingPerScope,
+        Bound::PathDepth,
+        Bound::PathBytes,
+        Bound::WalkEntries,
+        Bound::DirHandles,
+        Bound::EditResult,
+        Bound::BodyBytes,
+        Bound::JsonValues,
+        Bound::JsonDepth,
+        Bound::UnauthenticatedBodies,
+        Bound::InflightPerScope,
+        Bound::RouteWorkers,
+        Bound::GrepPattern,
+        Bound::GlobPattern,
+        Bound::ConcurrentExecs,
+        Bound::LiveProcesses,
+        Bound::Environments,
+        Bound::QuotaBytes,
+        Bound::QuotaInodes,
+        Bound::FileSize,
+    ];
+
+    /// The metric label of this bound.
+    pub fn label(self) -> &'static str {
+        match self {
+            Bound::StagingGlobal => "staging_global",
+            Bound::StagingPerScope => "staging_per_scope",
+            Bound::PathDepth => "path_depth",
+            Bound::PathBytes => "path_bytes",
+            Bound::WalkEntries => "walk_entries",
+            Bound::DirHandles => "dir_handles",
+            Bound::EditResult => "edit_result",
+            Bound::BodyBytes => "body_bytes",
+            Bound::JsonValues => "json_values",
+            Bound::JsonDepth => "json_depth",
+            Bound::UnauthenticatedBodies => "unauthenticated_bodies",
+            Bound::InflightPerScope => "inflight_per_scope",
+            Bound::RouteWorkers => "route_workers",
+            Bound::GrepPattern => "grep_pattern",
+            Bound::GlobPattern => "glob_pattern",
+            Bound::ConcurrentExecs => "concurrent_execs",
+            Bound::LiveProcesses => "live_processes",
+            Bound::Environments => "environments",
+            Bound::QuotaBytes => "quota_bytes",
+            Bound::QuotaInodes => "quota_inodes",
+            Bound::FileSize => "file_size",
+        }
+    }
+
+    fn index(self) -> usize {
+        Bound::ALL.iter().position(|b| *b == self).unwrap_or(0)
+    }
+}
+
+static REFUSED: [AtomicU64; Bound::ALL.len()] = [const { AtomicU64::new(0) }; Bound::ALL.len()];
+
+/// Counts one refusal because `bound` was reached.
+pub fn refuse(bound: Bound) {
+    REFUSED[bound.index()].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Refusals so far, per bound (every bound, zeros included).
+pub fn refusals() -> Vec<(&'static str, u64)> {
+    Bound::ALL.iter().map(|b| (b.label(), REFUSED[b.index()].load(Ordering::Relaxed))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_unique_and_counts_grow() {
+        let mut labels: Vec<_> = Bound::ALL.iter().map(|b| b.label()).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), Bound::ALL.len());
+        let before = refusals().iter().find(|(l, _)| *l == "grep_pattern").map(|(_, n)| *n).unwrap_or(0);
+        refuse(Bound::GrepPattern);
+        let after = refusals().iter().find(|(l, _)| *l == "grep_pattern").map(|(_, n)| *n).unwrap_or(0);
+        assert!(after > before);
+    }
+
+    #[test]
+    fn zero_bounds_are_refused_by_name() {
+        let l = LimitsConfig { max_path_depth: 0, ..LimitsConfig::default() };
+        assert_eq!(l.validate().unwrap_err().0, "limits.max_path_depth");
+        assert!(LimitsConfig::default().validate().is_ok());
+    }
+}

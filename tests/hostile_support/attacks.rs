@@ -1,0 +1,371 @@
+//! The security review's attacks that HTTP and a FUSE mount can reproduce (H1, H2, H3, M1, M2, M3),
+//! each run against scope A and judged by the FIXED behaviour: a clean 4xx refusal (or success
+//! within the bounds), never a 5xx, never a hang; and the bystander loop of scope B.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::Client;
+use serde_json::{json, Value};
+
+use super::{
+    fresh_nonce, now_secs, signed_body_with, Hostile, Latencies, DIR_HANDLES, HMAC_SECRET, MAX_UPLOAD, PEAK_RSS,
+    SERVICE_TOKEN,
+};
+
+/// The longest one attack request may take before it counts as a hang.
+pub const ATTACK_LIMIT: Duration = Duration::from_secs(30);
+/// Deepest chain scope A may build through its mount: the default `[limits] max_path_depth` is
+/// 512; anything up to twice that counts as "bounded".
+pub const DEPTH_BOUND: usize = 1024;
+/// How deep the chain attack tries to go.
+const CHAIN_TRY: usize = 2000;
+
+/// The result of one attack: `Ok(what happened)` or `Err(why it is wrong)`.
+pub type Verdict = (&'static str, Result<String, String>);
+
+/// An answer: status, error code, time taken.
+struct Ans {
+    status: u16,
+    code: String,
+    took: Duration,
+}
+
+fn client() -> Client {
+    Client::builder().timeout(ATTACK_LIMIT).build().unwrap()
+}
+
+fn answer(r: reqwest::Result<reqwest::blocking::Response>, start: Instant) -> Result<Ans, String> {
+    let r = r.map_err(|e| format!("no answer after {:?}: {e}", start.elapsed()))?;
+    let status = r.status().as_u16();
+    let v: Value = r.json().unwrap_or(Value::Null);
+    Ok(Ans { status, code: v["error"]["code"].as_str().unwrap_or_default().to_string(), took: start.elapsed() })
+}
+
+/// Calls `/tools/<name>` as `thread`, signed now.
+fn tool(h: &Hostile, c: &Client, thread: &str, name: &str, params: Value) -> Result<Ans, String> {
+    let path = format!("/tools/{name}");
+    let body = signed_body_with(HMAC_SECRET, &path, thread, &params, now_secs(), &fresh_nonce());
+    let start = Instant::now();
+    answer(c.post(h.url(&path)).header("content-type", "application/json").body(body).send(), start)
+}
+
+fn service(req: reqwest::blocking::RequestBuilder) -> Result<Ans, String> {
+    let start = Instant::now();
+    answer(req.bearer_auth(SERVICE_TOKEN).send(), start)
+}
+
+/// A clean refusal: 4xx within [`ATTACK_LIMIT`].
+fn refused(what: &str, a: Result<Ans, String>) -> Result<String, String> {
+    let a = a?;
+    if (400..500).contains(&a.status) && a.took < ATTACK_LIMIT {
+        Ok(format!("{what}: {} {} in {:?}", a.status, a.code, a.took))
+    } else {
+        Err(format!("{what}: expected a 4xx refusal, got {} {:?} in {:?}", a.status, a.code, a.took))
+    }
+}
+
+/// Answered (2xx or 4xx, never 5xx) within [`ATTACK_LIMIT`].
+fn bounded(what: &str, a: Result<Ans, String>) -> Result<String, String> {
+    let a = a?;
+    if a.status < 500 && a.took < ATTACK_LIMIT {
+        Ok(format!("{what}: {} {} in {:?}", a.status, a.code, a.took))
+    } else {
+        Err(format!("{what}: expected an answer below 500, got {} {:?} in {:?}", a.status, a.code, a.took))
+    }
+}
+
+fn all_ok(parts: Vec<Result<String, String>>) -> Result<String, String> {
+    let (ok, bad): (Vec<_>, Vec<_>) = parts.into_iter().partition(|p| p.is_ok());
+    let ok: Vec<String> = ok.into_iter().map(|p| p.unwrap()).collect();
+    if bad.is_empty() {
+        Ok(ok.join("; "))
+    } else {
+        Err(bad.into_iter().map(|p| p.unwrap_err()).collect::<Vec<_>>().join("; "))
+    }
+}
+
+/// M1: 14 MB `[0,0,…]` bodies (over the limit) and ones just under it, unauthenticated, all at once.
+pub fn m1_unauthenticated_giant_bodies(h: &Hostile) -> Verdict {
+    let limit = (MAX_UPLOAD.min(10 << 20) / 3 * 4 + (1 << 20)) as usize;
+    let zeros = |n: usize| {
+        let mut s = String::with_capacity(n + 2);
+        s.push('[');
+        while s.len() < n {
+            s.push_str("0,");
+        }
+        s.push_str("0]");
+        s
+    };
+    let (over, under) = (zeros(14 << 20), zeros(limit - 64 * 1024));
+    let mut results: Vec<Result<String, String>> = std::thread::scope(|s| {
+        let jobs: Vec<_> = (0..12)
+            .map(|i| {
+                let body = if i < 4 { over.clone() } else { under.clone() };
+                s.spawn(move || {
+                    let start = Instant::now();
+                    let r = client()
+                        .post(h.url("/tools/read_file"))
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send();
+                    refused(if i < 4 { "14 MB body" } else { "body just under the limit" }, answer(r, start))
+                })
+            })
+            .collect();
+        jobs.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    // Parsing them whole before authentication costs ~30x their size each (the M1 finding).
+    let peak = h.peak_rss();
+    results.push(if peak <= PEAK_RSS {
+        Ok(format!("peak RSS {} MiB", peak >> 20))
+    } else {
+        Err(format!("the daemon's peak RSS reached {} MiB (bound {} MiB)", peak >> 20, PEAK_RSS >> 20))
+    });
+    ("M1 unauthenticated [0,0,...] bodies", all_ok(results))
+}
+
+/// H1: 8 MiB PUTs of zeros (128 identical blocks each) must not leak the global staging budget:
+/// every PUT succeeds, and once the file is deleted staging drains back to (almost) zero.
+pub fn h1_identical_sparse_blocks(h: &Hostile, thread: &str) -> Verdict {
+    let c = client();
+    let zeros = vec![0u8; MAX_UPLOAD as usize];
+    let mut parts = Vec::new();
+    for i in 0..12 {
+        let a = service(
+            c.put(h.url("/api/workspace/file"))
+                .query(&[("threadId", thread), ("path", "zeros.bin")])
+                .body(zeros.clone()),
+        );
+        match a {
+            Ok(a) if (200..300).contains(&a.status) => {}
+            Ok(a) => parts
+                .push(Err(format!("PUT #{i} of 8 MiB zeros: {} {:?} (507 no_space is the H1 leak)", a.status, a.code))),
+            Err(e) => parts.push(Err(format!("PUT #{i}: {e}"))),
+        }
+    }
+    parts.push(bounded(
+        "DELETE zeros.bin",
+        service(c.delete(h.url("/api/workspace/file")).query(&[("threadId", thread), ("path", "zeros.bin")])),
+    ));
+    // The uploads of a local store finish quickly; staging must come back down.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut staged = h.metric("scopefs_staging_bytes");
+    while staged.is_none_or(|b| b > 4.0 * 1024.0 * 1024.0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        staged = h.metric("scopefs_staging_bytes");
+    }
+    match staged {
+        Some(b) if b <= 4.0 * 1024.0 * 1024.0 => parts.push(Ok(format!("staging back to {b} bytes"))),
+        other => parts.push(Err(format!("staging still {other:?} bytes 20 s after the PUTs: leaked"))),
+    }
+    ("H1 identical sparse blocks via PUT", all_ok(parts))
+}
+
+/// H2 and M3 (patterns): `edit_file` `replace_all` whose result would be ~100 GB, a 60 KB grep
+/// pattern and a 5 000-character glob over a 1 MB file: refused before the work.
+pub fn h2_m3_patterns(h: &Hostile, thread: &str) -> Verdict {
+    let c = client();
+    let mut parts = vec![bounded(
+        "write_file 1 MB of 'a'",
+        tool(h, &c, thread, "write_file", json!({"path": "aaa.txt", "content": "a".repeat(1_000_000)})),
+    )];
+    parts.push(refused(
+        "edit_file replace_all 'a' -> 100 KB (1e11-byte result)",
+        tool(
+            h,
+            &c,
+            thread,
+            "edit_file",
+            json!({"path": "aaa.txt", "old_string": "a", "new_string": "b".repeat(100_000), "replace_all": true}),
+        ),
+    ));
+    parts.push(refused(
+        "grep_files with a 60 KB pattern",
+        tool(h, &c, thread, "grep_files", json!({"pattern": format!("{}b", "a".repeat(60_000))})),
+    ));
+    parts.push(refused(
+        "glob_files with a 5000-byte pattern",
+        tool(h, &c, thread, "glob_files", json!({"pattern": "*".repeat(5000)})),
+    ));
+    ("H2 edit blow-up, M3 long patterns", all_ok(parts))
+}
+
+/// H3: many `opendir` handles on a big directory of scope A's mount: beyond
+/// `max_dir_handles_per_mount` they are refused; closing them frees the slots.
+pub fn h3_many_dir_handles(mnt: &Path) -> Verdict {
+    let big = mnt.join("big");
+    if let Err(e) = std::fs::create_dir_all(&big) {
+        return ("H3 dir handles", Err(format!("mkdir big: {e}")));
+    }
+    for i in 0..400 {
+        if let Err(e) = std::fs::File::create(big.join(format!("{i:0200}"))) {
+            return ("H3 dir handles", Err(format!("creating entry {i}: {e}")));
+        }
+    }
+    let mut held = Vec::new();
+    let mut refusals = Vec::new();
+    for _ in 0..DIR_HANDLES * 3 {
+        match std::fs::read_dir(&big) {
+            Ok(mut it) => match it.next() {
+                Some(Ok(_)) => held.push(it),
+                Some(Err(e)) => refusals.push(e.raw_os_error()),
+                None => refusals.push(None),
+            },
+            Err(e) => refusals.push(e.raw_os_error()),
+        }
+    }
+    let opened = held.len();
+    drop(held);
+    let relisted = std::fs::read_dir(&big).map(|it| it.count()).unwrap_or(0);
+    let verdict = if opened as u64 > DIR_HANDLES + 8 || refusals.is_empty() {
+        Err(format!("{opened} handles with a snapshot held at once (bound {DIR_HANDLES}), {} refused", refusals.len()))
+    } else if relisted != 400 {
+        Err(format!("after closing the handles a listing shows {relisted} entries, not 400"))
+    } else {
+        Ok(format!("{opened} held, {} refused (errno {:?}), slots freed on close", refusals.len(), refusals[0]))
+    };
+    ("H3 many opendir handles via the mount", verdict)
+}
+
+/// M2 and M3 (globs): a chain as deep as the mount allows, a deeper one through `write_file`,
+/// `**` globs over the chain, then the recursive list and recursive delete of it.
+pub fn m2_m3_deep_chain(h: &Hostile, thread: &str, mnt: &Path) -> Verdict {
+    let mut parts = Vec::new();
+    let depth = mkdir_chain(mnt, CHAIN_TRY);
+    parts.push(match depth {
+        Ok(d) if d <= DEPTH_BOUND => Ok(format!("mount chain stopped at depth {d}")),
+        Ok(d) => Err(format!("the mount let the chain reach depth {d} (bound {DEPTH_BOUND})")),
+        Err(e) => Err(e),
+    });
+    let c = client();
+    parts.push(refused(
+        "write_file 2000 levels deep",
+        tool(h, &c, thread, "write_file", json!({"path": format!("{}f", "e/".repeat(CHAIN_TRY)), "content": "x"})),
+    ));
+    let globs: Vec<Result<String, String>> = std::thread::scope(|s| {
+        let jobs: Vec<_> = ["**/**/**/**", "**/**/**/**/*", &format!("{}x", "**/".repeat(40)), "d/**/**/**/**/z"]
+            .into_iter()
+            .map(|p| {
+                let p = p.to_string();
+                s.spawn(move || {
+                    bounded(&format!("glob {p:.20}"), tool(h, &client(), thread, "glob_files", json!({"pattern": p})))
+                })
+            })
+            .collect();
+        jobs.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    parts.extend(globs);
+    parts.push(bounded(
+        "recursive list",
+        service(c.get(h.url("/api/workspace")).query(&[("threadId", thread), ("path", ""), ("recursive", "1")])),
+    ));
+    let del = service(c.delete(h.url("/api/workspace/file")).query(&[
+        ("threadId", thread),
+        ("path", "d"),
+        ("recursive", "1"),
+    ]));
+    parts.push(match del {
+        Ok(a) if (200..300).contains(&a.status) && a.took < ATTACK_LIMIT => {
+            Ok(format!("recursive delete {} in {:?}", a.status, a.took))
+        }
+        Ok(a) => Err(format!("recursive delete of the chain: {} {:?} in {:?}", a.status, a.code, a.took)),
+        Err(e) => Err(format!("recursive delete of the chain: {e}")),
+    });
+    ("M2 deep chain, M3 ** globs", all_ok(parts))
+}
+
+/// Creates `d/d/d/…` below `root` one level at a time through directory descriptors; returns the
+/// depth reached when the mount refused (or `max`).
+fn mkdir_chain(root: &Path, max: usize) -> Result<usize, String> {
+    let name = CString::new("d").unwrap();
+    let croot = CString::new(root.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: plain open(2)/mkdirat(2)/openat(2)/close(2) on descriptors this function owns.
+    unsafe {
+        let mut fd = libc::open(croot.as_ptr(), libc::O_DIRECTORY | libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(format!("open mount root: {}", std::io::Error::last_os_error()));
+        }
+        let mut depth = 0;
+        while depth < max {
+            if libc::mkdirat(fd, name.as_ptr(), 0o755) != 0 {
+                break;
+            }
+            let next = libc::openat(fd, name.as_ptr(), libc::O_DIRECTORY | libc::O_RDONLY | libc::O_CLOEXEC);
+            libc::close(fd);
+            if next < 0 {
+                return Ok(depth + 1);
+            }
+            fd = next;
+            depth += 1;
+        }
+        libc::close(fd);
+        Ok(depth)
+    }
+}
+
+/// What the bystander saw.
+#[derive(Debug, Default)]
+pub struct Bystander {
+    pub latencies: Latencies,
+    pub failures: Vec<String>,
+    pub rounds: u64,
+}
+
+/// Scope B's loop until `stop`: write and read a file through its FUSE mount, then through the
+/// HTTP API, checking every byte, timing every operation.
+pub fn bystander(base: &str, thread: &str, mnt: PathBuf, stop: &AtomicBool) -> Bystander {
+    let c = Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let mut out = Bystander::default();
+    fn time(out: &mut Bystander, op: &'static str, f: &mut dyn FnMut() -> Result<(), String>) {
+        let start = Instant::now();
+        let r = f();
+        out.latencies.0.push((op, start.elapsed()));
+        if let Err(e) = r {
+            if out.failures.len() < 20 {
+                out.failures.push(format!("round {}: {op}: {e}", out.rounds));
+            }
+        }
+    }
+    while !stop.load(Ordering::Relaxed) || out.rounds < 10 {
+        let round = out.rounds;
+        let payload: Vec<u8> = (0..32 * 1024u64).map(|i| (i * 31 + round) as u8).collect();
+        let file = mnt.join("bystander.bin");
+        time(&mut out, "fuse_write", &mut || std::fs::write(&file, &payload).map_err(|e| e.to_string()));
+        time(&mut out, "fuse_read", &mut || match std::fs::read(&file) {
+            Ok(b) if b == payload => Ok(()),
+            Ok(b) => Err(format!("read {} bytes that differ from the {} written", b.len(), payload.len())),
+            Err(e) => Err(e.to_string()),
+        });
+        let q = [("threadId", thread), ("path", "bystander-http.bin")];
+        time(&mut out, "http_put", &mut || {
+            let r = c
+                .put(format!("{base}/api/workspace/file"))
+                .query(&q)
+                .bearer_auth(SERVICE_TOKEN)
+                .body(payload.clone())
+                .send();
+            match r {
+                Ok(r) if r.status().is_success() => Ok(()),
+                Ok(r) => Err(format!("status {}", r.status())),
+                Err(e) => Err(e.to_string()),
+            }
+        });
+        time(&mut out, "http_get", &mut || {
+            let r = c.get(format!("{base}/api/workspace/file")).query(&q).bearer_auth(SERVICE_TOKEN).send();
+            match r.map(|r| (r.status(), r.bytes())) {
+                Ok((s, Ok(b))) if s.is_success() && b[..] == payload[..] => Ok(()),
+                Ok((s, b)) => Err(format!(
+                    "status {s}, {} bytes (want the {} written)",
+                    b.map(|b| b.len()).unwrap_or(0),
+                    payload.len()
+                )),
+                Err(e) => Err(e.to_string()),
+            }
+        });
+        out.rounds += 1;
+    }
+    out
+}
