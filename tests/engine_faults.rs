@@ -191,3 +191,39 @@ fn blocks_are_content_addressed_under_the_scope_prefix() {
     let sha = hex::encode(sha2::Sha256::digest(pattern(64, 6)));
     assert_eq!(h.store.keys(), vec![block_key(e.scope_id().as_str(), &sha)]);
 }
+
+/// Issue 9: handles outlive the process that opened them (the kernel keeps the mount and its open
+/// files across a daemon restart). A restart commits open files first (`commit_open_files`, and
+/// every write after it); the next process adopts a handle it never opened on first use, with the
+/// write right its number carries, and releases one it never used without an error.
+#[test]
+fn handles_of_an_earlier_process_are_adopted_by_the_next() {
+    let h = Harness::small_blocks();
+    let scope = ScopeId::generate();
+    let (ino, wfh, rfh) = {
+        let storage = h.storage();
+        let e = storage.open_scope(&scope, big_quota()).unwrap();
+        let (parent, name) = split(&e, "f").unwrap();
+        let flags = OpenFlags { write: true, truncate: false, exclusive: false };
+        let (attr, w) = e.create(parent, name.as_bytes(), 0o644, flags, OWNER).unwrap();
+        e.write(attr.ino, w.fh, 0, b"abc").unwrap();
+        let r = e.open(attr.ino, OpenFlags::default()).unwrap();
+        e.commit_open_files().unwrap();
+        // After the commit, each write commits as it happens.
+        e.write(attr.ino, w.fh, 3, b"def").unwrap();
+        (attr.ino, w.fh, r.fh)
+        // The process ends here: nothing is released.
+    };
+    let storage = h.storage();
+    let e = storage.open_scope(&scope, big_quota()).unwrap();
+    assert_eq!(e.read(ino, rfh, 0, 100).unwrap(), b"abcdef");
+    e.write(ino, wfh, 6, b"ghi").unwrap();
+    assert!(matches!(e.write(ino, rfh, 0, b"x"), Err(EngineError::BadHandle)), "a read handle stays read-only");
+    e.flush(ino, wfh).unwrap();
+    let fresh = e.open(ino, OpenFlags::default()).unwrap();
+    assert!(fresh.fh != wfh && fresh.fh != rfh, "numbers never repeat across processes");
+    for fh in [wfh, rfh, fresh.fh, 0x5555_5554] {
+        e.release(ino, fh).unwrap();
+    }
+    assert_eq!(read_file(&e, "f").unwrap(), b"abcdefghi");
+}

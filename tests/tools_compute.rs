@@ -592,3 +592,56 @@ fn concurrent_commands_and_live_processes_are_capped_per_scope() {
     d.ok(&t, "destroy_environment", json!({"environment_id": env}));
     remove_containers(&deployment);
 }
+
+/// Issue 9 item 3 acceptance: a container appending `date` to `/workspace/log` every 0.1 s (and
+/// writing through a descriptor held open on `/workspace/held`) keeps running through a graceful
+/// restart (SIGHUP to the supervisor) and a `kill -9` of the worker that serves the mounts and
+/// the API: its environment is adopted, not ended, it never sees an error (no `ENOTCONN`), and
+/// every line written before each restart is still in the file afterwards.
+#[test]
+fn a_container_keeps_its_workspace_through_a_restart_and_a_killed_worker() {
+    let (dir, mut d, deployment) = daemon_with_executor();
+    let ta = format!("thread-r-{}", uid());
+    let scope = d.provision(&ta);
+    let env_id = d.ok(&ta, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
+    let looped = "exec 3>>/workspace/held; while true; do date >> /workspace/log 2>>/tmp/errors || echo \"log: $?\" >> /tmp/errors; date >&3 2>>/tmp/errors || echo \"held: $?\" >> /tmp/errors; sleep 0.1; done";
+    d.ok(&ta, "start_process", json!({"environment_id": env_id, "command": looped}));
+    let log = dir.path().join("mnt").join(&scope).join("log");
+    let count = |p: &Path| std::fs::read_to_string(p).unwrap_or_default().lines().count();
+    let grow = |from: usize| wait_until("the container's loop to write on", || count(&log) >= from + 5);
+    grow(0);
+
+    let first = d.serve.worker(None);
+    let before_graceful = std::fs::read_to_string(&log).unwrap();
+    // SAFETY: kill(2) on our child's pid (the supervisor).
+    assert_eq!(unsafe { libc::kill(d.serve.supervisor_pid() as i32, libc::SIGHUP) }, 0);
+    let second = d.serve.worker(Some(first));
+    d.serve.wait_ready(&d.client);
+    grow(count(&log));
+
+    let before_kill = std::fs::read_to_string(&log).unwrap();
+    // SAFETY: kill(2) on the supervisor's child, which this test started.
+    assert_eq!(unsafe { libc::kill(second as i32, libc::SIGKILL) }, 0);
+    d.serve.worker(Some(second));
+    d.serve.wait_ready(&d.client);
+    grow(count(&log));
+
+    let after = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        after.starts_with(&before_graceful) && after.starts_with(&before_kill),
+        "lines written before a restart are gone"
+    );
+    let env = d.ok(&ta, "get_environment_status", json!({"environment_id": env_id}));
+    assert_eq!(env["state"].as_str(), Some("running"), "the environment was not adopted: {env}");
+    assert_eq!(containers_of(&deployment).len(), 1, "the container did not survive");
+    let errors = d.ok(
+        &ta,
+        "execute_command",
+        json!({"environment_id": env_id, "command": "cat /tmp/errors 2>/dev/null; echo end"}),
+    );
+    assert_eq!(errors["stdout"].as_str(), Some("end\n"), "the loop saw errors: {errors}");
+    let held = d.ok(&ta, "execute_command", json!({"environment_id": env_id, "command": "wc -l < /workspace/held"}));
+    assert!(held["stdout"].as_str().unwrap_or("0").trim().parse::<usize>().unwrap_or(0) >= count(&log) / 2, "{held}");
+    d.ok(&ta, "destroy_environment", json!({"environment_id": env_id}));
+    remove_containers(&deployment);
+}

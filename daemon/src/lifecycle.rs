@@ -30,7 +30,7 @@ pub const fn test_hooks_enabled() -> bool {
     cfg!(debug_assertions)
 }
 
-/// Aborts the process (like `kill -9`: no cleanup) when `SCOPEFS_FAILPOINT` equals `name`.
+/// Aborts the process (like `kill -9`: no cleanup; with its supervisor, if any) when `SCOPEFS_FAILPOINT` equals `name`.
 /// Without that variable, or in a release build, this does nothing.
 pub fn failpoint(name: &str) {
     if !test_hooks_enabled() {
@@ -40,6 +40,12 @@ pub fn failpoint(name: &str) {
     let armed = ARMED.get_or_init(|| std::env::var(FAILPOINT_ENV).ok().filter(|v| !v.is_empty()));
     if armed.as_deref() == Some(name) {
         eprintln!("scopefs: failpoint {name} reached; aborting");
+        if crate::notify::supervised() {
+            // The whole service crashes, as the tests of crash recovery mean: the supervisor too
+            // (a worker crash alone is survived, see `supervisor`; its kept mounts end with it).
+            // SAFETY: kill(2) of our parent, the supervisor that started this worker.
+            unsafe { libc::kill(libc::getppid(), libc::SIGKILL) };
+        }
         std::process::abort();
     }
 }

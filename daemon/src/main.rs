@@ -5,6 +5,7 @@ mod bench;
 mod billing_loop;
 mod doctor;
 mod executor;
+mod fdstore;
 mod http;
 mod lifecycle;
 mod metrics;
@@ -15,6 +16,7 @@ mod scope_cmd;
 mod serve;
 mod service;
 mod setup;
+mod supervisor;
 mod tokens;
 
 use std::path::PathBuf;
@@ -42,6 +44,9 @@ enum Command {
     /// Logs go to stderr; `SCOPEFS_LOG` sets the filter (default `info,fuser=warn`) and
     /// `SCOPEFS_LOG_FORMAT=json` switches to JSON lines. Under systemd
     /// (`Type=notify`) READY=1 is sent once scopes are mounted and the API is up.
+    /// Mounts outlive the process: under systemd their connections go to the fd store;
+    /// otherwise this process is a supervisor that keeps them and runs the daemon as its
+    /// worker (SIGHUP: graceful restart keeping every mount; SIGTERM/SIGINT: stop).
     Serve {
         /// Print the effective configuration (file + environment) as TOML, secrets redacted, and exit.
         #[arg(long)]
@@ -133,6 +138,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             setup::init_logging("info,fuser=warn");
+            // Outside systemd, this process keeps the mounts' descriptors and runs the daemon as
+            // its worker (see `supervisor`); under systemd the fd store keeps them.
+            if !supervisor::is_worker() && std::env::var_os("NOTIFY_SOCKET").is_none() {
+                return supervisor::run();
+            }
             serve::run(cfg)?;
             Ok(ExitCode::SUCCESS)
         }

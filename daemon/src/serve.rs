@@ -5,9 +5,17 @@
 //! mount manager are opened, the HTTP server starts (`/health` answers at once,
 //! `/ready` and `/internal/*` answer 503 until recovery is done), scopes are
 //! recovered and remounted, then readiness is reported (`/ready`, `READY=1`).
-//! On SIGTERM/SIGINT: `STOPPING=1`, readiness off, the server stops accepting
-//! and drains, each scope's uploads are awaited (bounded; the rest stays
-//! journaled), every scope is unmounted, and the process exits 0.
+//! On SIGTERM/SIGINT (a stop): `STOPPING=1`, readiness off, the server stops
+//! accepting and drains, each scope's uploads are awaited (bounded; the rest
+//! stays journaled), every scope is unmounted, and the process exits 0.
+//!
+//! Restarts keep the mounts (issue 9): each mount's `/dev/fuse` connection and the HTTP listening
+//! socket are handed to the service manager (`fdstore`: systemd's fd store, or the supervisor
+//! that runs this process as its worker). A started daemon resumes inherited connections instead
+//! of mounting again, and serves the inherited listener. A graceful restart (SIGHUP under the
+//! supervisor; SIGTERM under systemd, whose fd store outlives the process) drains HTTP, parks new
+//! FUSE requests (`scopefs_fs::pause`), commits open files, waits for uploads, and exits WITHOUT
+//! unmounting: requests to the mounts wait in the kernel until the next daemon answers them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +26,7 @@ use scopefs::clock::OffsetFileClock;
 use scopefs::config::Config;
 use scopefs::engine::Storage;
 use scopefs::registry::Registry;
+use scopefs_fs::keep::FdKeeper;
 use scopefs_fs::MountManager;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -47,13 +56,18 @@ pub fn listen_addr(cfg: &Config) -> anyhow::Result<SocketAddr> {
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
     let addr = listen_addr(&cfg)?;
+    // Before any thread exists: reads and clears LISTEN_FDS and friends.
+    let inherited = crate::fdstore::inherit();
+    let keeper: Option<Arc<dyn FdKeeper>> =
+        crate::notify::keeps_fds().then(|| Arc::new(crate::fdstore::ManagerKeeper) as Arc<dyn FdKeeper>);
     let rt = setup::runtime()?;
     // Install the handlers first so a signal during startup is not fatal: shutdown follows startup.
     let signals = {
         let _in_runtime = rt.enter();
         let term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
         let int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-        (term, int)
+        let hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+        (term, int, hup)
     };
     let control = setup::control_dir(&cfg).context("preparing the control directory")?;
     let service_token = tokens::load_or_generate(cfg.service_token.as_deref(), &control.join("service-token"))
@@ -94,7 +108,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let billing = Arc::new(crate::billing_loop::BillingService::new(registry.clone(), cfg.pricing.clone()));
     let lifecycle = LifecycleSettings::from_config(&cfg);
     tracing::info!(schema_version = registry.schema_version(), "registry open");
-    let mounts = MountManager::new(&cfg.mount_root, setup::mount_options(&cfg)).context("preparing the mount root")?;
+    if !inherited.mounts.is_empty() {
+        tracing::info!(mounts = inherited.mounts.len(), "resuming mounts kept across the restart");
+    }
+    let mounts = MountManager::resuming(&cfg.mount_root, setup::mount_options(&cfg), inherited.mounts, keeper.clone())
+        .context("preparing the mount root")?;
     let service = Arc::new(
         ScopeService::new(
             cfg.deployment_id.clone(),
@@ -116,7 +134,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         admin_token: Arc::new(admin_token),
         billing,
     };
-    let result = rt.block_on(serve(addr, state, signals));
+    let listener = Listener { addr, inherited: inherited.http, keeper };
+    let result = rt.block_on(serve(listener, state, signals));
     rt.shutdown_timeout(Duration::from_secs(5));
     result
 }
@@ -141,26 +160,90 @@ async fn maintenance_loop(service: Arc<ScopeService>, mut stop: tokio::sync::wat
     }
 }
 
-/// Resolves once SIGTERM or SIGINT arrives.
-async fn stop_signal(mut term: Signal, mut int: Signal) -> &'static str {
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+/// How the process ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Unmount every scope (a real stop).
+    Stop,
+    /// Keep the mounts for the next daemon process (a restart).
+    Restart,
+}
+
+/// Resolves once a stop or restart signal arrives. Under systemd with a descriptor store, SIGTERM
+/// is a restart too: `systemctl restart` and `Restart=` keep the store (systemd's default
+/// `FileDescriptorStorePreserve=restart`), and a stop closes it, which ends the mounts anyway.
+async fn stop_signal(mut term: Signal, mut int: Signal, mut hup: Signal) -> (&'static str, Ending) {
+    let kept = crate::notify::keeps_fds();
+    let under_systemd = kept && !crate::notify::supervised();
+    loop {
+        tokio::select! {
+            _ = term.recv() => return ("SIGTERM", if under_systemd { Ending::Restart } else { Ending::Stop }),
+            _ = int.recv() => return ("SIGINT", Ending::Stop),
+            _ = hup.recv() => {
+                if kept {
+                    return ("SIGHUP", Ending::Restart);
+                }
+                tracing::warn!("SIGHUP ignored: no service manager keeps the mounts across a restart");
+            }
+        }
     }
 }
 
-async fn serve(addr: SocketAddr, state: AppState, (term, int): (Signal, Signal)) -> anyhow::Result<()> {
+/// The HTTP listening socket: inherited from the previous process, or bound (and then kept).
+struct Listener {
+    addr: SocketAddr,
+    inherited: Option<std::os::fd::OwnedFd>,
+    keeper: Option<Arc<dyn FdKeeper>>,
+}
+
+/// How long binding waits for a dying predecessor to release the port.
+const BIND_RETRY: Duration = Duration::from_secs(5);
+
+impl Listener {
+    async fn open(self) -> anyhow::Result<tokio::net::TcpListener> {
+        let addr = self.addr;
+        if let Some(fd) = self.inherited {
+            let std_listener = std::net::TcpListener::from(fd);
+            if std_listener.local_addr().ok() == Some(addr) {
+                std_listener.set_nonblocking(true).context("inherited HTTP socket")?;
+                tracing::info!(listen = %addr, "HTTP API listening (inherited socket)");
+                return tokio::net::TcpListener::from_std(std_listener).context("inherited HTTP socket");
+            }
+            tracing::info!("the inherited HTTP socket has another address; binding the configured one");
+        }
+        let deadline = tokio::time::Instant::now() + BIND_RETRY;
+        let listener = loop {
+            match tokio::net::TcpListener::bind(addr).await {
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => break other.with_context(|| format!("binding {addr}"))?,
+            }
+        };
+        if let Some(keeper) = &self.keeper {
+            use std::os::fd::AsFd;
+            if let Err(e) = keeper.keep(crate::fdstore::HTTP_FD_NAME, listener.as_fd()) {
+                tracing::warn!(error = %e, "cannot keep the HTTP socket across restarts");
+            }
+        }
+        tracing::info!(listen = %addr, "HTTP API listening");
+        Ok(listener)
+    }
+}
+
+async fn serve(listener: Listener, state: AppState, (term, int, hup): (Signal, Signal, Signal)) -> anyhow::Result<()> {
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let (ending_tx, ending_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        let which = stop_signal(term, int).await;
-        tracing::info!(signal = which, "shutting down");
+        let (which, ending) = stop_signal(term, int, hup).await;
+        tracing::info!(signal = which, ?ending, "shutting down");
+        let _ = ending_tx.send(ending);
         let _ = stop_tx.send(true);
     });
 
     let service = state.service.clone();
     let billing = state.billing.clone();
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-    tracing::info!(listen = %addr, "HTTP API listening");
+    let listener = listener.open().await?;
     let limits = state.tools.limits.clone();
     let app = api::router(state);
     let server = tokio::spawn({
@@ -170,12 +253,16 @@ async fn serve(addr: SocketAddr, state: AppState, (term, int): (Signal, Signal))
 
     let svc = service.clone();
     let recovered = tokio::task::spawn_blocking(move || {
-        // Containers first: a restart ends every environment (their leaf bind mounts are dead).
-        match svc.reconcile_compute_at_startup() {
+        // Containers first: a restart ends every environment whose mount is dead.
+        // Environments of scopes whose mount was kept are adopted, not ended.
+        let resumed = svc.mounts.inherited_scopes().into_iter().collect();
+        match svc.reconcile_compute_at_startup(&resumed) {
             Ok(r) => tracing::info!(?r, "environments reconciled"),
             Err(e) => tracing::error!(error = %e, "environment reconciliation failed; retried before compute requests"),
         }
         let report = svc.recover()?;
+        // Kept mounts of scopes this daemon no longer serves (deleted meanwhile) end here.
+        svc.mounts.drop_unclaimed();
         // Finishes deletes and purges a crash interrupted, before readiness.
         let maintenance = svc.maintenance_pass()?;
         Ok::<_, crate::service::ServiceError>((report, maintenance))
@@ -201,7 +288,15 @@ async fn serve(addr: SocketAddr, state: AppState, (term, int): (Signal, Signal))
         Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
         Err(_) => tracing::warn!("HTTP requests still running after the drain period"),
     }
+    let ending = ending_rx.await.unwrap_or(Ending::Stop);
     let svc = service.clone();
+    if ending == Ending::Restart {
+        tokio::task::spawn_blocking(move || svc.release(UPLOAD_DRAIN)).await.context("releasing scopes")?;
+        // The mount manager must never be dropped in this process: dropping unmounts.
+        std::mem::forget(service);
+        tracing::info!("stopped; mounts kept for the next daemon process");
+        return Ok(());
+    }
     tokio::task::spawn_blocking(move || svc.shutdown(UPLOAD_DRAIN)).await.context("shutting scopes down")?;
     tracing::info!("stopped");
     Ok(())

@@ -325,6 +325,30 @@ impl ScopeService {
         self.mounts.unmount_all();
         self.engines.lock().clear();
     }
+
+    /// A restart: like `shutdown`, but every mount stays for the next daemon process (its
+    /// connection is kept by the service manager). Uploads are awaited (bounded); what is left
+    /// stays journaled and the next process resumes it.
+    pub fn release(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        // No kernel request reaches an engine any more: those not answered yet go to the next
+        // process (resent by the kernel), so none runs twice and none is lost.
+        if !scopefs_fs::pause::pause_all(timeout) {
+            tracing::warn!("FUSE operations still running at restart; the next process may repeat them");
+        }
+        let engines: Vec<_> = self.engines.lock().values().cloned().collect();
+        for engine in &engines {
+            // Open files' written data is committed: the next process adopts their handles.
+            if let Err(e) = engine.commit_open_files() {
+                tracing::warn!(scope_id = %engine.scope_id(), error = %e, "committing open files at restart failed");
+            }
+        }
+        for engine in &engines {
+            if !engine.wait_uploads(deadline.saturating_duration_since(Instant::now())) {
+                tracing::warn!(scope_id = %engine.scope_id(), "uploads still pending at restart; they stay journaled");
+            }
+        }
+    }
 }
 
 /// Signed `/tools/*` requests (seed 003 §4.3): the registry clock, single-use nonces, and the scope

@@ -29,6 +29,7 @@ const GENERATION: Generation = Generation(0);
 /// Runs one engine call; an engine error becomes its errno, a panic becomes `EIO`.
 /// Every call is counted with its latency (`crate::metrics`).
 fn call<T>(op: &'static str, f: impl FnOnce() -> EngineResult<T>) -> Result<T, Errno> {
+    let _running = crate::pause::enter();
     let started = std::time::Instant::now();
     let outcome = catch_unwind(AssertUnwindSafe(f));
     crate::metrics::record(op, started.elapsed(), matches!(outcome, Ok(Ok(_))));
@@ -256,6 +257,7 @@ impl Filesystem for ScopeFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        crate::pause::test_stall(name.as_bytes());
         let r = call("lookup", || self.engine.lookup(parent.0, name.as_bytes()));
         self.reply_entry(reply, r);
     }

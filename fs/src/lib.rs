@@ -2,9 +2,11 @@
 
 pub mod adapter;
 pub mod errno;
+pub mod keep;
 pub mod layout;
 pub mod metrics;
 pub mod mount;
+pub mod pause;
 
 pub use adapter::ScopeFs;
 pub use mount::{MountError, MountManager, MountOptions};

@@ -12,18 +12,20 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{BackgroundSession, Config, INodeNo, MountOption, Notifier, SessionACL};
+use fuser::{BackgroundSession, Config, INodeNo, MountOption, Notifier, Session, SessionACL};
 use parking_lot::Mutex;
 use scopefs::engine::{Change, Ino, ScopeEngine};
 use scopefs::ids::ScopeId;
 
 use crate::adapter::ScopeFs;
+use crate::keep::{self, FdKeeper};
 use crate::layout::{self, lazy_unmount};
 
 /// How long `unmount` waits for a session thread to end after its connection is gone.
@@ -89,6 +91,10 @@ pub struct MountManager {
     real_root: PathBuf,
     opts: MountOptions,
     sessions: Mutex<HashMap<ScopeId, Mounted>>,
+    /// Where new mounts' descriptors are kept for the next daemon process (`crate::keep`).
+    keeper: Option<Arc<dyn FdKeeper>>,
+    /// Live connections inherited from a previous daemon process, not resumed yet.
+    inherited: Mutex<HashMap<ScopeId, OwnedFd>>,
 }
 
 /// One live mount: its session and the engine whose observer feeds the session's notifier.
@@ -103,6 +109,19 @@ impl MountManager {
     /// Prepares `mount_root` and its real-mount root (both `0700`) and lazily detaches stale
     /// scopefs mounts left below them by a daemon that was killed (views first).
     pub fn new(mount_root: &Path, opts: MountOptions) -> Result<MountManager, MountError> {
+        MountManager::resuming(mount_root, opts, HashMap::new(), None)
+    }
+
+    /// `new`, keeping the mounts whose live connection a previous daemon process handed over
+    /// (`inherited`: each scope's `/dev/fuse` descriptor); `mount` resumes them instead of mounting
+    /// again. An inherited descriptor whose real mount is gone is closed. New mounts' descriptors
+    /// go to `keeper`, so they survive this process too.
+    pub fn resuming(
+        mount_root: &Path,
+        opts: MountOptions,
+        mut inherited: HashMap<ScopeId, OwnedFd>,
+        keeper: Option<Arc<dyn FdKeeper>>,
+    ) -> Result<MountManager, MountError> {
         let private_dir = |dir: &Path| -> io::Result<PathBuf> {
             std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
@@ -110,8 +129,26 @@ impl MountManager {
         };
         let root = private_dir(mount_root).map_err(MountError::MountRoot)?;
         let real_root = private_dir(&layout::real_root_of(&root)).map_err(MountError::MountRoot)?;
+        let live = stale_mounts(&real_root).map_err(MountError::MountTable)?;
+        inherited.retain(|scope, _| {
+            let alive = live.contains(&real_root.join(scope.to_string()));
+            if !alive {
+                tracing::info!(%scope, "an inherited connection has no mount any more; closed");
+                forget(keeper.as_deref(), scope);
+            }
+            alive
+        });
+        let resumed = |p: &PathBuf| {
+            let scope = p.file_name().and_then(|n| n.to_str()).and_then(|n| ScopeId::parse(n).ok());
+            let parent = p.parent().map(Path::to_path_buf);
+            scope.is_some_and(|s| inherited.contains_key(&s))
+                && (parent == Some(root.clone()) || parent == Some(real_root.clone()))
+        };
         for dir in [&root, &real_root] {
             for stale in stale_mounts(dir).map_err(MountError::MountTable)? {
+                if resumed(&stale) {
+                    continue;
+                }
                 if let Err(err) = lazy_unmount(&stale) {
                     tracing::warn!(error = %err, "could not detach a stale scopefs mount");
                 } else {
@@ -122,7 +159,14 @@ impl MountManager {
         if let Err(err) = layout::ensure_fusectl() {
             tracing::warn!(error = %err, "fuse control filesystem unavailable; a surviving bind cannot be aborted");
         }
-        Ok(MountManager { root, real_root, opts, sessions: Mutex::new(HashMap::new()) })
+        Ok(MountManager {
+            root,
+            real_root,
+            opts,
+            sessions: Mutex::new(HashMap::new()),
+            keeper,
+            inherited: Mutex::new(inherited),
+        })
     }
 
     pub fn mount_root(&self) -> &Path {
@@ -158,9 +202,94 @@ impl MountManager {
         if sessions.contains_key(&scope) {
             return Ok(path);
         }
+        let fs = ScopeFs::new(engine.clone(), self.opts.attr_ttl, self.opts.max_dir_handles);
+        if let Some(fd) = self.inherited.lock().remove(&scope) {
+            let mounted = self.resume(&scope, fs, fd, &engine)?;
+            engine.set_observer(Some(observer(scope.clone(), mounted.session.notifier())));
+            tracing::info!(%scope, "scope mount resumed");
+            sessions.insert(scope, mounted);
+            return Ok(path);
+        }
         let mp_err = |source| MountError::Mountpoint { scope: scope.to_string(), source };
         prepare_mountpoint(&path).map_err(mp_err)?;
         prepare_mountpoint(&view).map_err(mp_err)?;
+        let mount_err = |source| MountError::Mount { scope: scope.to_string(), source };
+        let session = Session::new(fs, &path, &self.session_config(&scope)).map_err(mount_err)?;
+        if let Some(keeper) = &self.keeper {
+            if let Err(e) = keeper.keep(&keep::fuse_fd_name(&scope), session.as_fd()) {
+                tracing::warn!(%scope, error = %e, "cannot keep the mount's connection; it will not survive a restart");
+            }
+        }
+        let session = session.spawn().map_err(mount_err)?;
+        let conn = layout::connection_of(&path).ok();
+        let mounted = Mounted { session, engine: engine.clone(), conn };
+        if let Err(source) = layout::bind_view(&path, &view) {
+            // No view, no mount: a half-made layout is taken down again.
+            forget(self.keeper.as_deref(), &scope);
+            self.finish(&scope, mounted, false);
+            return Err(MountError::Mount { scope: scope.to_string(), source });
+        }
+        engine.set_observer(Some(observer(scope.clone(), mounted.session.notifier())));
+        tracing::info!(%scope, "scope mounted");
+        sessions.insert(scope, mounted);
+        Ok(path)
+    }
+
+    /// Serves an inherited connection again: no mount, no INIT; the requests its previous server
+    /// had read but not answered are asked for again. The view is bound if it is missing.
+    fn resume(
+        &self,
+        scope: &ScopeId,
+        fs: ScopeFs,
+        fd: OwnedFd,
+        engine: &Arc<ScopeEngine>,
+    ) -> Result<Mounted, MountError> {
+        let path = self.real_mountpoint(scope);
+        let mount_err = |source| MountError::Mount { scope: scope.to_string(), source };
+        let config = self.session_config(scope);
+        if let Err(e) = keep::request_resend(fd.as_fd()) {
+            tracing::warn!(%scope, error = %e, "the kernel cannot resend unanswered requests; their callers wait");
+        }
+        let session = Session::resume_fd(fs, fd, config.acl, config).spawn().map_err(mount_err)?;
+        let conn = layout::connection_of(&path).ok();
+        let mounted = Mounted { session, engine: engine.clone(), conn };
+        let view = self.mountpoint(scope);
+        let view_live = stale_mounts(&self.root).map(|m| m.contains(&view)).unwrap_or(false);
+        if !view_live {
+            if let Err(source) = prepare_mountpoint(&view).and_then(|()| layout::bind_view(&path, &view)) {
+                forget(self.keeper.as_deref(), scope);
+                self.finish(scope, mounted, false);
+                return Err(mount_err(source));
+            }
+        }
+        Ok(mounted)
+    }
+
+    /// Scopes whose live connection was inherited and is not resumed yet.
+    pub fn inherited_scopes(&self) -> Vec<ScopeId> {
+        self.inherited.lock().keys().cloned().collect()
+    }
+
+    /// Takes down every inherited mount that was not resumed (its scope is no longer mounted by
+    /// this daemon): views and real mounts are detached and the connections closed.
+    pub fn drop_unclaimed(&self) {
+        let left: Vec<(ScopeId, OwnedFd)> = self.inherited.lock().drain().collect();
+        for (scope, fd) in left {
+            for p in [self.mountpoint(&scope), self.real_mountpoint(&scope)] {
+                if let Err(e) = lazy_unmount(&p) {
+                    tracing::warn!(%scope, error = %e, "could not detach an unclaimed mount");
+                }
+            }
+            forget(self.keeper.as_deref(), &scope);
+            drop(fd);
+            tracing::info!(%scope, "unclaimed inherited mount taken down");
+        }
+    }
+
+    /// The session settings of a scope's mount (fresh or resumed). One `/dev/fuse` file serves
+    /// every thread (no cloned descriptors): a kept duplicate of that file then holds every
+    /// unanswered request, which a resumed daemon asks the kernel to resend.
+    fn session_config(&self, scope: &ScopeId) -> Config {
         let mut config = Config::default();
         config.mount_options = vec![
             MountOption::FSName(format!("scopefs:{scope}")),
@@ -172,21 +301,8 @@ impl MountManager {
         ];
         config.acl = if self.opts.allow_other { SessionACL::All } else { SessionACL::Owner };
         config.n_threads = Some(self.opts.threads.max(1));
-        config.clone_fd = true;
-        let fs = ScopeFs::new(engine.clone(), self.opts.attr_ttl, self.opts.max_dir_handles);
-        let session = fuser::spawn_mount(fs, &path, &config)
-            .map_err(|source| MountError::Mount { scope: scope.to_string(), source })?;
-        let conn = layout::connection_of(&path).ok();
-        let mounted = Mounted { session, engine: engine.clone(), conn };
-        if let Err(source) = layout::bind_view(&path, &view) {
-            // No view, no mount: a half-made layout is taken down again.
-            self.finish(&scope, mounted, false);
-            return Err(MountError::Mount { scope: scope.to_string(), source });
-        }
-        engine.set_observer(Some(observer(scope.clone(), mounted.session.notifier())));
-        tracing::info!(%scope, "scope mounted");
-        sessions.insert(scope, mounted);
-        Ok(path)
+        config.clone_fd = false;
+        config
     }
 
     /// Unmounts a scope (its view first, then the real mount) and waits, bounded, for its session
@@ -200,6 +316,7 @@ impl MountManager {
             return Ok(());
         };
         mounted.engine.set_observer(None);
+        forget(self.keeper.as_deref(), scope);
         let err = |source| MountError::Unmount { scope: scope.to_string(), source };
         let view = layout::unmount_path(&self.mountpoint(scope));
         let real = layout::unmount_path(&self.real_mountpoint(scope));
@@ -274,6 +391,15 @@ impl MountManager {
         let notifier = self.sessions.lock().get(scope).map(|m| m.session.notifier());
         if let Some(n) = notifier {
             apply(scope, &n, &Change::Inode(ino));
+        }
+    }
+}
+
+/// Tells the keeper to close a scope's kept connection (logged on failure).
+fn forget(keeper: Option<&dyn FdKeeper>, scope: &ScopeId) {
+    if let Some(keeper) = keeper {
+        if let Err(e) = keeper.forget(&keep::fuse_fd_name(scope)) {
+            tracing::warn!(%scope, error = %e, "cannot drop the kept connection of an unmounted scope");
         }
     }
 }

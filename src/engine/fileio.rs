@@ -104,11 +104,68 @@ impl ScopeEngine {
     }
 
     fn file_of(&self, ino: Ino, fh: Fh, write: bool) -> EngineResult<Arc<Mutex<OpenFile>>> {
-        let h = self.handles.lock().get(&fh).copied().ok_or(EngineError::BadHandle)?;
+        let known = self.handles.lock().get(&fh).copied();
+        let h = match known {
+            Some(h) => h,
+            None => self.adopt_handle(ino, fh)?,
+        };
         if h.ino != ino || (write && !h.write) {
             return Err(EngineError::BadHandle);
         }
         self.open_files.lock().get(&ino).map(|e| e.file.clone()).ok_or(EngineError::BadHandle)
+    }
+
+    /// A handle this process never opened: one an earlier daemon process serving the same mount
+    /// returned to the kernel (handles outlive a restart, issue 9). Its open state is re-created
+    /// from the inode and its write right read from the handle's low bit (`open`'s encoding).
+    /// Numbers never repeat across processes (`ScopeEngine::next_fh` starts at the clock), so an
+    /// unknown number is never another live handle. Data such a handle had not committed when its
+    /// process was killed is lost (fs/SEMANTICS.md).
+    fn adopt_handle(&self, ino: Ino, fh: Fh) -> EngineResult<HandleInfo> {
+        if fh == 0 {
+            return Err(EngineError::BadHandle);
+        }
+        self.acquire(ino)?;
+        let info = HandleInfo { ino, write: fh & 1 == 1 };
+        let raced = {
+            let mut handles = self.handles.lock();
+            match handles.get(&fh).copied() {
+                Some(existing) => Some(existing),
+                None => {
+                    handles.insert(fh, info);
+                    None
+                }
+            }
+        };
+        match raced {
+            // Another request adopted it first: keep one reference.
+            Some(existing) => {
+                self.drop_handle_ref(ino);
+                Ok(existing)
+            }
+            None => {
+                tracing::debug!(ino, "handle of an earlier process adopted");
+                Ok(info)
+            }
+        }
+    }
+
+    /// Commits the written data of every open file, and from now on each write as it happens: the
+    /// process is about to hand its mounts to the next one, which knows the handles but not
+    /// their uncommitted state. Returns the first commit error (the others are still tried).
+    pub fn commit_open_files(&self) -> EngineResult<()> {
+        self.commit_each_write.store(true, Ordering::SeqCst);
+        let files: Vec<(Ino, Arc<Mutex<OpenFile>>)> =
+            self.open_files.lock().iter().map(|(ino, e)| (*ino, e.file.clone())).collect();
+        let mut result = Ok(());
+        for (ino, file) in files {
+            if let Err(e) = self.commit_locked(ino, &mut file.lock()) {
+                if result.is_ok() {
+                    result = Err(e);
+                }
+            }
+        }
+        result
     }
 
     pub fn open(&self, ino: Ino, flags: OpenFlags) -> EngineResult<Opened> {
@@ -124,7 +181,8 @@ impl ScopeEngine {
                 return Err(e);
             }
         }
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        // The low bit carries the write right, so a later process can adopt the handle.
+        let fh = (self.next_fh.fetch_add(1, Ordering::Relaxed) << 1) | u64::from(flags.write);
         self.handles.lock().insert(fh, HandleInfo { ino, write: flags.write });
         Ok(Opened { fh, keep_cache: true })
     }
@@ -266,6 +324,9 @@ impl ScopeEngine {
             f.mtime_ns = now_ns();
         }
         result?;
+        if self.commit_each_write.load(Ordering::SeqCst) {
+            self.commit_locked(ino, &mut f)?;
+        }
         Ok(data.len() as u32)
     }
 
@@ -522,7 +583,9 @@ impl ScopeEngine {
     }
 
     pub fn release(&self, ino: Ino, fh: Fh) -> EngineResult<()> {
-        let h = self.handles.lock().remove(&fh).ok_or(EngineError::BadHandle)?;
+        let known = self.handles.lock().remove(&fh);
+        // A handle of an earlier process that this one never used: nothing of it to commit here.
+        let Some(h) = known else { return Ok(()) };
         let result = match self.open_files.lock().get(&h.ino).map(|e| e.file.clone()) {
             Some(file) => {
                 let mut f = file.lock();

@@ -61,7 +61,10 @@ pub struct ScopeEngine {
     pub(crate) staged_bytes: AtomicU64,
     pub(crate) open_files: Mutex<HashMap<Ino, OpenEntry>>,
     pub(crate) handles: Mutex<HashMap<Fh, HandleInfo>>,
+    /// Next handle number; starts at the clock (ns) so numbers never repeat across processes.
     pub(crate) next_fh: AtomicU64,
+    /// Set when the mount is about to be handed to another process: every write commits.
+    pub(crate) commit_each_write: AtomicBool,
     pub(crate) uploads: UploadQueue,
     pub(crate) observer: Mutex<Option<super::paths::ChangeObserver>>,
 }
@@ -91,7 +94,8 @@ impl ScopeEngine {
             staged_bytes,
             open_files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
+            next_fh: AtomicU64::new(first_handle()),
+            commit_each_write: AtomicBool::new(false),
             uploads: UploadQueue::default(),
             observer: Mutex::new(None),
         });
@@ -452,13 +456,7 @@ impl ScopeEngine {
             }
             rows
         };
-        Ok(rows
-            .into_iter()
-            .map(|(row, subdirs)| {
-                let attr = self.attr_of(&row, subdirs);
-                DirEntry { name: row.name.unwrap_or_default(), attr }
-            })
-            .collect())
+        Ok(self.entries(rows))
     }
 
     /// One page of a directory's children: at most `limit` entries whose inode number is above
@@ -477,13 +475,17 @@ impl ScopeEngine {
             }
             rows
         };
-        Ok(rows
-            .into_iter()
+        Ok(self.entries(rows))
+    }
+
+    /// Directory entries of metadata rows (with each child's subdirectory count).
+    fn entries(&self, rows: Vec<(InodeRow, u64)>) -> Vec<DirEntry> {
+        rows.into_iter()
             .map(|(row, subdirs)| {
                 let attr = self.attr_of(&row, subdirs);
                 DirEntry { name: row.name.unwrap_or_default(), attr }
             })
-            .collect())
+            .collect()
     }
 
     /// The parent directory of a directory (root is its own parent).
@@ -611,4 +613,12 @@ impl ScopeEngine {
     pub fn consistency_problems(&self) -> EngineResult<Vec<String>> {
         self.meta.lock().consistency_problems()
     }
+}
+
+/// The first handle number of this process: the clock in nanoseconds (a process opens far fewer
+/// files than nanoseconds pass, so a later process never reuses an earlier one's numbers).
+/// `open` shifts it left by one, so it must stay below 2^63.
+fn first_handle() -> u64 {
+    let ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    (u64::try_from(ns).unwrap_or(u64::MAX) & (u64::MAX >> 2)).max(1)
 }

@@ -10,8 +10,7 @@ pub mod fuzz;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
 use serde_json::{json, Value};
@@ -146,40 +145,10 @@ impl Hostile {
     }
 }
 
-pub fn now_secs() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
-}
+#[path = "../signing_support/mod.rs"]
+mod signing_support;
+pub use signing_support::{fresh_nonce, now_secs, signed_body_with};
 
-/// A nonce never used before in this process.
-pub fn fresh_nonce() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    format!("{t:x}{:x}{n:x}", std::process::id())
-}
-
-/// The body of a `/tools` call of `path` by `thread`, signed with `secret` at `issued_at` with
-/// `nonce` (seed 003 §4.3, through `scopefs::signing` as `tests/tools_support` does).
-pub fn signed_body_with(secret: &str, path: &str, thread: &str, params: &Value, issued_at: i64, nonce: &str) -> String {
-    let mut body = params.clone();
-    body["auth_context"] = json!({"user_id": "user-1", "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
-    let canonical = scopefs::signing::parse(&serde_json::to_vec(&body).unwrap()).unwrap().to_canonical();
-    let digest = scopefs::signing::payload_hash(&canonical);
-    let string = scopefs::signing::canonical_string("POST", path, &issued_at.to_string(), nonce, &digest);
-    body["auth_context"]["token"] = Value::String(scopefs::signing::sign(secret.as_bytes(), &string));
-    serde_json::to_string(&body).unwrap()
-}
-
-impl Drop for Hostile {
-    /// SIGTERM (the daemon unmounts), SIGKILL after 30 s; then detaches every mount left anywhere
-    /// in the temp directory (the daemon may keep its real mounts beside `mount_root`).
-    fn drop(&mut self) {
-        self.serve.stop(Duration::from_secs(30));
-        crate::serve_process::detach_mounts_under(self.dir.path());
-    }
-}
-
-/// True when `pid` exists and is not a zombie.
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),

@@ -65,6 +65,8 @@ pub struct ServeProcess {
     /// The daemon's root-only directory of real mounts beside the view (`<dir>/.mnt.real`).
     pub real_root: PathBuf,
     pub base: String,
+    /// Started as `scopefs serve` with a supervisor (no `NOTIFY_SOCKET`): the server is its worker.
+    supervised: bool,
 }
 
 impl ServeProcess {
@@ -72,7 +74,23 @@ impl ServeProcess {
     /// `<dir>/<log_name>` and its mounts under `<dir>/mnt`. The child gets no `SCOPEFS_*` variable
     /// and no `NOTIFY_SOCKET` of this process, only those of `env`. Does not wait for readiness.
     pub fn start(dir: &Path, config: &Path, port: u16, log_name: &str, env: &[(&str, &str)]) -> ServeProcess {
+        ServeProcess::start_with_fds(dir, config, port, log_name, env, &[])
+    }
+
+    /// `start`, handing the child `fds` from fd 3 on as systemd hands its fd store over
+    /// (`LISTEN_FDS`, `LISTEN_FDNAMES`; without `LISTEN_PID`, which the child cannot be given).
+    pub fn start_with_fds(
+        dir: &Path,
+        config: &Path,
+        port: u16,
+        log_name: &str,
+        env: &[(&str, &str)],
+        fds: &[(String, std::os::fd::OwnedFd)],
+    ) -> ServeProcess {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
         let log = dir.join(log_name);
+        let supervised = !env.iter().any(|(k, _)| *k == "NOTIFY_SOCKET");
         let mut cmd = Command::new(BIN);
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("SCOPEFS_") {
@@ -83,6 +101,32 @@ impl ServeProcess {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        let mut handed = Vec::new();
+        if !fds.is_empty() {
+            // Duplicates above every target number, so no dup2 overwrites a source still to move.
+            let floor = 3 + fds.len() as i32 + 1;
+            // SAFETY: F_DUPFD_CLOEXEC on live descriptors; the copies are closed after the spawn.
+            let raw: Vec<i32> = fds
+                .iter()
+                .map(|(_, fd)| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) })
+                .collect();
+            assert!(raw.iter().all(|fd| *fd >= floor), "duplicating the fds to hand over");
+            let names: Vec<&str> = fds.iter().map(|(n, _)| n.as_str()).collect();
+            cmd.env("LISTEN_FDS", fds.len().to_string()).env("LISTEN_FDNAMES", names.join(":"));
+            let moved = raw.clone();
+            // SAFETY: dup2 is async-signal-safe; nothing is allocated in the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for (i, fd) in moved.iter().enumerate() {
+                        if libc::dup2(*fd, 3 + i as i32) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    Ok(())
+                });
+            }
+            handed = raw;
+        }
         let child = cmd
             .arg("--config")
             .arg(config)
@@ -92,7 +136,12 @@ impl ServeProcess {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("starting scopefs serve");
+        for fd in handed {
+            // SAFETY: closes the copies made above, once.
+            unsafe { libc::close(fd) };
+        }
         ServeProcess {
+            supervised,
             child: Some(child),
             log,
             mount_root: dir.join("mnt"),
@@ -106,12 +155,40 @@ impl ServeProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The process that serves the mounts and the API: the supervisor's worker (waited for), or
+    /// the child itself when it runs as a systemd main process (`NOTIFY_SOCKET` given).
     pub fn pid(&self) -> u32 {
+        if self.supervised {
+            self.worker(None)
+        } else {
+            self.supervisor_pid()
+        }
+    }
+
+    /// The child this harness started: the supervisor (or, under `NOTIFY_SOCKET`, the daemon).
+    pub fn supervisor_pid(&self) -> u32 {
         self.child.as_ref().expect("the daemon was already stopped").id()
     }
 
     fn take_child(&mut self) -> Child {
         self.child.take().expect("the daemon was already stopped")
+    }
+
+    /// The worker the supervisor (`scopefs serve` outside systemd) runs, waited for up to 60 s and
+    /// different from `not` (a worker that was replaced).
+    pub fn worker(&self, not: Option<u32>) -> u32 {
+        let supervisor = self.supervisor_pid();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let kids = children_of(supervisor);
+            if let [pid] = kids.as_slice() {
+                if Some(*pid) != not {
+                    return *pid;
+                }
+            }
+            assert!(Instant::now() < deadline, "no new worker under the supervisor: {kids:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Polls `/ready` until 200 (any other answer must be 503); fails with the daemon's log if it
@@ -164,8 +241,16 @@ impl ServeProcess {
     /// SIGKILL, as a crash: nothing is unmounted.
     pub fn kill9(&mut self) {
         let mut child = self.take_child();
+        let workers = if self.supervised { children_of(child.id()) } else { Vec::new() };
         child.kill().unwrap();
         child.wait().unwrap();
+        // The worker dies with its supervisor (PR_SET_PDEATHSIG); wait until it has, so the next
+        // daemon never races it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while workers.iter().any(|pid| alive(*pid)) {
+            assert!(Instant::now() < deadline, "the worker outlived its killed supervisor");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Stops quietly (never panics, does nothing if already stopped): SIGTERM, up to `limit` for
@@ -183,6 +268,30 @@ impl ServeProcess {
         }
         self.detach_mounts();
     }
+}
+
+/// Whether `pid` is a live process (a zombie is not).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.split_whitespace().next() != Some("Z")),
+        Err(_) => false,
+    }
+}
+
+/// The pids whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    for entry in dir.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // "pid (comm) state ppid ...": comm may contain spaces, so fields count after the last ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        if rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
+            out.push(pid);
+        }
+    }
+    out
 }
 
 /// Polls `child` for its exit status for up to `limit`; `None` if it is still running (or cannot

@@ -264,7 +264,7 @@ mod tests {
         let other_deployment = fake.adopt(spec("env_other", "other"));
 
         fake.set_down(true);
-        let report = svc.reconcile_compute_at_startup().unwrap();
+        let report = svc.reconcile_compute_at_startup(&Default::default()).unwrap();
         assert_eq!((report.environments_ended, report.containers_removed), (1, 0));
         let ended = svc.registry.environment("d", &scope, &env.environment_id).unwrap().unwrap();
         assert_eq!((ended.state, ended.end_reason.as_deref()), (EnvironmentState::Ended, Some("daemon_restart")));
@@ -275,6 +275,26 @@ mod tests {
         let mut left = fake.container_ids();
         left.sort();
         assert_eq!(left, vec![other_deployment], "known {known} and rogue {rogue} must be gone");
+    }
+
+    /// Issue 9: an environment whose scope's mount outlived the daemon is adopted at startup (live,
+    /// its container kept); another scope's environment still ends.
+    #[test]
+    fn startup_reconciliation_adopts_environments_of_resumed_mounts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let fake = Arc::new(FakeExecutor::default());
+        let svc = service(tmp.path(), &rt, fake.clone());
+        let (kept_scope, kept_env) = scope_with_env(&svc, &fake, "t-kept");
+        let (_, ended_env) = scope_with_env(&svc, &fake, "t-ended");
+        let resumed = std::collections::HashSet::from([kept_scope.clone()]);
+        let report = svc.reconcile_compute_at_startup(&resumed).unwrap();
+        assert_eq!((report.environments_ended, report.containers_kept, report.containers_removed), (1, 1, 1));
+        let kept = svc.registry.environment("d", &kept_scope, &kept_env).unwrap().unwrap();
+        assert!(kept.state.is_live(), "{:?}", kept.state);
+        assert_eq!(fake.container_ids(), vec![kept.container_id.clone().unwrap()]);
+        let ended = svc.registry.environment_unscoped("d", &ended_env).unwrap().unwrap();
+        assert_eq!(ended.end_reason.as_deref(), Some("daemon_restart"));
     }
 
     /// A draft scope of thread `t` with one running environment (registry rows and a fake

@@ -500,11 +500,20 @@ impl ScopeService {
 
     /// Startup, before scopes are remounted: every environment still recorded live is ended with
     /// reason `daemon_restart` (see the module docs of `executor`), then leftover containers are
-    /// removed if the engine answers (else before the first compute request).
-    pub fn reconcile_compute_at_startup(&self) -> Result<ReconcileReport, ComputeError> {
+    /// removed if the engine answers (else before the first compute request). Environments of the
+    /// scopes in `resumed` (whose mount outlived the previous daemon process, issue 9) are adopted
+    /// instead: they stay live, and their containers are kept as known ones.
+    pub fn reconcile_compute_at_startup(
+        &self,
+        resumed: &std::collections::HashSet<ScopeId>,
+    ) -> Result<ReconcileReport, ComputeError> {
         let Some(compute) = self.compute.as_ref() else { return Ok(ReconcileReport::default()) };
         let mut report = ReconcileReport::default();
         for env in self.registry.live_environments(&self.deployment)? {
+            if resumed.contains(&env.scope_id) {
+                tracing::info!(scope_id = %env.scope_id, environment_id = %env.environment_id, "environment adopted: its workspace mount was kept");
+                continue;
+            }
             let (_, ended) =
                 self.registry.end_environment(&self.deployment, &env.environment_id, false, reason::DAEMON_RESTART)?;
             if ended {

@@ -1,0 +1,288 @@
+//! `scopefs serve` outside systemd: a small parent that keeps the worker's descriptors (each
+//! mount's `/dev/fuse` connection and the HTTP listening socket, sent with `FDSTORE=1` as systemd
+//! would receive them) and restarts the worker with them, so mounts outlive the worker process.
+//!
+//! The worker is this binary again (`SCOPEFS_SERVE_ROLE=worker`), started with the kept
+//! descriptors from fd 3 (`LISTEN_FDS`, `LISTEN_FDNAMES`) and its notification socket
+//! (`SCOPEFS_NOTIFY_FD`). It dies with the supervisor (`PR_SET_PDEATHSIG`), so killing the
+//! supervisor ends everything, as killing the daemon did before.
+//!
+//! Signals: SIGTERM/SIGINT are forwarded and the supervisor exits with the worker's status (the
+//! worker unmounts every scope); SIGHUP is a graceful restart (the worker drains HTTP, waits for
+//! uploads and exits without unmounting; a new worker resumes the mounts). A worker that dies
+//! after it was ready (a crash, `kill -9`) is restarted with the kept descriptors, at most
+//! `MAX_RESTARTS` times per `RESTART_WINDOW`; one that fails before it was ready (bad
+//! configuration, store probe) ends the supervisor with its status.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, ExitStatus};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::fdstore::{self, Message, LISTEN_FDS_START, MAX_KEPT_FDS};
+use crate::notify::NOTIFY_FD_ENV;
+
+/// Variable that makes `scopefs serve` the worker instead of the supervisor.
+pub const ROLE_ENV: &str = "SCOPEFS_SERVE_ROLE";
+/// Crash restarts allowed per `RESTART_WINDOW` before the supervisor gives up.
+const MAX_RESTARTS: usize = 5;
+const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
+/// True in the worker started by the supervisor.
+pub fn is_worker() -> bool {
+    std::env::var_os(ROLE_ENV).is_some_and(|v| v == "worker")
+}
+
+/// Runs the supervisor until the worker stops for good; returns the worker's exit status.
+pub fn run() -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe().context("locating the scopefs binary")?;
+    let signals = Signals::block().context("installing the supervisor's signal handling")?;
+    let (mine, theirs) = std::os::unix::net::UnixDatagram::pair().context("creating the notification socket")?;
+    let mut kept: BTreeMap<String, OwnedFd> = BTreeMap::new();
+    let mut restarts: Vec<Instant> = Vec::new();
+    loop {
+        let mut child = spawn(&exe, &kept, theirs.as_fd()).context("starting the scopefs worker")?;
+        tracing::info!(pid = child.id(), kept = kept.len(), "worker started");
+        let mut ready = false;
+        let mut stopping = false;
+        let mut restart = false;
+        let status = loop {
+            let (sig_ready, msg_ready) = poll2(signals.fd.as_raw_fd(), mine.as_raw_fd())?;
+            if msg_ready {
+                ready |= drain(mine.as_raw_fd(), &mut kept);
+            }
+            if sig_ready {
+                for sig in signals.read()? {
+                    match sig {
+                        libc::SIGTERM | libc::SIGINT => {
+                            stopping = true;
+                            forward(&child, sig);
+                        }
+                        libc::SIGHUP => {
+                            tracing::info!("SIGHUP: restarting the worker gracefully; mounts stay");
+                            restart = true;
+                            forward(&child, libc::SIGHUP);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+        };
+        ready |= drain(mine.as_raw_fd(), &mut kept);
+        let code = exit_code(status);
+        if stopping {
+            tracing::info!(code, "worker stopped");
+            return Ok(ExitCode::from(code));
+        }
+        if restart && status.success() {
+            continue;
+        }
+        if !ready && !restart {
+            tracing::error!(code, "worker failed before it was ready; not restarting");
+            return Ok(ExitCode::from(code));
+        }
+        let now = Instant::now();
+        restarts.retain(|t| now.duration_since(*t) < RESTART_WINDOW);
+        if restarts.len() >= MAX_RESTARTS {
+            tracing::error!(code, "worker keeps failing; giving up");
+            return Ok(ExitCode::from(code));
+        }
+        restarts.push(now);
+        tracing::warn!(code, signal = status.signal(), "worker died; restarting it with the kept mounts");
+    }
+}
+
+/// The worker's status as a process exit code (128 + signal when killed).
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => u8::try_from(c).unwrap_or(1),
+        (None, Some(s)) => u8::try_from(128 + s).unwrap_or(1),
+        _ => 1,
+    }
+}
+
+fn forward(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on our own child's pid.
+    if unsafe { libc::kill(child.id() as libc::pid_t, sig) } != 0 {
+        tracing::warn!(error = %io::Error::last_os_error(), "forwarding a signal to the worker failed");
+    }
+}
+
+/// Applies every pending message of the worker; true when one was `READY=1`.
+fn drain(sock: RawFd, kept: &mut BTreeMap<String, OwnedFd>) -> bool {
+    let mut ready = false;
+    loop {
+        let (text, mut fds) = match fdstore::recv_message(sock, 1) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ready,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading a worker notification failed");
+                return ready;
+            }
+        };
+        match fdstore::parse_message(&text) {
+            Message::Store(name) if fds.len() == 1 => {
+                if kept.len() >= MAX_KEPT_FDS && !kept.contains_key(&name) {
+                    tracing::warn!(name, "descriptor store full; not kept");
+                } else {
+                    kept.insert(name, fds.remove(0));
+                }
+            }
+            Message::Remove(name) => {
+                kept.remove(&name);
+            }
+            Message::Ready => ready = true,
+            _ => {}
+        }
+    }
+}
+
+/// Starts the worker with the kept descriptors at fd 3.. and the notification socket after them.
+fn spawn(exe: &PathBuf, kept: &BTreeMap<String, OwnedFd>, notify: std::os::fd::BorrowedFd<'_>) -> io::Result<Child> {
+    let n = kept.len();
+    let floor = LISTEN_FDS_START + n as RawFd + 1;
+    // Above every target number, so no dup2 below overwrites a source still to be moved.
+    let mut sources = Vec::with_capacity(n + 1);
+    for fd in kept.values() {
+        sources.push(fdstore::dup_at_least(fd.as_fd(), floor)?);
+    }
+    sources.push(fdstore::dup_at_least(notify, floor)?);
+    let raw: Vec<RawFd> = sources.iter().map(AsRawFd::as_raw_fd).collect();
+    let names: Vec<&str> = kept.keys().map(String::as_str).collect();
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    let mut cmd = Command::new(exe);
+    cmd.args(std::env::args_os().skip(1))
+        .env(ROLE_ENV, "worker")
+        .env("LISTEN_FDS", n.to_string())
+        .env("LISTEN_FDNAMES", names.join(":"))
+        .env(NOTIFY_FD_ENV, (LISTEN_FDS_START + n as RawFd).to_string())
+        .env_remove("LISTEN_PID")
+        .env_remove("NOTIFY_SOCKET");
+    // SAFETY: the closure only calls async-signal-safe functions (sigprocmask, prctl, getppid,
+    // dup2) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != parent {
+                return Err(io::Error::other("the supervisor is gone"));
+            }
+            for (i, fd) in raw.iter().enumerate() {
+                if libc::dup2(*fd, LISTEN_FDS_START + i as RawFd) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn();
+    drop(sources);
+    child
+}
+
+/// Waits until the signal fd or the socket is readable (EINTR retried).
+fn poll2(a: RawFd, b: RawFd) -> io::Result<(bool, bool)> {
+    let mut fds = [
+        libc::pollfd { fd: a, events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: b, events: libc::POLLIN, revents: 0 },
+    ];
+    loop {
+        // SAFETY: polls two valid descriptors in a live array.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if rc >= 0 {
+            return Ok((fds[0].revents != 0, fds[1].revents != 0));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// SIGTERM, SIGINT, SIGHUP and SIGCHLD, blocked and read from a signalfd.
+struct Signals {
+    fd: OwnedFd,
+}
+
+impl Signals {
+    fn block() -> io::Result<Signals> {
+        // SAFETY: plain signal-set manipulation on a local set; the supervisor has one thread.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD] {
+                libc::sigaddset(&mut set, s);
+            }
+            if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(Signals { fd: OwnedFd::from_raw_fd(fd) })
+        }
+    }
+
+    /// The signals delivered since the last read.
+    fn read(&self) -> io::Result<Vec<i32>> {
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: reads whole signalfd_siginfo records into a live, correctly sized value.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            let size = std::mem::size_of::<libc::signalfd_siginfo>();
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), (&raw mut info).cast(), size) };
+            if n == size as isize {
+                out.push(info.ssi_signo as i32);
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            return if n < 0 && e.kind() == io::ErrorKind::WouldBlock { Ok(out) } else { Err(e) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_the_shell_convention() {
+        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+    }
+
+    #[test]
+    fn drain_keeps_replaces_and_removes_by_name() {
+        let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let f1 = tempfile::tempfile().unwrap();
+        let f2 = tempfile::tempfile().unwrap();
+        let send = |text: &str, fd: Option<&std::fs::File>| {
+            let fds: Vec<_> = fd.iter().map(|f| f.as_fd()).collect();
+            crate::notify::send(a.as_raw_fd(), None, text.as_bytes(), &fds).unwrap();
+        };
+        send("FDSTORE=1\nFDNAME=fuse-a", Some(&f1));
+        send("FDSTORE=1\nFDNAME=http", Some(&f1));
+        send("FDSTORE=1\nFDNAME=fuse-a", Some(&f2));
+        send("FDSTORE=1\nFDNAME=nofd", None);
+        let mut kept = BTreeMap::new();
+        assert!(!drain(b.as_raw_fd(), &mut kept));
+        assert_eq!(kept.keys().cloned().collect::<Vec<_>>(), vec!["fuse-a".to_string(), "http".into()]);
+        send("FDSTOREREMOVE=1\nFDNAME=fuse-a", None);
+        send("READY=1", None);
+        assert!(drain(b.as_raw_fd(), &mut kept));
+        assert_eq!(kept.keys().cloned().collect::<Vec<_>>(), vec!["http".to_string()]);
+    }
+}
