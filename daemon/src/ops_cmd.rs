@@ -198,8 +198,8 @@ pub fn import(cfg: &Config, dir: &Path, thread: &str) -> anyhow::Result<()> {
     let total: u64 = files.iter().map(|(_, _, len)| len).sum();
     let mut done = 0u64;
     let mut progress = Progress::new(total, files.len());
-    for (i, (src, rel, len)) in files.iter().enumerate() {
-        let mut file = std::fs::File::open(src).with_context(|| format!("opening source file {rel}"))?;
+    for (i, (_, rel, len)) in files.iter().enumerate() {
+        let mut file = open_source(dir, rel).with_context(|| format!("opening source file {rel}"))?;
         if let Some((parent, _)) = rel.rsplit_once('/') {
             engine.make_dirs(parent, owner).with_context(|| format!("creating /{parent}"))?;
         }
@@ -215,6 +215,18 @@ pub fn import(cfg: &Config, dir: &Path, thread: &str) -> anyhow::Result<()> {
     progress.finish();
     println!("imported {} files ({} bytes) into scope {}", files.len(), total, rec.scope_id);
     Ok(())
+}
+
+/// Opens the collected source file `rel` below `root` again, following no symlink on the way
+/// (review L6): a directory or file swapped for a link after the collection is refused, never read.
+fn open_source(root: &Path, rel: &str) -> anyhow::Result<std::fs::File> {
+    scopefs::vpath::open_regular_beneath(root, rel).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            anyhow::anyhow!("it is no longer a regular file below the source directory (changed during the import?)")
+        } else {
+            anyhow::Error::new(e)
+        }
+    })
 }
 
 /// Regular files under `root`: (source path, relative virtual path, length), sorted.
@@ -299,6 +311,33 @@ mod tests {
         let back = Config::from_toml(&text).unwrap();
         assert_eq!(back.listen, cfg.listen);
         assert_eq!(back.pricing, cfg.pricing);
+    }
+
+    #[test]
+    fn a_source_swapped_for_a_symlink_after_collection_is_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, outside) = (tmp.path().join("legacy"), tmp.path().join("outside"));
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(root.join("sub/a.txt"), b"legacy").unwrap();
+        std::fs::write(root.join("top.txt"), b"top").unwrap();
+        std::fs::write(outside.join("a.txt"), b"host secret").unwrap();
+        std::fs::write(outside.join("target.txt"), b"host secret").unwrap();
+        let files = collect_files(&root).unwrap();
+        let rels: Vec<&str> = files.iter().map(|(_, rel, _)| rel.as_str()).collect();
+        assert_eq!(rels, ["sub/a.txt", "top.txt"]);
+        // Between collection and copy, a directory and a file become links to host files.
+        std::fs::remove_dir_all(root.join("sub")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+        std::fs::remove_file(root.join("top.txt")).unwrap();
+        std::os::unix::fs::symlink(outside.join("target.txt"), root.join("top.txt")).unwrap();
+        for rel in rels {
+            let err = open_source(&root, rel).unwrap_err().to_string();
+            assert!(err.contains("no longer a regular file"), "{rel}: {err}");
+        }
+        // An unchanged file still opens.
+        std::fs::write(root.join("plain.txt"), b"x").unwrap();
+        assert!(open_source(&root, "plain.txt").is_ok());
     }
 
     #[test]
