@@ -202,6 +202,10 @@ impl Config {
             }
             "PRICING_SETTLE_INTERVAL_SECS" => self.pricing.settle_interval_secs = num(value)?,
             n if n.starts_with("EXECUTOR_") => self.executor.apply_env(key, &n["EXECUTOR_".len()..], value)?,
+            n if n.starts_with("LIMITS_") => self
+                .limits
+                .apply_env(&n["LIMITS_".len()..], value)
+                .map_err(|reason| ConfigError::Env { key: key.to_string(), reason })?,
             // Variables the daemon reads itself (e.g. SCOPEFS_CONFIG, SCOPEFS_LOG) are not config keys.
             _ => {}
         }

@@ -549,3 +549,58 @@ fn zip_names_and_modes_are_safe_for_any_extractor() {
     let names: std::collections::BTreeSet<_> = entries.iter().map(|(n, _)| n.clone()).collect();
     assert_eq!(names.len(), entries.len(), "duplicate names: {entries:?}");
 }
+
+/// Sends `GET path_and_query` with the service token on a raw connection and reads only the
+/// status line (the body is left unread, so a streaming answer stays in flight); returns the
+/// status code and the open connection.
+fn start_unread_get(d: &Daemon, path_and_query: &str) -> (u16, std::net::TcpStream) {
+    use std::io::{BufRead, Write};
+    let addr = d.base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let token = workspace_support::TOKEN;
+    write!(s, "GET {path_and_query} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n").unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(s.try_clone().unwrap()).read_line(&mut line).unwrap();
+    let code = line.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, s)
+}
+
+#[test]
+fn streams_a_client_leaves_unread_hold_their_scopes_slots_and_no_other_scopes() {
+    const BIG: usize = 48 * 1024 * 1024;
+    let d = Daemon::start_with_env(&[
+        ("SCOPEFS_LIMITS_MAX_INFLIGHT_PER_SCOPE", "2"),
+        ("SCOPEFS_QUOTA_BYTES", "268435456"),
+        ("SCOPEFS_MAX_UPLOAD_BYTES", "67108864"),
+    ]);
+    for thread in ["thr-stream-a", "thr-stream-b"] {
+        d.provision(thread);
+        let a = d.put(thread, "big.bin", vec![7u8; BIG]);
+        assert!(a.status.is_success(), "{}", a.text());
+    }
+    let file = |thread: &str| format!("/api/workspace/file?threadId={thread}&path=big.bin");
+    // Two downloads of scope A that nobody reads: each holds one of A's two slots.
+    let held: Vec<_> = (0..2).map(|_| start_unread_get(&d, &file("thr-stream-a"))).collect();
+    assert!(held.iter().all(|(code, _)| *code == 200));
+    // A third stream of A (a download or the zip) is refused at once; scope B is served in full.
+    let third = d.get(&file("thr-stream-a"));
+    assert_eq!(third.status, StatusCode::TOO_MANY_REQUESTS, "{}", third.text());
+    let zip = d.get("/api/workspace/download?threadId=thr-stream-a");
+    assert_eq!(zip.status, StatusCode::TOO_MANY_REQUESTS, "{}", zip.text());
+    let other = d.get(&file("thr-stream-b"));
+    assert_eq!((other.status, other.body.len()), (StatusCode::OK, BIG));
+    // The client goes away: A's slots come back.
+    drop(held);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let again = d.get(&file("thr-stream-a"));
+        if again.status == StatusCode::OK {
+            assert_eq!(again.body.len(), BIG);
+            break;
+        }
+        assert_eq!(again.status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(std::time::Instant::now() < deadline, "scope A's slots never came back");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

@@ -35,10 +35,12 @@ pub fn init_logging(default_level: &str) {
     }
 }
 
-/// `<data_dir>/control`, created 0700 (registry and token files live there).
+/// `<data_dir>/control`, created 0700 (registry and token files live there). `data_dir` itself is
+/// made 0700 too, whoever created it (review L5): every tenant's staged blocks live below it.
 pub fn control_dir(cfg: &Config) -> std::io::Result<PathBuf> {
     let dir = cfg.data_dir.join("control");
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+    std::fs::set_permissions(&cfg.data_dir, std::fs::Permissions::from_mode(0o700))?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
     Ok(dir)
 }
@@ -100,4 +102,24 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .thread_name("scopefs-rt")
         .build()
         .context("starting the async runtime")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_data_dir_made_by_someone_else_is_made_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cfg = Config { data_dir: data.clone(), ..Config::default() };
+        let control = control_dir(&cfg).unwrap();
+        for dir in [&data, &control] {
+            assert_eq!(std::fs::metadata(dir).unwrap().permissions().mode() & 0o777, 0o700, "{}", dir.display());
+        }
+    }
 }

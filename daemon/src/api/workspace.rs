@@ -255,8 +255,11 @@ async fn write_from_stream<S, E>(
 where
     S: Stream<Item = Result<Bytes, E>>,
 {
+    // A stream holds a blocking thread for its whole length: one of the scope's in-flight slots.
+    let slot = crate::pools::scope_slot(engine.scope_id().as_str())?;
     let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(CHANNEL_DEPTH);
     let task = tokio::task::spawn_blocking(move || -> Result<Attr, ServiceError> {
+        let _slot = slot;
         let owner = api_owner(&engine)?;
         if let Some((parent, _)) = path.rsplit_once('/') {
             engine.make_dirs(parent, owner)?;
@@ -455,9 +458,12 @@ fn channel_body(rx: mpsc::Receiver<io::Result<Bytes>>) -> Body {
 }
 
 /// Streams `reader` into a channel on a blocking thread (stops when the client goes away).
-fn spawn_reader(mut reader: EngineFileReader, scope: ScopeId) -> Body {
+fn spawn_reader(mut reader: EngineFileReader, scope: ScopeId) -> Result<Body, ApiError> {
+    // A stream holds a blocking thread for its whole length: one of the scope's in-flight slots.
+    let slot = crate::pools::scope_slot(scope.as_str())?;
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
     tokio::task::spawn_blocking(move || {
+        let _slot = slot;
         let mut buf = vec![0u8; CHUNK];
         loop {
             match reader.read(&mut buf) {
@@ -475,7 +481,7 @@ fn spawn_reader(mut reader: EngineFileReader, scope: ScopeId) -> Body {
             }
         }
     });
-    channel_body(rx)
+    Ok(channel_body(rx))
 }
 
 /// The plan of one read: the opened file and the part to send.
@@ -532,7 +538,7 @@ async fn read_file(
         return Err(ApiError::internal("read_failed", &"no reader for a satisfiable range"));
     };
     let name = vpath::file_name(&path);
-    let mut resp = Response::new(spawn_reader(reader, plan.scope));
+    let mut resp = Response::new(spawn_reader(reader, plan.scope)?);
     *resp.status_mut() = status;
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type(name)));
@@ -565,7 +571,10 @@ async fn download(State(st): State<AppState>, q: Result<Query<WsQuery>, QueryRej
     .await?;
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
     let scope = rec.scope_id;
+    // A stream holds a blocking thread for its whole length: one of the scope's in-flight slots.
+    let slot = crate::pools::scope_slot(scope.as_str())?;
     tokio::task::spawn_blocking(move || {
+        let _slot = slot;
         let writer = ChannelWriter { tx: tx.clone(), buf: Vec::with_capacity(CHUNK) };
         if let Err(e) = write_zip(&engine, &entries, writer) {
             if e.kind() != io::ErrorKind::BrokenPipe {
