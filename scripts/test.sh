@@ -20,8 +20,9 @@
 #      --workspace, so features unify exactly as in step 6 and nothing is rebuilt
 #      (`-p <crate>` would resolve features differently and rebuild the tree). All targets run even
 #      when one fails; the run fails if any did, or if an integration target
-#      ran no test at all. Heavy suites (pjdfstest/fsx, crash storms) run with
-#      --test-threads=1 and --nocapture (their progress lines, pjdfstest's
+#      ran no test at all. The hostile-tenant suite runs with --nocapture (its
+#      request counts and bystander latencies show in the log). Heavy suites
+#      (pjdfstest/fsx, crash storms) run with --test-threads=1 and --nocapture (their progress lines, pjdfstest's
 #      summaries and any logged etxtbsy retry show in the log even on a pass).
 # A missing prerequisite fails the run; nothing is skipped silently.
 #
@@ -44,6 +45,8 @@ fi
 
 # Test targets that drive heavy external suites or kill daemons: run serially.
 HEAVY_TARGETS=" posix_suites crash_storm "
+# Targets whose own report (counts, latencies) belongs in the log even on a pass.
+REPORTING_TARGETS=" hostile_tenant "
 TARGET_TIMEOUT="${SCOPEFS_TEST_TARGET_TIMEOUT:-1200}"
 HEAVY_TIMEOUT="${SCOPEFS_TEST_HEAVY_TIMEOUT:-2400}"
 FILTER=("$@")
@@ -217,7 +220,9 @@ while read -r _ target; do
             cargo test --locked --workspace --test "$target" -- --test-threads=1 --nocapture
         ;;
     *)
-        run_target --must-run-tests "$target" "$TARGET_TIMEOUT" cargo test --locked --workspace --test "$target"
+        extra_args=()
+        case "$REPORTING_TARGETS" in *" $target "*) extra_args=(-- --nocapture) ;; esac
+        run_target --must-run-tests "$target" "$TARGET_TIMEOUT" cargo test --locked --workspace --test "$target" "${extra_args[@]}"
         ;;
     esac
 done <<<"$TARGETS"

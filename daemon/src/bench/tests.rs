@@ -1,0 +1,96 @@
+//! Unit tests of `scopefs bench`: argument parsing, the report table and small workload runs.
+
+use super::*;
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+#[test]
+fn parses_workload_list_and_sizes() {
+    let cli =
+        Cli::try_parse_from(["bench", "/mnt/x", "--only", "W1,w3", "--size-mib", "64", "--files", "500", "--json"])
+            .expect("valid arguments");
+    assert_eq!(cli.bench.dir, PathBuf::from("/mnt/x"));
+    assert_eq!(cli.bench.only, vec![Workload::W1, Workload::W3]);
+    assert_eq!(cli.bench.size_mib, 64);
+    assert_eq!(cli.bench.files, 500);
+    assert!(cli.bench.json);
+
+    let defaults = Cli::try_parse_from(["bench", "/d"]).expect("defaults");
+    assert!(defaults.bench.only.is_empty());
+    assert_eq!((defaults.bench.size_mib, defaults.bench.files), (1024, 10_000));
+    assert!(Cli::try_parse_from(["bench", "/d", "--only", "W7"]).is_err());
+}
+
+#[test]
+fn table_aligns_columns_and_reports_rates() {
+    let rows = vec![
+        Row {
+            workload: "W1".into(),
+            name: "sequential write + fsync".into(),
+            ops: 64,
+            bytes: 64 * MIB,
+            seconds: 0.5,
+            rate_kind: RateKind::Bytes,
+        },
+        Row {
+            workload: "W3".into(),
+            name: "create 4 KiB files".into(),
+            ops: 500,
+            bytes: 500 * 4096,
+            seconds: 2.0,
+            rate_kind: RateKind::Ops,
+        },
+    ];
+    let table = format_table(&rows);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(lines[0].starts_with("workload  step"), "{table}");
+    assert!(lines[2].ends_with("128.0 MiB/s"), "{table}");
+    assert!(lines[3].ends_with("250 ops/s"), "{table}");
+    // The seconds column lines up.
+    let col = |l: &str| l.find("0.500").or_else(|| l.find("2.000"));
+    assert_eq!(col(lines[2]), col(lines[3]), "{table}");
+}
+
+#[test]
+fn crate_names_strip_versions() {
+    assert_eq!(crate_name(Path::new("/x/tokio-1.54.1")).as_deref(), Some("tokio"));
+    assert_eq!(crate_name(Path::new("/x/aws-sdk-s3-1.157.0")).as_deref(), Some("aws-sdk-s3"));
+    assert_eq!(crate_name(Path::new("/x/noversion")), None);
+}
+
+#[test]
+fn small_run_creates_measures_and_removes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let args = BenchArgs {
+        dir: tmp.path().to_path_buf(),
+        only: vec![Workload::W6, Workload::W1, Workload::W2, Workload::W3, Workload::W4],
+        size_mib: 2,
+        files: 150,
+        tree: None,
+        json: true,
+        keep: false,
+    };
+    run(args).expect("bench run");
+    let left: Vec<_> = fs::read_dir(tmp.path()).expect("list").collect();
+    assert!(left.is_empty(), "W6 must remove the work directory");
+}
+
+#[test]
+fn workloads_count_what_they_do() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (ops, bytes, _) = write_big_file(&tmp.path().join("big"), 3).expect("write");
+    assert_eq!((ops, bytes), (3, 3 * MIB));
+    let (_, read, _) = read_file(&tmp.path().join("big")).expect("read");
+    assert_eq!(read, 3 * MIB);
+    let (ops, bytes, _) = create_small_files(&tmp.path().join("w3"), 250).expect("create");
+    assert_eq!((ops, bytes), (250 + 100, 250 * 4096));
+    // 250 files + 100 dirs + w3 itself.
+    assert_eq!(remove_tree(&tmp.path().join("w3")).expect("remove"), 351);
+    assert!(!tmp.path().join("w3").exists());
+}
