@@ -6,7 +6,11 @@
 //! request (HTTP 413/429/503, errno `E2BIG`/`ENAMETOOLONG`/`ENFILE`/`ENOSPC`…) and calls
 //! [`refuse`] with the [`Bound`] it hit, so an operator sees which limit a tenant ran into.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -214,6 +218,53 @@ impl Bound {
     }
 }
 
+/// At most `max` holders per scope at once (commands, requests in flight…): a slot is taken before
+/// the work starts and given back when the [`ScopeSlot`] is dropped.
+#[derive(Debug, Clone)]
+pub struct PerScopeSlots {
+    held: Arc<Mutex<HashMap<String, u64>>>,
+    max: u64,
+    bound: Bound,
+}
+
+/// One slot of a scope in a [`PerScopeSlots`]; dropping it frees the slot.
+#[derive(Debug)]
+pub struct ScopeSlot {
+    held: Arc<Mutex<HashMap<String, u64>>>,
+    scope: String,
+}
+
+impl PerScopeSlots {
+    /// Slots of at most `max` (at least 1) per scope; refusals are counted under `bound`.
+    pub fn new(max: u64, bound: Bound) -> PerScopeSlots {
+        PerScopeSlots { held: Arc::default(), max: max.max(1), bound }
+    }
+
+    /// One more slot of `scope`, or `None` (counted as a refusal) when it holds `max` already.
+    pub fn try_acquire(&self, scope: &str) -> Option<ScopeSlot> {
+        let mut held = self.held.lock();
+        let n = held.entry(scope.to_string()).or_insert(0);
+        if *n >= self.max {
+            refuse(self.bound);
+            return None;
+        }
+        *n += 1;
+        Some(ScopeSlot { held: self.held.clone(), scope: scope.to_string() })
+    }
+}
+
+impl Drop for ScopeSlot {
+    fn drop(&mut self) {
+        let mut held = self.held.lock();
+        if let Some(n) = held.get_mut(&self.scope) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.scope);
+            }
+        }
+    }
+}
+
 static REFUSED: [AtomicU64; Bound::ALL.len()] = [const { AtomicU64::new(0) }; Bound::ALL.len()];
 
 /// Counts one refusal because `bound` was reached.
@@ -252,6 +303,19 @@ mod tests {
         assert!(l.apply_env("MAX_PATH_DEPTH", "-1").is_err());
         assert!(l.apply_env("MAX_PATH_DEPTH", "lots").is_err());
         assert_eq!(l.max_path_depth, LimitsConfig::default().max_path_depth);
+    }
+
+    #[test]
+    fn per_scope_slots_bound_each_scope_alone_and_come_back_on_drop() {
+        let slots = PerScopeSlots::new(2, Bound::ConcurrentExecs);
+        let (a1, a2) = (slots.try_acquire("a").unwrap(), slots.try_acquire("a").unwrap());
+        assert!(slots.try_acquire("a").is_none());
+        let b = slots.try_acquire("b");
+        assert!(b.is_some());
+        drop(a1);
+        assert!(slots.try_acquire("a").is_some());
+        drop((a2, b));
+        assert!(slots.held.lock().is_empty());
     }
 
     #[test]

@@ -7,11 +7,9 @@
 //! A class permit is held by the blocking closure itself: work whose client went away still counts
 //! until it ends, so abandoned requests cannot pile up beyond the bound.
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::Mutex;
-use scopefs::limits::{self, Bound, LimitsConfig};
+use scopefs::limits::{Bound, LimitsConfig, PerScopeSlots, ScopeSlot};
 use tokio::sync::Semaphore;
 
 /// Which bounded pool a route's blocking work runs in.
@@ -33,8 +31,7 @@ pub struct ScopeBusy;
 /// The class semaphores and the per-scope counters.
 pub struct Pools {
     classes: [Arc<Semaphore>; 3],
-    inflight: Arc<Mutex<HashMap<String, usize>>>,
-    max_inflight: usize,
+    inflight: PerScopeSlots,
 }
 
 static POOLS: OnceLock<Pools> = OnceLock::new();
@@ -68,8 +65,7 @@ impl Pools {
         let workers = limits.workers_per_route_class.clamp(1, Semaphore::MAX_PERMITS);
         Pools {
             classes: [(); 3].map(|_| Arc::new(Semaphore::new(workers))),
-            inflight: Arc::new(Mutex::new(HashMap::new())),
-            max_inflight: limits.max_inflight_per_scope.max(1),
+            inflight: PerScopeSlots::new(limits.max_inflight_per_scope as u64, Bound::InflightPerScope),
         }
     }
 
@@ -99,14 +95,7 @@ impl Pools {
 
     /// See [`scope_slot`]. Checked before any work of the request is done.
     pub fn scope_slot(&self, scope: &str) -> Result<InflightSlot, ScopeBusy> {
-        let mut inflight = self.inflight.lock();
-        let n = inflight.entry(scope.to_string()).or_insert(0);
-        if *n >= self.max_inflight {
-            limits::refuse(Bound::InflightPerScope);
-            return Err(ScopeBusy);
-        }
-        *n += 1;
-        Ok(InflightSlot { inflight: self.inflight.clone(), scope: scope.to_string() })
+        self.inflight.try_acquire(scope).ok_or(ScopeBusy)
     }
 
     /// Workers of `class` free now.
@@ -117,30 +106,14 @@ impl Pools {
 }
 
 /// One in-flight request of a scope; dropping it frees the slot.
-#[derive(Debug)]
-pub struct InflightSlot {
-    inflight: Arc<Mutex<HashMap<String, usize>>>,
-    scope: String,
-}
-
-impl Drop for InflightSlot {
-    fn drop(&mut self) {
-        let mut inflight = self.inflight.lock();
-        if let Some(n) = inflight.get_mut(&self.scope) {
-            *n -= 1;
-            if *n == 0 {
-                inflight.remove(&self.scope);
-            }
-        }
-    }
-}
+pub type InflightSlot = ScopeSlot;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn refused() -> u64 {
-        limits::refusals().into_iter().find(|(l, _)| *l == "inflight_per_scope").map(|(_, n)| n).unwrap()
+        scopefs::limits::refusals().into_iter().find(|(l, _)| *l == "inflight_per_scope").map(|(_, n)| n).unwrap()
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod fake;
 mod ops;
 pub mod policy;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,6 +25,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use scopefs::config::{Config, Isolation};
 use scopefs::executor::{Executor, ExecutorError};
+use scopefs::limits::{Bound, PerScopeSlots, ScopeSlot};
 
 use crate::service::ServiceError;
 
@@ -123,7 +124,7 @@ pub struct Compute {
     /// Environments and processes being stopped by the daemon: their watchers record nothing.
     pub(crate) stopping: Mutex<HashSet<String>>,
     /// `execute_command` calls running now, per scope id.
-    execs: Arc<Mutex<HashMap<String, u64>>>,
+    execs: PerScopeSlots,
     /// Held while a scope's live processes are counted and a new one is registered.
     pub(crate) process_admission: Mutex<()>,
     /// Held while a user's commitments are counted (billing preflight) and an environment is registered.
@@ -131,32 +132,18 @@ pub struct Compute {
 }
 
 /// One running `execute_command` of a scope; dropping it frees the slot.
-pub(crate) struct ExecSlot {
-    execs: Arc<Mutex<HashMap<String, u64>>>,
-    scope: String,
-}
-
-impl Drop for ExecSlot {
-    fn drop(&mut self) {
-        let mut execs = self.execs.lock();
-        if let Some(n) = execs.get_mut(&self.scope) {
-            *n -= 1;
-            if *n == 0 {
-                execs.remove(&self.scope);
-            }
-        }
-    }
-}
+pub(crate) type ExecSlot = ScopeSlot;
 
 impl Compute {
     pub fn new(executor: Arc<dyn Executor>, settings: ComputeSettings) -> Compute {
+        let execs = PerScopeSlots::new(settings.max_concurrent_execs, Bound::ConcurrentExecs);
         Compute {
             executor,
             settings,
             reconciled: AtomicBool::new(false),
             reconcile_lock: Mutex::new(()),
             stopping: Mutex::new(HashSet::new()),
-            execs: Arc::new(Mutex::new(HashMap::new())),
+            execs,
             process_admission: Mutex::new(()),
             environment_admission: Mutex::new(()),
         }
@@ -165,14 +152,9 @@ impl Compute {
     /// A slot for one more `execute_command` of `scope`, or `TooMany` (429) when the scope already
     /// runs `max_concurrent_execs` (checked before anything runs).
     pub(crate) fn exec_slot(&self, scope: &str) -> Result<ExecSlot, ComputeError> {
-        let mut execs = self.execs.lock();
-        let n = execs.entry(scope.to_string()).or_insert(0);
-        if *n >= self.settings.max_concurrent_execs {
-            scopefs::limits::refuse(scopefs::limits::Bound::ConcurrentExecs);
-            return Err(ComputeError::TooMany("concurrent commands (limits.max_concurrent_execs_per_scope)"));
-        }
-        *n += 1;
-        Ok(ExecSlot { execs: self.execs.clone(), scope: scope.to_string() })
+        self.execs
+            .try_acquire(scope)
+            .ok_or(ComputeError::TooMany("concurrent commands (limits.max_concurrent_execs_per_scope)"))
     }
 
     pub(crate) fn needs_reconcile(&self) -> bool {
