@@ -7,9 +7,12 @@
 # missing.
 #
 # Installs:
-#   - Debian packages: fuse3, docker.io, s3fs, rclone, fio, busybox-static,
+#   - Debian packages: fuse3, docker.io, s3fs, rclone, bindfs, fio, busybox-static,
 #     sqlite3, git, build-essential, pkg-config, ca-certificates, procps,
 #     psmisc, util-linux, tar, jq, shellcheck
+#   - the tools of the real-tool suite (tests/real_tools.rs): python3, python3-venv,
+#     python3-pip, attr (setfattr/getfattr), make and gcc (build-essential),
+#     flock and fallocate (util-linux), git, sqlite3, diffutils, findutils
 #   - cargo tools: pjdfstest (POSIX conformance), fsx (file-system exerciser),
 #     cargo-deb (Debian package build, scripts/package-test.sh)
 #   - systemd (systemd-analyze, systemd-tmpfiles: unit checks of the package test)
@@ -43,9 +46,10 @@ cargo clippy --version >/dev/null 2>&1 || die "cargo clippy not found (rustup co
 
 # --- Debian packages ----------------------------------------------------------
 PACKAGES=(
-    fuse3 docker.io s3fs rclone fio busybox-static sqlite3 git
+    fuse3 docker.io s3fs rclone bindfs fio busybox-static sqlite3 git
     build-essential pkg-config ca-certificates procps psmisc util-linux tar jq
     systemd python3-prometheus-client shellcheck
+    python3 python3-venv python3-pip attr make gcc diffutils findutils coreutils
 )
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -62,9 +66,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
     say "Debian packages present"
 fi
-for bin in fusermount3 docker dockerd s3fs rclone fio busybox sqlite3 git jq systemd-analyze shellcheck; do
+for bin in fusermount3 docker dockerd s3fs rclone bindfs fio busybox sqlite3 git jq systemd-analyze shellcheck; do
     command -v "$bin" >/dev/null 2>&1 || die "'$bin' not on PATH after installing packages"
 done
+# The real-tool suite (tests/real_tools.rs) runs these, and Debian's python3, as an
+# unprivileged user (not a root-only pyenv).
+for bin in setfattr getfattr flock fallocate make cc tar diff find timeout; do
+    command -v "$bin" >/dev/null 2>&1 || die "'$bin' (real-tool suite) not on PATH after installing packages"
+done
+/usr/bin/python3 -c 'import venv, ensurepip, sqlite3, mmap, fcntl, zipfile' 2>/dev/null ||
+    die "/usr/bin/python3 lacks venv/ensurepip/sqlite3 (apt-get install python3-venv python3-pip)"
 [ -c /dev/fuse ] || die "/dev/fuse is missing: load the fuse module (modprobe fuse) or run the container with --device /dev/fuse"
 
 # --- cargo-installed test tools -------------------------------------------------

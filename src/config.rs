@@ -49,15 +49,31 @@ fn default_true() -> bool {
 pub struct FuseConfig {
     /// Kernel entry/attribute cache lifetime in milliseconds (0 disables caching).
     pub attr_ttl_ms: u64,
-    /// FUSE worker threads per mount.
+    /// FUSE worker threads, one pool shared by every mount (idle mounts cost no thread).
     pub threads: usize,
     /// Let users other than the daemon's (containers) use the mounts.
     pub allow_other: bool,
+    /// Largest write request the kernel may send, KiB (4..=16384; the kernel caps it at
+    /// `/proc/sys/fs/fuse/max_pages_limit` pages, 1 MiB by default).
+    pub max_write_kib: u32,
+    /// Keep a file's cached pages across opens (`FOPEN_KEEP_CACHE`); changes made through the
+    /// HTTP API drop them (the engine's change observer).
+    pub keep_cache: bool,
+    /// Let the kernel buffer writes in its page cache (`FUSE_WRITEBACK_CACHE`); a refused write
+    /// (`EDQUOT`, `ENOSPC`) then surfaces on `close` (flush) or `fsync` instead of on `write`.
+    pub writeback_cache: bool,
 }
 
 impl Default for FuseConfig {
     fn default() -> Self {
-        FuseConfig { attr_ttl_ms: 60_000, threads: 4, allow_other: true }
+        FuseConfig {
+            attr_ttl_ms: 60_000,
+            threads: 16,
+            allow_other: true,
+            max_write_kib: 1024,
+            keep_cache: true,
+            writeback_cache: false,
+        }
     }
 }
 
@@ -180,9 +196,9 @@ impl Config {
             "SIGNATURE_WINDOW_SECS" => self.signature_window_secs = num(value)?,
             "DURABILITY" => {
                 self.durability = match value {
-                    "writeback" => Durability::Writeback,
+                    "fsync" | "writeback" => Durability::Fsync,
                     "close" => Durability::Close,
-                    _ => return Err(bad("expected writeback or close")),
+                    _ => return Err(bad("expected fsync or close")),
                 }
             }
             "CACHE_MAX_BYTES" => self.cache_max_bytes = num(value)?,
@@ -262,6 +278,9 @@ impl Config {
         if self.fuse.threads == 0 {
             return invalid("fuse.threads", "must be at least 1");
         }
+        if !(4..=16 * 1024).contains(&self.fuse.max_write_kib) {
+            return invalid("fuse.max_write_kib", "must be between 4 and 16384");
+        }
         if self.deployment_id.is_empty() || self.deployment_id.len() > 64 {
             return invalid("deployment_id", "must be 1-64 characters");
         }
@@ -290,6 +309,9 @@ impl Config {
             max_path_depth: self.limits.max_path_depth,
             max_path_bytes: self.limits.max_path_bytes,
             max_walk_entries: self.limits.max_walk_entries,
+            max_xattrs_per_inode: self.limits.max_xattrs_per_inode,
+            max_xattr_bytes_per_inode: self.limits.max_xattr_bytes_per_inode,
+            max_links_per_file: self.limits.max_links_per_file,
         }
     }
 

@@ -28,6 +28,15 @@ pub struct LimitsConfig {
     pub max_path_bytes: u32,
     /// Entries a recursive listing, recursive delete or zip download may visit.
     pub max_walk_entries: u64,
+    /// Extended attributes (`user.*`) one inode may carry; one more is refused with `ENOSPC`.
+    pub max_xattrs_per_inode: u64,
+    /// Bytes (names plus values) of one inode's extended attributes; more is refused with `ENOSPC`.
+    pub max_xattr_bytes_per_inode: u64,
+    /// Names (hard links) one file may have; one more is refused with `EMLINK`.
+    pub max_links_per_file: u32,
+    /// Open files the daemon may hold (`RLIMIT_NOFILE`, raised at start as far as the kernel's
+    /// `nr_open` allows). Each mounted scope holds about four.
+    pub max_open_files: u64,
 
     // --- FUSE adapter ---
     /// Open directory handles per mount.
@@ -73,6 +82,10 @@ impl Default for LimitsConfig {
             max_path_depth: 512,
             max_path_bytes: 16 * 1024,
             max_walk_entries: 200_000,
+            max_xattrs_per_inode: 128,
+            max_xattr_bytes_per_inode: 256 * 1024,
+            max_links_per_file: 65_000,
+            max_open_files: 1 << 20,
             max_dir_handles_per_mount: 1024,
             http_max_connections: 1024,
             http_header_timeout_secs: 10,
@@ -107,11 +120,15 @@ impl LimitsConfig {
 
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 18] = [
+        let checks: [(&'static str, u64); 22] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.max_path_depth", u64::from(self.max_path_depth)),
             ("limits.max_path_bytes", u64::from(self.max_path_bytes)),
             ("limits.max_walk_entries", self.max_walk_entries),
+            ("limits.max_xattrs_per_inode", self.max_xattrs_per_inode),
+            ("limits.max_xattr_bytes_per_inode", self.max_xattr_bytes_per_inode),
+            ("limits.max_links_per_file", u64::from(self.max_links_per_file)),
+            ("limits.max_open_files", self.max_open_files),
             ("limits.max_dir_handles_per_mount", self.max_dir_handles_per_mount),
             ("limits.http_max_connections", self.http_max_connections as u64),
             ("limits.http_header_timeout_secs", self.http_header_timeout_secs),
@@ -158,11 +175,13 @@ pub enum Bound {
     QuotaBytes,
     QuotaInodes,
     FileSize,
+    InodeXattrs,
+    HardLinks,
 }
 
 impl Bound {
     /// Every bound, in metric order.
-    pub const ALL: [Bound; 21] = [
+    pub const ALL: [Bound; 23] = [
         Bound::StagingGlobal,
         Bound::StagingPerScope,
         Bound::PathDepth,
@@ -184,6 +203,8 @@ impl Bound {
         Bound::QuotaBytes,
         Bound::QuotaInodes,
         Bound::FileSize,
+        Bound::InodeXattrs,
+        Bound::HardLinks,
     ];
 
     /// The metric label of this bound.
@@ -210,6 +231,8 @@ impl Bound {
             Bound::QuotaBytes => "quota_bytes",
             Bound::QuotaInodes => "quota_inodes",
             Bound::FileSize => "file_size",
+            Bound::InodeXattrs => "inode_xattrs",
+            Bound::HardLinks => "hard_links",
         }
     }
 

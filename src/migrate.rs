@@ -33,6 +33,8 @@ pub const SCOPE_META: &[Migration] = &[
     Migration { version: 1, sql: include_str!("../migrations/scope/0001_namespace.sql") },
     Migration { version: 2, sql: include_str!("../migrations/scope/0002_children_by_inode.sql") },
     Migration { version: 3, sql: include_str!("../migrations/scope/0003_symlink_bytes.sql") },
+    Migration { version: 4, sql: include_str!("../migrations/scope/0004_hard_links_devices.sql") },
+    Migration { version: 5, sql: include_str!("../migrations/scope/0005_xattrs.sql") },
 ];
 
 /// Brings `conn` up to the newest version in `migrations`, each step in its own transaction.
@@ -89,5 +91,14 @@ mod tests {
         assert!(apply(&mut c, &bad).is_err());
         let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(v, 0);
+    }
+
+    #[test]
+    fn embedded_migrations_are_numbered_one_by_one_in_order() {
+        // `apply` runs them in list order and records the last: a gap or a swap would skip one.
+        for list in [REGISTRY, SCOPE_META] {
+            let versions: Vec<i64> = list.iter().map(|m| m.version).collect();
+            assert_eq!(versions, (1..=list.len() as i64).collect::<Vec<_>>());
+        }
     }
 }

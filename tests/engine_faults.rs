@@ -151,11 +151,11 @@ fn quotas_are_exact_after_overwrites_and_deletes() {
     assert_eq!(e.usage().unwrap().bytes, 600, "the refused write left no bytes behind");
     write_file(&e, "a", &[2; 100]).unwrap();
     write_file(&e, "b", &[1; 500]).unwrap();
-    assert_eq!(e.usage().unwrap(), Usage { files: 2, bytes: 600, inodes: 2 });
+    assert_eq!(e.usage().unwrap(), Usage { files: 2, bytes: 600, inodes: 2, links: 0 });
     e.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
     assert!(matches!(e.mkdir(ROOT_INO, b"e", 0o755, OWNER), Err(EngineError::QuotaExceeded("inodes"))));
     e.unlink(ROOT_INO, b"a").unwrap();
-    assert_eq!(e.usage().unwrap(), Usage { files: 1, bytes: 500, inodes: 2 });
+    assert_eq!(e.usage().unwrap(), Usage { files: 1, bytes: 500, inodes: 2, links: 0 });
     let st = e.statfs().unwrap();
     assert_eq!((st.total_inodes, st.free_inodes), (3, 1));
     assert!(matches!(

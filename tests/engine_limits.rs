@@ -183,19 +183,31 @@ fn symlink_targets_count_toward_the_byte_quota() {
 fn upgraded_databases_charge_existing_symlinks() {
     let h = Harness::small_blocks();
     let scope = ScopeId::generate();
-    {
-        let e = h.storage().open_scope(&scope, big_quota()).unwrap();
-        e.symlink(ROOT_INO, b"s", &[b'a'; 60], OWNER).unwrap();
-        write_file(&e, "f", &[1; 10]).unwrap();
+    drop(h.storage().open_scope(&scope, big_quota()).unwrap());
+    // What a database written before symlinks were charged (schema 2) looks like: a 60-byte
+    // symlink and an empty file, with only the file's (zero) bytes in the usage counter.
+    let dir = h.data_dir().join("scopes").join(scope.as_str());
+    for f in ["meta.sqlite3", "meta.sqlite3-wal", "meta.sqlite3-shm"] {
+        let _ = std::fs::remove_file(dir.join(f));
     }
-    // What a database written before symlinks were charged looks like.
-    let db = h.data_dir().join("scopes").join(scope.as_str()).join("meta.sqlite3");
-    let conn = rusqlite::Connection::open(db).unwrap();
-    conn.execute_batch("UPDATE usage SET bytes = bytes - 60 WHERE id = 1; PRAGMA user_version = 2;").unwrap();
+    let mut conn = rusqlite::Connection::open(dir.join("meta.sqlite3")).unwrap();
+    scopefs::migrate::apply(&mut conn, &scopefs::migrate::SCOPE_META[..2]).unwrap();
+    conn.execute_batch(&format!(
+        "INSERT INTO inodes (ino, parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns)
+             VALUES (1, NULL, NULL, 'dir', 493, 0, 0, 0, 0, 0);
+         INSERT INTO inodes (ino, parent, name, kind, perm, uid, gid, size, atime_ns, mtime_ns, ctime_ns, symlink_target)
+             VALUES (2, 1, X'73', 'symlink', 511, 0, 0, 60, 0, 0, 0, X'{}');
+         INSERT INTO inodes (ino, parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns)
+             VALUES (3, 1, X'66', 'file', 420, 0, 0, 0, 0, 0);
+         UPDATE usage SET files = 1, bytes = 0, inodes = 2;",
+        "61".repeat(60)
+    ))
+    .unwrap();
     drop(conn);
     let e = h.storage().open_scope(&scope, big_quota()).unwrap();
-    assert_eq!(e.usage().unwrap().bytes, 70);
-    assert!(e.consistency_problems().unwrap().is_empty());
+    assert_eq!(e.usage().unwrap().bytes, 60);
+    assert!(e.consistency_problems().unwrap().is_empty(), "{:?}", e.consistency_problems());
+    write_file(&e, "f", &[1; 10]).unwrap();
     e.unlink(ROOT_INO, b"s").unwrap();
     assert_eq!(e.usage().unwrap().bytes, 10);
 }
@@ -217,7 +229,7 @@ fn paths_deeper_or_longer_than_the_bounds_cannot_be_created_or_moved_in() {
     let too_long = |r: EngineResult<Attr>| matches!(r, Err(EngineError::PathTooLong));
     assert!(too_long(e.mkdir(d4, b"e", 0o755, OWNER)));
     assert!(too_long(e.symlink(d4, b"s", b"x", OWNER)));
-    assert!(too_long(e.mknod(d4, b"p", FileKind::Fifo, 0o644, OWNER)));
+    assert!(too_long(e.mknod(d4, b"p", FileKind::Fifo, 0o644, 0, OWNER)));
     let flags = OpenFlags { write: true, ..Default::default() };
     assert!(matches!(e.create(d4, b"f", 0o644, flags, OWNER), Err(EngineError::PathTooLong)));
     assert!(matches!(e.make_dirs("a/b/c/d/e", OWNER), Err(EngineError::PathTooLong)));

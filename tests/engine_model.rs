@@ -1,8 +1,10 @@
-//! Acceptance h: random operation sequences driven through the engine (no kernel) agree with a simple in-memory model.
+//! Acceptance h: random operation sequences driven through the engine (no kernel) agree with a simple
+//! in-memory model — hard links included (names share a file; the engine's inodes partition the names
+//! exactly as the model's files do).
 
 mod engine_support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use engine_support::*;
@@ -10,8 +12,16 @@ use proptest::prelude::*;
 use scopefs::engine::*;
 use scopefs::ids::ScopeId;
 
-#[derive(Debug, Clone, PartialEq)]
+/// A name in the model: a file (by number: hard links share one) or a directory.
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Node {
+    File(u32),
+    Dir,
+}
+
+/// What a path shows: a file's contents or a directory.
+#[derive(Debug, Clone, PartialEq)]
+enum Shown {
     File(Vec<u8>),
     Dir,
 }
@@ -26,6 +36,7 @@ enum Op {
     Rename(&'static str, &'static str),
     Unlink(&'static str),
     Rmdir(&'static str),
+    Link(&'static str, &'static str),
     Restart,
 }
 
@@ -45,6 +56,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (path(), path()).prop_map(|(a, b)| Op::Rename(a, b)),
         2 => path().prop_map(Op::Unlink),
         1 => path().prop_map(Op::Rmdir),
+        2 => (path(), path()).prop_map(|(a, b)| Op::Link(a, b)),
         1 => Just(Op::Restart),
     ]
 }
@@ -57,6 +69,7 @@ fn class(e: &EngineError) -> &'static str {
         EngineError::IsDir => "isdir",
         EngineError::NotEmpty => "notempty",
         EngineError::Invalid(_) => "invalid",
+        EngineError::NotPermitted(_) => "notpermitted",
         other => panic!("unexpected engine error {other:?}"),
     }
 }
@@ -66,6 +79,8 @@ type Outcome = Result<Option<Vec<u8>>, &'static str>;
 #[derive(Default)]
 struct Model {
     nodes: BTreeMap<String, Node>,
+    contents: BTreeMap<u32, Vec<u8>>,
+    next: u32,
 }
 
 fn parent_of(p: &str) -> &str {
@@ -86,11 +101,43 @@ impl Model {
         if !self.dir_ok(parent_of(p)) {
             return Err("missing-or-notdir");
         }
-        match self.nodes.get_mut(p) {
-            Some(Node::File(d)) => Ok(d),
+        match self.nodes.get(p) {
+            Some(Node::File(id)) => Ok(self.contents.get_mut(id).expect("file contents")),
             Some(Node::Dir) => Err("isdir"),
             None => Err("missing-or-notdir"),
         }
+    }
+
+    /// Every path with what it shows.
+    fn shown(&self) -> BTreeMap<String, Shown> {
+        let show = |n: &Node| match n {
+            Node::File(id) => Shown::File(self.contents[id].clone()),
+            Node::Dir => Shown::Dir,
+        };
+        self.nodes.iter().map(|(p, n)| (p.clone(), show(n))).collect()
+    }
+
+    /// The names of each file, as sets (hard links share a set).
+    fn name_sets(&self) -> BTreeSet<BTreeSet<String>> {
+        let mut by_id: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
+        for (p, n) in &self.nodes {
+            if let Node::File(id) = n {
+                by_id.entry(*id).or_default().insert(p.clone());
+            }
+        }
+        by_id.into_values().collect()
+    }
+
+    fn link(&mut self, a: &str, b: &str) -> Outcome {
+        if !self.dir_ok(parent_of(a)) || !self.nodes.contains_key(a) || !self.dir_ok(parent_of(b)) {
+            return Err("missing-or-notdir");
+        }
+        let Node::File(id) = self.nodes[a] else { return Err("notpermitted") };
+        if self.nodes.contains_key(b) {
+            return Err("exists");
+        }
+        self.nodes.insert(b.to_string(), Node::File(id));
+        Ok(None)
     }
 
     fn apply(&mut self, op: &Op) -> Outcome {
@@ -102,7 +149,13 @@ impl Model {
                 if self.nodes.contains_key(*p) {
                     return Err("exists");
                 }
-                let node = if matches!(op, Op::Create(_)) { Node::File(Vec::new()) } else { Node::Dir };
+                let node = if matches!(op, Op::Create(_)) {
+                    self.next += 1;
+                    self.contents.insert(self.next, Vec::new());
+                    Node::File(self.next)
+                } else {
+                    Node::Dir
+                };
                 self.nodes.insert(p.to_string(), node);
                 Ok(None)
             }
@@ -148,6 +201,7 @@ impl Model {
                 None => Err("missing-or-notdir"),
             },
             Op::Rename(a, b) => self.rename(a, b),
+            Op::Link(a, b) => self.link(a, b),
             Op::Restart => Ok(None),
         }
     }
@@ -160,7 +214,10 @@ impl Model {
         if src_dir && b.starts_with(&format!("{a}/")) {
             return Err("invalid");
         }
-        if a == b {
+        // The same name, or two names of one file: nothing happens (POSIX).
+        if a == b
+            || matches!((self.nodes.get(a), self.nodes.get(b)), (Some(Node::File(x)), Some(Node::File(y))) if x == y)
+        {
             return Ok(None);
         }
         match self.nodes.get(b) {
@@ -224,14 +281,21 @@ fn run_engine(e: &ScopeEngine, op: &Op) -> Outcome {
             let (pb, nb) = split(e, b).map_err(|_| EngineError::NotFound)?;
             e.rename(pa, na.as_bytes(), pb, nb.as_bytes(), RenameMode::Replace).map(|_| None)
         }
+        Op::Link(a, b) => {
+            let ino = resolve(e, a)?;
+            let (pb, nb) = split(e, b)?;
+            e.link(ino, pb, nb.as_bytes()).map(|_| None)
+        }
         Op::Restart => Ok(None),
     })();
     r.map_err(|e| class(&e))
 }
 
-/// Every path of the engine's tree with its node, read through the engine.
-fn snapshot(e: &ScopeEngine) -> BTreeMap<String, Node> {
+/// Every path of the engine's tree with what it shows, and the names of each file inode, read
+/// through the engine.
+fn snapshot(e: &ScopeEngine) -> (BTreeMap<String, Shown>, BTreeSet<BTreeSet<String>>) {
     let mut out = BTreeMap::new();
+    let mut names: BTreeMap<Ino, BTreeSet<String>> = BTreeMap::new();
     let mut stack = vec![(ROOT_INO, String::new())];
     while let Some((ino, prefix)) = stack.pop() {
         for entry in e.readdir(ino).unwrap() {
@@ -240,24 +304,32 @@ fn snapshot(e: &ScopeEngine) -> BTreeMap<String, Node> {
             match entry.attr.kind {
                 FileKind::Dir => {
                     stack.push((entry.attr.ino, p.clone()));
-                    out.insert(p, Node::Dir);
+                    out.insert(p, Shown::Dir);
                 }
                 _ => {
                     let data = read_file(e, &p).unwrap();
                     assert_eq!(data.len() as u64, entry.attr.size, "size of {p}");
-                    out.insert(p, Node::File(data));
+                    out.insert(p.clone(), Shown::File(data));
+                    names.entry(entry.attr.ino).or_default().insert(p);
                 }
             }
         }
     }
-    out
+    for (ino, set) in &names {
+        assert_eq!(e.getattr(*ino).unwrap().nlink as usize, set.len(), "link count of {set:?}");
+    }
+    (out, names.into_values().collect())
 }
 
 fn check_usage(e: &ScopeEngine, model: &Model) {
     let u = e.usage().unwrap();
-    let files = model.nodes.values().filter(|n| matches!(n, Node::File(_))).count() as u64;
-    let bytes: u64 = model.nodes.values().map(|n| if let Node::File(d) = n { d.len() as u64 } else { 0 }).sum();
-    assert_eq!((u.files, u.bytes, u.inodes), (files, bytes, model.nodes.len() as u64), "usage");
+    let ids: BTreeSet<u32> =
+        model.nodes.values().filter_map(|n| if let Node::File(id) = n { Some(*id) } else { None }).collect();
+    let names = model.nodes.values().filter(|n| matches!(n, Node::File(_))).count() as u64;
+    let dirs = model.nodes.len() as u64 - names;
+    let files = ids.len() as u64;
+    let bytes: u64 = ids.iter().map(|id| model.contents[id].len() as u64).sum();
+    assert_eq!((u.files, u.bytes, u.inodes, u.links), (files, bytes, dirs + files, names - files), "usage");
     assert_eq!(e.consistency_problems().unwrap(), Vec::<String>::new());
 }
 
@@ -282,7 +354,9 @@ proptest! {
             let expected = model.apply(op);
             let got = run_engine(&engine, op);
             prop_assert_eq!(&got, &expected, "step {} {:?}", i, op);
-            prop_assert_eq!(snapshot(&engine), model.nodes.clone(), "tree after step {} {:?}", i, op);
+            let (shown, name_sets) = snapshot(&engine);
+            prop_assert_eq!(shown, model.shown(), "tree after step {} {:?}", i, op);
+            prop_assert_eq!(name_sets, model.name_sets(), "hard links after step {} {:?}", i, op);
         }
         check_usage(&engine, &model);
         prop_assert!(engine.wait_uploads(std::time::Duration::from_secs(10)));

@@ -38,7 +38,7 @@ fn open_directory_handles_hold_no_listing_and_are_bounded() {
     let big = engine.mkdir(ROOT_INO, b"big", 0o755, OWNER).unwrap().ino;
     for i in 0..ENTRIES {
         let name = format!("{i:0240}");
-        engine.mknod(big, name.as_bytes(), FileKind::Fifo, 0o644, OWNER).unwrap();
+        engine.mknod(big, name.as_bytes(), FileKind::Fifo, 0o644, 0, OWNER).unwrap();
     }
     // Warm up once (allocator arenas, thread stacks), then measure while handles stay open.
     let mut warm = fs::read_dir(m.join("big")).unwrap();
@@ -69,7 +69,7 @@ fn listing_while_entries_change_has_no_duplicates_and_ends() {
     let (engine, m) = h.scope(big_quota());
     let dir = engine.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap().ino;
     for i in 0..STABLE {
-        engine.mknod(dir, format!("keep-{i:04}").as_bytes(), FileKind::Fifo, 0o644, OWNER).unwrap();
+        engine.mknod(dir, format!("keep-{i:04}").as_bytes(), FileKind::Fifo, 0o644, 0, OWNER).unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
     let churn = {
@@ -77,7 +77,7 @@ fn listing_while_entries_change_has_no_duplicates_and_ends() {
         std::thread::spawn(move || {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                engine.mknod(dir, format!("churn-{i}").as_bytes(), FileKind::Fifo, 0o644, OWNER).unwrap();
+                engine.mknod(dir, format!("churn-{i}").as_bytes(), FileKind::Fifo, 0o644, 0, OWNER).unwrap();
                 if i >= 20 {
                     engine.unlink(dir, format!("churn-{}", i - 20).as_bytes()).unwrap();
                 }

@@ -234,28 +234,44 @@ fn name_rules_are_enforced() {
 }
 
 #[test]
-fn device_nodes_and_hard_links_are_refused_fifos_work() {
+fn device_nodes_are_inert_hard_links_share_a_file_and_fifos_work() {
     let h = harness();
     let (_e, m) = h.scope(big_quota());
     // A fifo is no device: it exists in the scope and the kernel serves its pipe.
     mknod(&m.join("fifo"), libc::S_IFIFO | 0o644, 0).unwrap();
-    use std::os::unix::fs::FileTypeExt;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     assert!(fs::symlink_metadata(m.join("fifo")).unwrap().file_type().is_fifo());
     let fifo = m.join("fifo");
     let reader = std::thread::spawn(move || fs::read(fifo).unwrap());
     fs::write(m.join("fifo"), b"through the pipe").unwrap();
     assert_eq!(reader.join().unwrap(), b"through the pipe");
-    assert_eq!(errno_of(mknod(&m.join("null"), libc::S_IFCHR | 0o666, libc::makedev(1, 3)), "mknod chr"), libc::EPERM);
-    assert_eq!(errno_of(mknod(&m.join("blk"), libc::S_IFBLK | 0o666, libc::makedev(7, 0)), "mknod blk"), libc::EPERM);
+    // Device nodes exist with their numbers, but the mount is nodev: they open as nothing.
+    mknod(&m.join("null"), libc::S_IFCHR | 0o666, libc::makedev(1, 3)).unwrap();
+    mknod(&m.join("blk"), libc::S_IFBLK | 0o660, libc::makedev(7, 0)).unwrap();
+    let null = fs::symlink_metadata(m.join("null")).unwrap();
+    assert!(null.file_type().is_char_device());
+    assert_eq!(null.rdev(), libc::makedev(1, 3));
+    assert!(fs::symlink_metadata(m.join("blk")).unwrap().file_type().is_block_device());
+    assert_eq!(errno_of(File::open(m.join("null")), "open chr"), libc::EACCES);
     // mknod of a regular file works.
     mknod(&m.join("plain"), libc::S_IFREG | 0o640, 0).unwrap();
     let md = fs::metadata(m.join("plain")).unwrap();
     assert!(md.is_file());
     assert_eq!(md.len(), 0);
 
+    // A hard link is a second name of the same file.
     fs::write(m.join("orig"), b"o").unwrap();
-    assert_eq!(errno_of(fs::hard_link(m.join("orig"), m.join("link")), "link"), libc::EPERM);
-    assert!(fs::symlink_metadata(m.join("link")).is_err());
+    fs::hard_link(m.join("orig"), m.join("link")).unwrap();
+    let (orig, link) = (fs::metadata(m.join("orig")).unwrap(), fs::metadata(m.join("link")).unwrap());
+    assert_eq!((orig.ino(), orig.nlink()), (link.ino(), 2));
+    fs::write(m.join("link"), b"changed").unwrap();
+    assert_eq!(fs::read(m.join("orig")).unwrap(), b"changed");
+    fs::remove_file(m.join("orig")).unwrap();
+    assert_eq!(fs::metadata(m.join("link")).unwrap().nlink(), 1);
+    assert_eq!(fs::read(m.join("link")).unwrap(), b"changed");
+    // Directories cannot be hard-linked.
+    fs::create_dir(m.join("d")).unwrap();
+    assert_eq!(errno_of(fs::hard_link(m.join("d"), m.join("d2")), "link dir"), libc::EPERM);
 }
 
 #[test]

@@ -299,7 +299,7 @@ fn queued_uploads_complete_after_garage_outage() {
     let rt = runtime();
     let (store, _prefix) = garage_store("outage");
     let settings = StorageSettings {
-        durability: Durability::Writeback,
+        durability: Durability::Fsync,
         store_timeout: Duration::from_secs(2),
         store_attempts: 2,
         ..StorageSettings::default()

@@ -19,8 +19,13 @@ use crate::notify;
 pub const LISTEN_FDS_START: RawFd = 3;
 /// Fd name of the HTTP listening socket.
 pub const HTTP_FD_NAME: &str = "http";
-/// Most descriptors accepted from one message or one start (matches `FileDescriptorStoreMax=`).
-pub const MAX_KEPT_FDS: usize = 4096;
+/// Most descriptors the supervisor keeps and a start accepts. (Under systemd the unit's
+/// `FileDescriptorStoreMax=` is the bound: systemd passes the names in one environment variable,
+/// which execve limits to 128 KiB, about 3,000 names.)
+pub const MAX_KEPT_FDS: usize = 65_536;
+/// Names the variable of the descriptor holding the kept descriptors' names (`:`-separated), which
+/// the supervisor passes instead of `LISTEN_FDNAMES`: no environment variable can hold thousands.
+pub const FDNAMES_FD_ENV: &str = "SCOPEFS_LISTEN_FDNAMES_FD";
 
 /// The inherited descriptors, by name.
 #[derive(Default)]
@@ -33,9 +38,13 @@ pub struct Inherited {
 /// children never see them). Unnamed or unknown descriptors are closed.
 pub fn inherit() -> Inherited {
     let fds = std::env::var("LISTEN_FDS").ok();
-    let names = std::env::var("LISTEN_FDNAMES").ok();
+    let names = std::env::var("LISTEN_FDNAMES").ok().or_else(|| {
+        let fd = std::env::var(FDNAMES_FD_ENV).ok()?.parse::<RawFd>().ok()?;
+        let count = fds.as_deref().and_then(|n| n.parse::<usize>().ok()).unwrap_or(0).min(MAX_KEPT_FDS);
+        read_names(fd, count)
+    });
     let pid = std::env::var("LISTEN_PID").ok();
-    for var in ["LISTEN_FDS", "LISTEN_FDNAMES", "LISTEN_PID"] {
+    for var in ["LISTEN_FDS", "LISTEN_FDNAMES", "LISTEN_PID", FDNAMES_FD_ENV] {
         // SAFETY: called at startup, before the runtime or any other thread exists.
         unsafe { std::env::remove_var(var) };
     }
@@ -70,6 +79,33 @@ pub fn parse_listen(fds: Option<&str>, names: Option<&str>, pid: Option<&str>, m
     let n = n.min(MAX_KEPT_FDS);
     let mut names = names.unwrap_or("").split(':');
     (0..n).map(|i| (LISTEN_FDS_START + i as RawFd, names.next().unwrap_or("unknown").to_string())).collect()
+}
+
+/// The names the supervisor wrote to descriptor `fd` for `count` descriptors (at most 256 bytes
+/// each), closing it.
+fn read_names(fd: RawFd, count: usize) -> Option<String> {
+    use std::io::Read;
+    // SAFETY: the supervisor passed `fd` to this process for exactly this; nothing else owns it.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let mut names = String::new();
+    file.take((count as u64 + 1) * 256).read_to_string(&mut names).ok()?;
+    Some(names)
+}
+
+/// A descriptor holding `names` joined by `:`, read from its start (the supervisor's side of
+/// `FDNAMES_FD_ENV`).
+pub fn names_fd(names: &[&str]) -> io::Result<OwnedFd> {
+    use std::io::{Seek, Write};
+    // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"scopefs-fdnames".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned here.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.write_all(names.join(":").as_bytes())?;
+    file.rewind()?;
+    Ok(file.into())
 }
 
 /// A valid fd name: 1-255 printable ASCII characters, no `:` (systemd's rule).
@@ -188,6 +224,20 @@ pub fn dup_at_least(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ten_thousand_names_pass_through_a_descriptor() {
+        let names: Vec<String> = (0..10_000).map(|i| format!("fuse-{i:036}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        // More than one environment variable may hold (execve: 128 KiB).
+        assert!(refs.join(":").len() > 128 * 1024);
+        let fd = names_fd(&refs).unwrap();
+        let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
+        let read = read_names(raw, names.len()).unwrap();
+        let pairs = parse_listen(Some("10000"), Some(&read), None, 1);
+        assert_eq!(pairs.len(), 10_000);
+        assert_eq!(pairs[9_999], (LISTEN_FDS_START + 9_999, names[9_999].clone()));
+    }
 
     #[test]
     fn listen_fds_are_numbered_from_three_with_their_names() {

@@ -12,6 +12,7 @@ mod metrics;
 mod notify;
 mod ops_cmd;
 mod pools;
+mod rlimit;
 mod scope_cmd;
 mod serve;
 mod service;

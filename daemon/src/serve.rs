@@ -77,6 +77,10 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let hmac_secret = tokens::load_or_generate(cfg.hmac_secret.as_deref(), &control.join("hmac-secret"))
         .context("loading the HMAC secret of /tools")?;
     crate::pools::init(&cfg.limits);
+    match crate::rlimit::raise_open_files(cfg.limits.max_open_files) {
+        Ok(n) => tracing::info!(open_files = n, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
     let tools_auth =
         api::ToolsAuth::new(hmac_secret, cfg.signature_window_secs, cfg.max_upload_bytes).with_limits(&cfg.limits);
 

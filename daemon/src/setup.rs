@@ -92,6 +92,11 @@ pub fn mount_options(cfg: &Config) -> MountOptions {
         threads: cfg.fuse.threads,
         allow_other: cfg.fuse.allow_other,
         max_dir_handles: cfg.limits.max_dir_handles_per_mount,
+        fast_paths: scopefs_fs::FastPaths {
+            max_write: cfg.fuse.max_write_kib.saturating_mul(1024),
+            keep_cache: cfg.fuse.keep_cache,
+            writeback_cache: cfg.fuse.writeback_cache,
+        },
     }
 }
 

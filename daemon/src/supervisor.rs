@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::fdstore::{self, Message, LISTEN_FDS_START, MAX_KEPT_FDS};
+use crate::fdstore::{self, Message, FDNAMES_FD_ENV, LISTEN_FDS_START, MAX_KEPT_FDS};
 use crate::notify::NOTIFY_FD_ENV;
 
 /// Variable that makes `scopefs serve` the worker instead of the supervisor.
@@ -41,6 +41,10 @@ pub fn is_worker() -> bool {
 /// Runs the supervisor until the worker stops for good; returns the worker's exit status.
 pub fn run() -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("locating the scopefs binary")?;
+    // It holds every kept connection; the worker raises its own limit to the configured one.
+    if let Err(e) = crate::rlimit::raise_open_files(scopefs::limits::LimitsConfig::default().max_open_files) {
+        tracing::warn!(error = %e, "cannot raise the supervisor's open-file limit");
+    }
     let signals = Signals::block().context("installing the supervisor's signal handling")?;
     let (mine, theirs) = std::os::unix::net::UnixDatagram::pair().context("creating the notification socket")?;
     let mut kept: BTreeMap<String, OwnedFd> = BTreeMap::new();
@@ -145,26 +149,31 @@ fn drain(sock: RawFd, kept: &mut BTreeMap<String, OwnedFd>) -> bool {
     }
 }
 
-/// Starts the worker with the kept descriptors at fd 3.. and the notification socket after them.
+/// Starts the worker with the kept descriptors at fd 3.., the notification socket after them, and
+/// then the descriptor holding their names.
 fn spawn(exe: &PathBuf, kept: &BTreeMap<String, OwnedFd>, notify: std::os::fd::BorrowedFd<'_>) -> io::Result<Child> {
     let n = kept.len();
-    let floor = LISTEN_FDS_START + n as RawFd + 1;
+    let floor = LISTEN_FDS_START + n as RawFd + 2;
     // Above every target number, so no dup2 below overwrites a source still to be moved.
-    let mut sources = Vec::with_capacity(n + 1);
+    let mut sources = Vec::with_capacity(n + 2);
     for fd in kept.values() {
         sources.push(fdstore::dup_at_least(fd.as_fd(), floor)?);
     }
     sources.push(fdstore::dup_at_least(notify, floor)?);
-    let raw: Vec<RawFd> = sources.iter().map(AsRawFd::as_raw_fd).collect();
     let names: Vec<&str> = kept.keys().map(String::as_str).collect();
+    let names_fd = fdstore::names_fd(&names)?;
+    sources.push(fdstore::dup_at_least(names_fd.as_fd(), floor)?);
+    drop(names_fd);
+    let raw: Vec<RawFd> = sources.iter().map(AsRawFd::as_raw_fd).collect();
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
     let mut cmd = Command::new(exe);
     cmd.args(std::env::args_os().skip(1))
         .env(ROLE_ENV, "worker")
         .env("LISTEN_FDS", n.to_string())
-        .env("LISTEN_FDNAMES", names.join(":"))
+        .env(FDNAMES_FD_ENV, (LISTEN_FDS_START + n as RawFd + 1).to_string())
         .env(NOTIFY_FD_ENV, (LISTEN_FDS_START + n as RawFd).to_string())
+        .env_remove("LISTEN_FDNAMES")
         .env_remove("LISTEN_PID")
         .env_remove("NOTIFY_SOCKET");
     // SAFETY: the closure only calls async-signal-safe functions (sigprocmask, prctl, getppid,

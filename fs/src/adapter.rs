@@ -19,10 +19,30 @@ use scopefs::engine::{
 
 use crate::errno::{is_internal, to_errno};
 
+/// Extended attributes and `fallocate` (their callbacks' bodies).
+#[path = "adapter_xattr.rs"]
+mod xattr;
+
 /// `st_blksize` reported for every inode (the preferred I/O size).
 const PREFERRED_IO_SIZE: u32 = 128 * 1024;
-/// Largest write the kernel may send in one request.
-const MAX_WRITE: u32 = 1024 * 1024;
+/// The kernel fast paths a mount asks for (the `[fuse]` configuration section).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastPaths {
+    /// Largest write the kernel may send in one request, bytes (the kernel may cap it lower).
+    pub max_write: u32,
+    /// Keep a file's cached pages across opens (`FOPEN_KEEP_CACHE`); changes made outside the
+    /// mount drop them through the notifier (`crate::mount`).
+    pub keep_cache: bool,
+    /// `FUSE_WRITEBACK_CACHE`: the kernel buffers writes; a refused write surfaces on the
+    /// `flush` of `close` or on `fsync` (the kernel writes dirty pages back before both).
+    pub writeback_cache: bool,
+}
+
+impl Default for FastPaths {
+    fn default() -> Self {
+        FastPaths { max_write: 1024 * 1024, keep_cache: true, writeback_cache: false }
+    }
+}
 /// Inode numbers are never reused, so the generation is always 0.
 const GENERATION: Generation = Generation(0);
 
@@ -66,7 +86,7 @@ pub fn file_attr(attr: &Attr) -> FileAttr {
         nlink: attr.nlink,
         uid: attr.uid,
         gid: attr.gid,
-        rdev: 0,
+        rdev: attr.rdev,
         blksize: PREFERRED_IO_SIZE,
         flags: 0,
     }
@@ -79,6 +99,8 @@ fn file_type(kind: FileKind) -> FileType {
         FileKind::Symlink => FileType::Symlink,
         FileKind::Fifo => FileType::NamedPipe,
         FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
     }
 }
 
@@ -113,8 +135,8 @@ pub fn rename_mode(flags: u32) -> Option<RenameMode> {
     }
 }
 
-fn fopen_flags(opened: &Opened) -> FopenFlags {
-    if opened.keep_cache {
+fn fopen_flags(fast: &FastPaths, opened: &Opened) -> FopenFlags {
+    if fast.keep_cache && opened.keep_cache {
         FopenFlags::FOPEN_KEEP_CACHE
     } else {
         FopenFlags::empty()
@@ -126,7 +148,7 @@ fn owner(req: &Request) -> Owner {
 }
 
 /// Directory-stream offsets (the kernel's cookies). A stream is stateless: 0 starts at `.`,
-/// [`DOTDOT_COOKIE`] resumes at `..`, and `CHILD_COOKIE_BASE + ino` resumes after child `ino`.
+/// [`DOTDOT_COOKIE`] resumes at `..`, and `CHILD_COOKIE_BASE + cursor` resumes after the entry with that engine cursor.
 /// Children come from the engine in inode order, a page at a time, and inode numbers are never
 /// reused, so a cookie stays valid whatever happens to the directory: no child is returned twice,
 /// a walk always ends, and an open handle costs the daemon no memory.
@@ -146,12 +168,19 @@ pub struct ScopeFs {
     /// Open directory handles; `opendir` beyond `max_dir_handles` answers `ENFILE`.
     open_dirs: AtomicU64,
     max_dir_handles: u64,
+    fast: FastPaths,
 }
 
 impl ScopeFs {
     /// `max_dir_handles` bounds the open directory handles of this mount (`limits.max_dir_handles_per_mount`).
     pub fn new(engine: Arc<ScopeEngine>, ttl: Duration, max_dir_handles: u64) -> ScopeFs {
-        ScopeFs { engine, ttl, open_dirs: AtomicU64::new(0), max_dir_handles }
+        ScopeFs { engine, ttl, open_dirs: AtomicU64::new(0), max_dir_handles, fast: FastPaths::default() }
+    }
+
+    /// The kernel fast paths this mount asks for at `init` and in its open replies.
+    pub fn with_fast_paths(mut self, fast: FastPaths) -> ScopeFs {
+        self.fast = fast;
+        self
     }
 
     fn reply_entry(&self, reply: ReplyEntry, result: Result<Attr, Errno>) {
@@ -194,13 +223,13 @@ impl ScopeFs {
         loop {
             let page = call("readdir", || self.engine.readdir_page(ino, after, READDIR_PAGE))?;
             for e in &page {
-                let next = e.attr.ino.saturating_add(CHILD_COOKIE_BASE);
+                let next = e.cursor.saturating_add(CHILD_COOKIE_BASE);
                 if add((e.attr.ino, next, file_type(e.attr.kind), e.name.as_slice(), Some(&e.attr))) {
                     return Ok(());
                 }
             }
             match page.last() {
-                Some(last) if page.len() == READDIR_PAGE => after = last.attr.ino,
+                Some(last) if page.len() == READDIR_PAGE => after = last.cursor,
                 _ => return Ok(()),
             }
         }
@@ -237,20 +266,23 @@ fn dot_attr(ino: Ino) -> FileAttr {
 
 impl Filesystem for ScopeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        // No FUSE_WRITEBACK_CACHE: quota errors (EDQUOT) must surface on write().
-        let wanted = [
+        let mut wanted = vec![
             InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_CACHE_SYMLINKS,
         ];
+        // Without it a quota error (EDQUOT) surfaces on write(); with it, on close() or fsync().
+        if self.fast.writeback_cache {
+            wanted.push(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
         for flag in wanted {
             if config.add_capabilities(flag).is_err() {
                 tracing::debug!(?flag, "kernel lacks FUSE capability");
             }
         }
-        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
+        if let Err(nearest) = config.set_max_write(self.fast.max_write) {
             let _ = config.set_max_write(nearest);
         }
         Ok(())
@@ -319,20 +351,22 @@ impl Filesystem for ScopeFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Regular files, fifos and sockets; device nodes are refused by design (SPEC §6).
+        // Device nodes are inert: the mount is `nodev`, only their number is kept.
         let kind = match mode & libc::S_IFMT {
             libc::S_IFREG => FileKind::File,
             libc::S_IFIFO => FileKind::Fifo,
             libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
             _ => {
-                reply.error(Errno::EPERM);
+                reply.error(Errno::EINVAL);
                 return;
             }
         };
-        let r = call("mknod", || self.engine.mknod(parent.0, name.as_bytes(), kind, mode & 0o7777, owner(req)));
+        let r = call("mknod", || self.engine.mknod(parent.0, name.as_bytes(), kind, mode & 0o7777, rdev, owner(req)));
         self.reply_entry(reply, r);
     }
 
@@ -374,14 +408,14 @@ impl Filesystem for ScopeFs {
         reply_empty(reply, r);
     }
 
-    fn link(&self, _req: &Request, _ino: INodeNo, _newparent: INodeNo, _newname: &OsStr, reply: ReplyEntry) {
-        // Hard links are not supported (SPEC §6): a clean EPERM.
-        reply.error(Errno::EPERM);
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let r = call("link", || self.engine.link(ino.0, newparent.0, newname.as_bytes()));
+        self.reply_entry(reply, r);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
         match call("open", || self.engine.open(ino.0, open_flags(flags.0))) {
-            Ok(opened) => reply.opened(FileHandle(opened.fh), fopen_flags(&opened)),
+            Ok(opened) => reply.opened(FileHandle(opened.fh), fopen_flags(&self.fast, &opened)),
             Err(e) => reply.error(e),
         }
     }
@@ -498,31 +532,46 @@ impl Filesystem for ScopeFs {
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::ENOTSUP);
+        self.do_setxattr(ino, name, value, flags, reply);
     }
 
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENOTSUP);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.do_getxattr(ino, name, size, reply);
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENOTSUP);
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.do_listxattr(ino, size, reply);
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::ENOTSUP);
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.do_removexattr(ino, name, reply);
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // default_permissions makes the kernel check modes; answer for existing inodes.
         reply_empty(reply, call("access", || self.engine.getattr(ino.0).map(drop)));
+    }
+
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
+        let r = call("tmpfile", || self.engine.tmpfile(parent.0, mode & 0o7777, open_flags(flags), owner(req)));
+        match r {
+            // The kernel takes the one link it is told of away itself (`d_tmpfile`).
+            Ok((attr, opened)) => reply.created(
+                &self.ttl,
+                &FileAttr { nlink: 1, ..file_attr(&attr) },
+                GENERATION,
+                FileHandle(opened.fh),
+                fopen_flags(&self.fast, &opened),
+            ),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn create(
@@ -539,9 +588,13 @@ impl Filesystem for ScopeFs {
             self.engine.create(parent.0, name.as_bytes(), mode & 0o7777, open_flags(flags), owner(req))
         });
         match r {
-            Ok((attr, opened)) => {
-                reply.created(&self.ttl, &file_attr(&attr), GENERATION, FileHandle(opened.fh), fopen_flags(&opened))
-            }
+            Ok((attr, opened)) => reply.created(
+                &self.ttl,
+                &file_attr(&attr),
+                GENERATION,
+                FileHandle(opened.fh),
+                fopen_flags(&self.fast, &opened),
+            ),
             Err(e) => reply.error(e),
         }
     }
@@ -549,14 +602,14 @@ impl Filesystem for ScopeFs {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _length: u64,
-        _mode: i32,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::EOPNOTSUPP);
+        self.do_fallocate(ino, fh, offset, length, mode, reply);
     }
 }
 
@@ -607,6 +660,7 @@ mod tests {
             mtime: now,
             ctime: now,
             version: 3,
+            rdev: 0,
         };
         let fa = file_attr(&attr);
         assert_eq!(fa.ino, INodeNo(42));

@@ -23,6 +23,11 @@ pub fn errno_code(err: &EngineError) -> i32 {
         EngineError::TooLarge => libc::EFBIG,
         EngineError::BadHandle => libc::EBADF,
         EngineError::Unsupported(_) => libc::EOPNOTSUPP,
+        EngineError::TooManyLinks => libc::EMLINK,
+        EngineError::NoData => libc::ENODATA,
+        EngineError::Range => libc::ERANGE,
+        EngineError::ValueTooLarge => libc::E2BIG,
+        EngineError::XattrsFull => libc::ENOSPC,
         EngineError::Store(_)
         | EngineError::Corrupt { .. }
         | EngineError::Metadata(_)
@@ -63,6 +68,10 @@ mod tests {
             (EngineError::NoSpace, libc::ENOSPC),
             (EngineError::BadHandle, libc::EBADF),
             (EngineError::Unsupported("xattr"), libc::EOPNOTSUPP),
+            (EngineError::NoData, libc::ENODATA),
+            (EngineError::Range, libc::ERANGE),
+            (EngineError::ValueTooLarge, libc::E2BIG),
+            (EngineError::XattrsFull, libc::ENOSPC),
         ];
         for (err, code) in cases {
             assert_eq!(errno_code(&err), code, "{err:?}");

@@ -8,5 +8,5 @@ pub mod metrics;
 pub mod mount;
 pub mod pause;
 
-pub use adapter::ScopeFs;
+pub use adapter::{FastPaths, ScopeFs};
 pub use mount::{MountError, MountManager, MountOptions};

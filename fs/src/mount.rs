@@ -1,6 +1,7 @@
-//! `MountManager`: one background FUSE session per scope under a private mount root, its host view
-//! (`crate::layout`: a `nosymfollow` bind), stale-mount cleanup, bounded unmount (the connection is
-//! aborted when a bind survives elsewhere) and kernel-cache coherence for changes made outside the mount.
+//! `MountManager`: one FUSE session per scope (all served by one shared worker pool) under a private
+//! mount root, its host view (`crate::layout`: a `nosymfollow` bind), stale-mount cleanup, bounded
+//! unmount (the connection is aborted when a bind survives elsewhere) and kernel-cache coherence for
+//! changes made outside the mount.
 //!
 //! Coherence: the kernel caches entries, attributes and pages for `attr_ttl` (60 s in production). A
 //! change made through the engine's path-level API (the HTTP routes) is reported by the engine's
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{BackgroundSession, Config, INodeNo, MountOption, Notifier, Session, SessionACL};
+use fuser::{Config, INodeNo, MountOption, Notifier, PooledSession, Session, SessionACL, SessionPool};
 use parking_lot::Mutex;
 use scopefs::engine::{Change, Ino, ScopeEngine};
 use scopefs::ids::ScopeId;
@@ -31,6 +32,10 @@ use crate::layout::{self, lazy_unmount};
 /// How long `unmount` waits for a session thread to end after its connection is gone.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Stack of each FUSE worker (the engine's callbacks run SQLite on it). Few workers serve every
+/// mount, so this is a per-daemon cost.
+const WORKER_STACK: usize = 2 << 20;
+
 /// Filesystem type the kernel records for our mounts (`fuse.<subtype>`).
 const FS_TYPE: &str = "fuse.scopefs";
 
@@ -39,21 +44,24 @@ const FS_TYPE: &str = "fuse.scopefs";
 pub struct MountOptions {
     /// Entry and attribute cache lifetime handed to the kernel.
     pub attr_ttl: Duration,
-    /// FUSE worker threads per mount.
+    /// FUSE worker threads, shared by every mount (one pool; see `fuser::SessionPool`).
     pub threads: usize,
     /// Let every user (containers' users included) use the mount.
     pub allow_other: bool,
     /// Open directory handles per mount (`limits.max_dir_handles_per_mount`).
     pub max_dir_handles: u64,
+    /// Kernel fast paths (`[fuse]` max_write_kib, keep_cache, writeback_cache).
+    pub fast_paths: crate::adapter::FastPaths,
 }
 
 impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
             attr_ttl: Duration::from_secs(60),
-            threads: 4,
+            threads: 16,
             allow_other: true,
             max_dir_handles: scopefs::limits::LimitsConfig::default().max_dir_handles_per_mount,
+            fast_paths: crate::adapter::FastPaths::default(),
         }
     }
 }
@@ -84,8 +92,9 @@ pub enum MountError {
     },
 }
 
-/// Mounts scopes, one background session each: the real mount at `<real_root>/<scope_id>`
-/// (what containers bind) and its host view at `<mount_root>/<scope_id>` (see `crate::layout`).
+/// Mounts scopes, one FUSE session each, all served by one pool of workers sized by the daemon: the
+/// real mount at `<real_root>/<scope_id>` (what containers bind) and its host view at
+/// `<mount_root>/<scope_id>` (see `crate::layout`).
 pub struct MountManager {
     root: PathBuf,
     real_root: PathBuf,
@@ -95,11 +104,16 @@ pub struct MountManager {
     keeper: Option<Arc<dyn FdKeeper>>,
     /// Live connections inherited from a previous daemon process, not resumed yet.
     inherited: Mutex<HashMap<ScopeId, OwnedFd>>,
+    /// The workers serving every session; dropped last (after `Drop` unmounted everything).
+    pool: SessionPool,
+    /// Host views found mounted at start (read once: a resumed scope must not read the mount
+    /// table again, which grows with the number of scopes).
+    live_views: std::collections::HashSet<PathBuf>,
 }
 
 /// One live mount: its session and the engine whose observer feeds the session's notifier.
 struct Mounted {
-    session: BackgroundSession,
+    session: PooledSession,
     engine: Arc<ScopeEngine>,
     /// The connection's fuse control directory name, when it could be read.
     conn: Option<String>,
@@ -144,9 +158,13 @@ impl MountManager {
             scope.is_some_and(|s| inherited.contains_key(&s))
                 && (parent == Some(root.clone()) || parent == Some(real_root.clone()))
         };
+        let mut live_views = std::collections::HashSet::new();
         for dir in [&root, &real_root] {
             for stale in stale_mounts(dir).map_err(MountError::MountTable)? {
                 if resumed(&stale) {
+                    if stale.parent() == Some(root.as_path()) {
+                        live_views.insert(stale);
+                    }
                     continue;
                 }
                 if let Err(err) = lazy_unmount(&stale) {
@@ -159,7 +177,10 @@ impl MountManager {
         if let Err(err) = layout::ensure_fusectl() {
             tracing::warn!(error = %err, "fuse control filesystem unavailable; a surviving bind cannot be aborted");
         }
+        let pool = SessionPool::new(opts.threads.max(1), WORKER_STACK).map_err(MountError::MountRoot)?;
         Ok(MountManager {
+            pool,
+            live_views,
             root,
             real_root,
             opts,
@@ -202,7 +223,8 @@ impl MountManager {
         if sessions.contains_key(&scope) {
             return Ok(path);
         }
-        let fs = ScopeFs::new(engine.clone(), self.opts.attr_ttl, self.opts.max_dir_handles);
+        let fs = ScopeFs::new(engine.clone(), self.opts.attr_ttl, self.opts.max_dir_handles)
+            .with_fast_paths(self.opts.fast_paths);
         if let Some(fd) = self.inherited.lock().remove(&scope) {
             let mounted = self.resume(&scope, fs, fd, &engine)?;
             engine.set_observer(Some(observer(scope.clone(), mounted.session.notifier())));
@@ -220,7 +242,7 @@ impl MountManager {
                 tracing::warn!(%scope, error = %e, "cannot keep the mount's connection; it will not survive a restart");
             }
         }
-        let session = session.spawn().map_err(mount_err)?;
+        let session = session.spawn_in(&self.pool).map_err(mount_err)?;
         let conn = layout::connection_of(&path).ok();
         let mounted = Mounted { session, engine: engine.clone(), conn };
         if let Err(source) = layout::bind_view(&path, &view) {
@@ -250,12 +272,11 @@ impl MountManager {
         if let Err(e) = keep::request_resend(fd.as_fd()) {
             tracing::warn!(%scope, error = %e, "the kernel cannot resend unanswered requests; their callers wait");
         }
-        let session = Session::resume_fd(fs, fd, config.acl, config).spawn().map_err(mount_err)?;
+        let session = Session::resume_fd(fs, fd, config.acl, config).spawn_in(&self.pool).map_err(mount_err)?;
         let conn = layout::connection_of(&path).ok();
         let mounted = Mounted { session, engine: engine.clone(), conn };
         let view = self.mountpoint(scope);
-        let view_live = stale_mounts(&self.root).map(|m| m.contains(&view)).unwrap_or(false);
-        if !view_live {
+        if !self.live_views.contains(&view) {
             if let Err(source) = prepare_mountpoint(&view).and_then(|()| layout::bind_view(&path, &view)) {
                 forget(self.keeper.as_deref(), scope);
                 self.finish(scope, mounted, false);
@@ -300,7 +321,6 @@ impl MountManager {
             MountOption::NoSuid,
         ];
         config.acl = if self.opts.allow_other { SessionACL::All } else { SessionACL::Owner };
-        config.n_threads = Some(self.opts.threads.max(1));
         config.clone_fd = false;
         config
     }
@@ -330,8 +350,8 @@ impl MountManager {
     }
 
     /// Ends a session whose mounts are gone or detached. Unless `busy` (a lazily detached mount
-    /// still in use here), a connection that survives is aborted and the session thread joined
-    /// for at most `JOIN_TIMEOUT`.
+    /// still in use here), a connection that survives is aborted and the session's end (its
+    /// filesystem destroyed) awaited for at most `JOIN_TIMEOUT`.
     fn finish(&self, scope: &ScopeId, mounted: Mounted, busy: bool) {
         let Mounted { session, engine, conn } = mounted;
         drop(engine);
@@ -339,7 +359,7 @@ impl MountManager {
             tracing::warn!(%scope, error = %e, "unmount failed");
         }
         if busy {
-            // Dropping the session detaches its thread; it ends with the last user of the mount.
+            // The pool serves the session until the last user of the mount lets go.
             drop(session);
             return;
         }
@@ -349,22 +369,10 @@ impl MountManager {
                 tracing::warn!(%scope, error = %e, "aborting the FUSE connection failed");
             }
         }
-        // The mount is gone already: dropping fuser's own mount handle finds nothing to unmount.
-        let guard = {
-            let session = session;
-            session.guard
-        };
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        let joiner = std::thread::Builder::new().name("scopefs-unmount".into()).spawn(move || {
-            let _ = done_tx.send(guard.join().map_err(|_| io::Error::other("session thread panicked")).and_then(|r| r));
-        });
-        match joiner.map(|_| done_rx.recv_timeout(JOIN_TIMEOUT)) {
-            Ok(Ok(Ok(()))) => tracing::info!(%scope, "scope unmounted"),
-            Ok(Ok(Err(e))) => tracing::warn!(%scope, error = %e, "the FUSE session ended with an error"),
-            Ok(Err(_)) => {
-                tracing::warn!(%scope, "the FUSE session did not end in time; left to finish in the background")
-            }
-            Err(e) => tracing::warn!(%scope, error = %e, "cannot start the unmount thread"),
+        match session.wait(JOIN_TIMEOUT) {
+            Some(Ok(())) => tracing::info!(%scope, "scope unmounted"),
+            Some(Err(e)) => tracing::warn!(%scope, error = %e, "the FUSE session ended with an error"),
+            None => tracing::warn!(%scope, "the FUSE session did not end in time; left to finish in the background"),
         }
     }
 
@@ -555,7 +563,7 @@ mod tests {
     fn default_options_match_production() {
         let o = MountOptions::default();
         assert_eq!(o.attr_ttl, Duration::from_secs(60));
-        assert_eq!(o.threads, 4);
+        assert_eq!(o.threads, 16);
         assert!(o.allow_other);
     }
 }

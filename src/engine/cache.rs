@@ -142,6 +142,18 @@ impl BlockCache {
         Ok(())
     }
 
+    /// Moves a cached block back to `dst` (out of the cache); `Ok(false)` when it is not cached.
+    pub fn take_back(&self, scope: &str, sha: &str, dst: &Path) -> io::Result<bool> {
+        let key = (scope.to_string(), sha.to_string());
+        let mut idx = self.index.lock();
+        if !idx.entries.contains_key(&key) {
+            return Ok(false);
+        }
+        fs::rename(self.path(scope, sha), dst)?;
+        idx.remove(&key);
+        Ok(true)
+    }
+
     pub fn remove(&self, scope: &str, sha: &str) {
         if self.index.lock().remove(&(scope.to_string(), sha.to_string())) {
             let _ = fs::remove_file(self.path(scope, sha));

@@ -42,6 +42,23 @@ pub enum EngineError {
     BadHandle,
     #[error("operation not supported: {0}")]
     Unsupported(&'static str),
+    /// A file already has `limits.max_links_per_file` names.
+    #[error("too many links")]
+    TooManyLinks,
+    /// The extended attribute asked for does not exist.
+    #[error("no such extended attribute")]
+    NoData,
+    /// A value does not fit the room given for it, or an extended attribute name is empty or
+    /// longer than 255 bytes.
+    #[error("result or name out of range")]
+    Range,
+    /// An extended attribute value larger than 64 KiB.
+    #[error("extended attribute value larger than 64 KiB")]
+    ValueTooLarge,
+    /// An inode's extended attributes would exceed `limits.max_xattrs_per_inode` or
+    /// `limits.max_xattr_bytes_per_inode`.
+    #[error("no room for more extended attributes on this inode")]
+    XattrsFull,
     #[error("object store: {0}")]
     Store(#[from] StoreError),
     #[error("block {sha256} failed its integrity check")]

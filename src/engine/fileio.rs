@@ -16,6 +16,10 @@ use super::meta::{now_ns, BlockRef};
 use super::scope::{HandleInfo, ScopeEngine};
 use super::types::*;
 
+/// `fallocate`: works on the open-file state below.
+#[path = "alloc.rs"]
+pub(super) mod alloc;
+
 /// SHA-256 of the empty file.
 const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbfb4c8996fb92427ae41e4649b934ca495991b7852b855";
 
@@ -462,7 +466,7 @@ impl ScopeEngine {
                 }
                 d.len = len;
             }
-            d.file.sync_data()?;
+            // No flush here: the next durability point fsyncs the journal file (`flush_local`).
             let sha = hash_file(&mut d.file, len)?;
             let staged = self.blocks_dir.join(&sha);
             if self.seal(&d.path, &staged)? {
@@ -471,9 +475,7 @@ impl ScopeEngine {
             sealed.push(sha.clone());
             blocks.insert(idx, BlockRef { sha256: sha, len });
         }
-        if !sealed.is_empty() {
-            File::open(&self.blocks_dir)?.sync_all()?;
-        }
+        self.note_unsynced(&sealed);
         let content_sha = match blocks.values().next() {
             None if f.size == 0 => Some(EMPTY_SHA256.to_string()),
             Some(b) if blocks.len() == 1 && b.len == f.size && blocks.contains_key(&0) => Some(b.sha256.clone()),
@@ -520,18 +522,29 @@ impl ScopeEngine {
     /// once the commit succeeds. Either way staging counts each file on disk once.
     fn seal(&self, dirty: &std::path::Path, staged: &std::path::Path) -> EngineResult<bool> {
         use std::os::unix::fs::MetadataExt;
-        match std::fs::hard_link(dirty, staged) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // A retried commit finds its own earlier link.
-                let (a, b) = (std::fs::metadata(dirty)?, std::fs::metadata(staged)?);
-                Ok(a.dev() == b.dev() && a.ino() == b.ino())
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match std::fs::hard_link(dirty, staged) {
+                Ok(()) => return Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    // A retried commit finds its own earlier link.
+                    let a = std::fs::metadata(dirty)?;
+                    match std::fs::metadata(staged) {
+                        Ok(b) => return Ok(a.dev() == b.dev() && a.ino() == b.ino()),
+                        // The other copy's upload just finished and moved it to the cache: link again.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 3 => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => Err(e.into()),
         }
     }
 
-    /// Commits the file's dirty data (a new version); in `close` durability also uploads it.
+    /// Commits the file's dirty data (a new version) without a disk flush: it survives a killed
+    /// daemon, and the next durability point makes it survive power loss. In `close` durability
+    /// this is that point (as `fsync`).
     pub fn flush(&self, ino: Ino, fh: Fh) -> EngineResult<()> {
         let file = self.file_of(ino, fh, false)?;
         if self.storage.settings.durability == Durability::Close {
@@ -541,41 +554,55 @@ impl ScopeEngine {
         }
     }
 
-    /// Makes the namespace durable (directory fsync): every earlier metadata commit survives power loss.
+    /// Directory fsync: every earlier commit of the scope (namespace and file versions) survives
+    /// power loss when it returns (one grouped local flush).
     pub fn fsync_dir(&self) -> EngineResult<()> {
-        self.meta.lock().make_durable()
+        self.flush_local()
     }
 
-    /// Commits and waits until every block of the file is in the object store; the metadata of
-    /// the file (and everything committed before) is durable when it returns.
+    /// Commits the file, makes everything the scope committed so far survive power loss, and
+    /// waits until every block of the file is in the object store (bounded attempts and
+    /// timeouts: an unreachable store answers `Store`, after the local flush).
     pub fn fsync(&self, ino: Ino, fh: Option<Fh>) -> EngineResult<()> {
         let file = match fh {
             Some(fh) => self.file_of(ino, fh, false)?,
             None => match self.open_files.lock().get(&ino) {
                 Some(e) => e.file.clone(),
                 None => {
-                    self.upload_now(&self.committed_shas(ino)?)?;
-                    return self.meta.lock().make_durable();
+                    let uploaded = self.upload_now(&self.committed_shas(ino)?);
+                    self.flush_local()?;
+                    return uploaded;
                 }
             },
         };
         self.commit_and_upload(ino, &file)
     }
 
-    /// Commits, then uploads every still-staged block of the file in the foreground; what fails stays journaled.
+    /// The whole scope's `syncfs`: everything committed survives power loss and every staged
+    /// block is in the object store when it returns.
+    pub fn sync(&self) -> EngineResult<()> {
+        let staged = self.meta.lock().staged_blocks()?;
+        let uploaded = self.upload_now(&staged);
+        self.flush_local()?;
+        uploaded
+    }
+
+    /// Commits, uploads every still-staged block of the file in the foreground (what fails stays
+    /// queued), then flushes locally. Uploading first lets the flush also make the blocks'
+    /// "uploaded" marks durable.
     fn commit_and_upload(&self, ino: Ino, file: &Mutex<OpenFile>) -> EngineResult<()> {
         let mut f = file.lock();
         let new = self.commit_with(ino, &mut f, true)?;
         let shas: Vec<String> = f.blocks.values().map(|b| b.sha256.clone()).collect();
         drop(f);
-        let result = self.upload_now(&shas);
-        if result.is_err() {
+        let uploaded = self.upload_now(&shas);
+        if uploaded.is_err() {
             for sha in new {
                 self.enqueue_upload(sha);
             }
         }
-        result?;
-        self.meta.lock().make_durable()
+        self.flush_local()?;
+        uploaded
     }
 
     fn committed_shas(&self, ino: Ino) -> EngineResult<Vec<String>> {
@@ -587,6 +614,9 @@ impl ScopeEngine {
         // A handle of an earlier process that this one never used: nothing of it to commit here.
         let Some(h) = known else { return Ok(()) };
         let result = match self.open_files.lock().get(&h.ino).map(|e| e.file.clone()) {
+            Some(file) if self.storage.settings.durability == Durability::Close && file.lock().changed => {
+                self.commit_and_upload(ino, &file)
+            }
             Some(file) => {
                 let mut f = file.lock();
                 self.commit_locked(ino, &mut f).map(|_| ())
@@ -611,6 +641,7 @@ impl ScopeEngine {
             }
         };
         let Some(entry) = last else { return };
+        self.tmpfiles.lock().remove(&ino);
         let mut f = entry.file.lock();
         // Uncommitted data of a failed commit is given up with the last handle.
         *self.pending_growth.lock() -= f.size as i64 - f.committed_size as i64;

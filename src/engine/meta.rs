@@ -11,11 +11,19 @@ use super::paths::WriteMode;
 use super::types::{FileKind, Ino, RenameMode, TimeSet, Usage, ROOT_INO};
 use crate::migrate;
 
+mod blocks;
 mod check;
+mod links;
 mod page;
 mod tree;
+mod xattr;
 
+use blocks::{add_ref, drop_ref};
+pub(crate) use links::LinkBounds;
+use links::{drop_entry, move_aside, set_entry_name};
+pub(crate) use page::cursor_of;
 pub(crate) use tree::Place;
+pub(crate) use xattr::XattrBounds;
 
 /// A block of a file version: its content hash and length.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +48,12 @@ pub(crate) struct InodeRow {
     pub ctime_ns: i64,
     pub symlink_target: Option<Vec<u8>>,
     pub version: u64,
+    /// Names of a non-directory (0: unlinked while open).
+    pub nlink: u32,
+    /// Device number of a device node.
+    pub rdev: u32,
+    /// The `links` row this row was found through (`None`: the inode's first name, or by number).
+    pub link: Option<i64>,
 }
 
 /// What a namespace change did to an inode that lost its last name.
@@ -61,6 +75,12 @@ pub(crate) struct AttrChanges {
     pub gid: Option<u32>,
     pub atime: Option<TimeSet>,
     pub mtime: Option<TimeSet>,
+}
+
+/// Runs one statement through the connection's statement cache (the hot paths run the same few
+/// statements for every file, so each is prepared once per connection).
+pub(crate) fn exec<P: rusqlite::Params>(conn: &Connection, sql: &str, params: P) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(params)
 }
 
 pub(crate) fn now_ns() -> i64 {
@@ -88,12 +108,18 @@ fn kind_from(s: &str) -> FileKind {
         "symlink" => FileKind::Symlink,
         "fifo" => FileKind::Fifo,
         "socket" => FileKind::Socket,
+        "char" => FileKind::CharDevice,
+        "block" => FileKind::BlockDevice,
         _ => FileKind::File,
     }
 }
 
 const INODE_COLS: &str =
-    "ino, parent, name, kind, perm, uid, gid, size, atime_ns, mtime_ns, ctime_ns, symlink_target, version";
+    "ino, parent, name, kind, perm, uid, gid, size, atime_ns, mtime_ns, ctime_ns, symlink_target, version, nlink, rdev, NULL";
+
+/// The columns of `INODE_COLS` for an inode reached through a further name `l` (a `links` row) of inode `i`.
+const LINK_COLS: &str = "i.ino, l.parent, l.name, i.kind, i.perm, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
+     i.ctime_ns, i.symlink_target, i.version, i.nlink, i.rdev, l.id";
 
 fn row_to_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<InodeRow> {
     Ok(InodeRow {
@@ -110,6 +136,9 @@ fn row_to_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<InodeRow> {
         ctime_ns: r.get(10)?,
         symlink_target: r.get(11)?,
         version: r.get::<_, i64>(12)? as u64,
+        nlink: r.get::<_, i64>(13)? as u32,
+        rdev: r.get::<_, i64>(14)? as u32,
+        link: r.get(15)?,
     })
 }
 
@@ -126,14 +155,21 @@ impl MetaDb {
         std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL: in WAL mode a commit survives a process crash; a power loss may drop the newest
-        // commits but never corrupts. Commits that must survive power loss (a file version at
-        // close/fsync) switch to FULL for their own transaction (`commit_file`).
+        // commits but never corrupts. Durability points (fsync, fsyncdir, sync) flush the WAL
+        // through one FULL-synchronous commit (`make_durable`), covering every commit before it.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Page cache at most 512 KiB per scope (SQLite's default is 2 MiB): thousands of scopes per daemon.
+        conn.pragma_update(None, "cache_size", -512)?;
         conn.busy_timeout(Duration::from_secs(30))?;
+        // Every statement of the hot paths stays prepared (`exec`, `prepare_cached`).
+        conn.set_prepared_statement_cache_capacity(64);
+        // Off while migrating: a migration that rebuilds a table must not cascade its drop.
+        conn.pragma_update(None, "foreign_keys", "OFF")?;
         migrate::apply(&mut conn, migrate::SCOPE_META)?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
         let now = now_ns();
-        conn.execute(
+        exec(
+            &conn,
             "INSERT OR IGNORE INTO inodes (ino, parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns)
              VALUES (?1, NULL, NULL, 'dir', 493, ?2, ?3, ?4, ?4, ?4)",
             params![ROOT_INO as i64, root_uid, root_gid, now],
@@ -153,9 +189,13 @@ impl MetaDb {
         lookup_in(&self.conn, parent, name)?.ok_or(EngineError::NotFound)
     }
 
+    /// Every name in `parent` (first names and further links), by name.
     pub fn children(&self, parent: Ino) -> EngineResult<Vec<InodeRow>> {
-        let mut st =
-            self.conn.prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE parent = ?1 ORDER BY name"))?;
+        let mut st = self.conn.prepare_cached(&format!(
+            "SELECT {INODE_COLS} FROM inodes WHERE parent = ?1
+             UNION ALL SELECT {LINK_COLS} FROM links l JOIN inodes i ON i.ino = l.ino WHERE l.parent = ?1
+             ORDER BY 3"
+        ))?;
         let rows = st.query_map([parent as i64], row_to_inode)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
@@ -185,6 +225,7 @@ impl MetaDb {
         uid: u32,
         gid: u32,
         target: Option<&[u8]>,
+        rdev: u32,
         max_inodes: u64,
     ) -> EngineResult<InodeRow> {
         let tx = self.tx()?;
@@ -196,20 +237,21 @@ impl MetaDb {
             return Err(EngineError::Exists);
         }
         let usage = usage_in(&tx)?;
-        if usage.inodes >= max_inodes {
+        if usage.inodes + usage.links >= max_inodes {
             return Err(EngineError::QuotaExceeded("inodes"));
         }
         let now = now_ns();
         let size = target.map(|t| t.len() as i64).unwrap_or(0);
-        tx.execute(
-            "INSERT INTO inodes (parent, name, kind, perm, uid, gid, size, atime_ns, mtime_ns, ctime_ns, symlink_target)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, ?9)",
-            params![parent as i64, name, kind.as_str(), perm & 0o7777, uid, gid, size, now, target],
-        )?;
+        tx.prepare_cached(
+            "INSERT INTO inodes (parent, name, kind, perm, uid, gid, size, atime_ns, mtime_ns, ctime_ns, symlink_target, rdev)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, ?9, ?10)",
+        )?
+        .execute(params![parent as i64, name, kind.as_str(), perm & 0o7777, uid, gid, size, now, target, rdev])?;
         let ino = tx.last_insert_rowid() as Ino;
         let is_file = i64::from(kind == FileKind::File);
         // A symlink's target is charged to the byte quota (its `size` is the target's length).
-        tx.execute(
+        exec(
+            &tx,
             "UPDATE usage SET inodes = inodes + 1, files = files + ?1, bytes = bytes + ?2 WHERE id = 1",
             params![is_file, size],
         )?;
@@ -222,17 +264,19 @@ impl MetaDb {
     /// Inserts a regular file without a name (to be linked by `attach`); checks the inode quota.
     pub fn insert_detached(&mut self, perm: u32, uid: u32, gid: u32, max_inodes: u64) -> EngineResult<InodeRow> {
         let tx = self.tx()?;
-        if usage_in(&tx)?.inodes >= max_inodes {
+        let usage = usage_in(&tx)?;
+        if usage.inodes + usage.links >= max_inodes {
             return Err(EngineError::QuotaExceeded("inodes"));
         }
         let now = now_ns();
-        tx.execute(
-            "INSERT INTO inodes (parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns)
-             VALUES (NULL, NULL, 'file', ?1, ?2, ?3, ?4, ?4, ?4)",
+        exec(
+            &tx,
+            "INSERT INTO inodes (parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns, nlink)
+             VALUES (NULL, NULL, 'file', ?1, ?2, ?3, ?4, ?4, ?4, 0)",
             params![perm & 0o7777, uid, gid, now],
         )?;
         let ino = tx.last_insert_rowid() as Ino;
-        tx.execute("UPDATE usage SET inodes = inodes + 1, files = files + 1 WHERE id = 1", [])?;
+        exec(&tx, "UPDATE usage SET inodes = inodes + 1, files = files + 1 WHERE id = 1", [])?;
         let row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;
         tx.commit()?;
         Ok(row)
@@ -268,8 +312,9 @@ impl MetaDb {
             if old.kind == FileKind::Dir {
                 return Err(EngineError::IsDir);
             }
-            dropped = drop_name(&tx, &old, is_open(old.ino), now)?;
+            dropped = drop_entry(&tx, &old, is_open(old.ino), now)?;
         }
+        exec(&tx, "UPDATE inodes SET nlink = 1 WHERE ino = ?1", [ino as i64])?;
         set_name(&tx, ino, parent, name, now)?;
         touch_dir(&tx, parent, now)?;
         tx.commit()?;
@@ -300,7 +345,7 @@ impl MetaDb {
             row.mtime_ns = resolve(t);
         }
         row.ctime_ns = now;
-        tx.execute(
+        exec(&tx,
             "UPDATE inodes SET perm = ?2, uid = ?3, gid = ?4, atime_ns = ?5, mtime_ns = ?6, ctime_ns = ?7 WHERE ino = ?1",
             params![ino as i64, row.perm, row.uid, row.gid, row.atime_ns, row.mtime_ns, row.ctime_ns],
         )?;
@@ -327,11 +372,9 @@ impl MetaDb {
         blocks: &BTreeMap<u64, BlockRef>,
         content_sha256: Option<&str>,
     ) -> EngineResult<Vec<String>> {
-        // The upload journal: durable before close() returns (this also flushes earlier NORMAL commits).
-        self.conn.pragma_update(None, "synchronous", "FULL")?;
-        let result = self.commit_file_tx(ino, size, mtime_ns, blocks, content_sha256);
-        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        result
+        // NORMAL like every other commit: it survives a killed daemon at once and power loss from
+        // the next durability point on (`make_durable`, reached by fsync/fsyncdir/sync).
+        self.commit_file_tx(ino, size, mtime_ns, blocks, content_sha256)
     }
 
     fn commit_file_tx(
@@ -359,7 +402,8 @@ impl MetaDb {
             if add_ref(&tx, b)? {
                 new_shas.push(b.sha256.clone());
             }
-            tx.execute(
+            exec(
+                &tx,
                 "INSERT OR REPLACE INTO file_blocks (ino, idx, sha256, len) VALUES (?1, ?2, ?3, ?4)",
                 params![ino as i64, *idx as i64, b.sha256, b.len as i64],
             )?;
@@ -370,16 +414,17 @@ impl MetaDb {
             }
             drop_ref(&tx, &b.sha256)?;
             if !blocks.contains_key(idx) {
-                tx.execute("DELETE FROM file_blocks WHERE ino = ?1 AND idx = ?2", params![ino as i64, *idx as i64])?;
+                exec(&tx, "DELETE FROM file_blocks WHERE ino = ?1 AND idx = ?2", params![ino as i64, *idx as i64])?;
             }
         }
         let now = now_ns();
-        tx.execute(
+        exec(
+            &tx,
             "UPDATE inodes SET size = ?2, mtime_ns = ?3, ctime_ns = ?4, version = version + 1, content_sha256 = ?5
              WHERE ino = ?1",
             params![ino as i64, size as i64, mtime_ns, now, content_sha256],
         )?;
-        tx.execute("UPDATE usage SET bytes = bytes + ?1 WHERE id = 1", [size as i64 - row.size as i64])?;
+        exec(&tx, "UPDATE usage SET bytes = bytes + ?1 WHERE id = 1", [size as i64 - row.size as i64])?;
         tx.commit()?;
         Ok(new_shas)
     }
@@ -392,7 +437,7 @@ impl MetaDb {
             return Err(EngineError::IsDir);
         }
         let now = now_ns();
-        let dropped = drop_name(&tx, &row, is_open(row.ino), now)?;
+        let dropped = drop_entry(&tx, &row, is_open(row.ino), now)?;
         touch_dir(&tx, parent, now)?;
         tx.commit()?;
         Ok(dropped)
@@ -408,7 +453,7 @@ impl MetaDb {
             return Err(EngineError::NotEmpty);
         }
         let now = now_ns();
-        drop_name(&tx, &row, false, now)?;
+        drop_entry(&tx, &row, false, now)?;
         touch_dir(&tx, parent, now)?;
         tx.commit()?;
         Ok(())
@@ -443,10 +488,10 @@ impl MetaDb {
                 if d.kind == FileKind::Dir && is_within(&tx, parent, d.ino)? {
                     return Err(EngineError::Invalid("cannot move a directory into itself"));
                 }
-                // Swap names through a temporary detach to respect the unique index.
-                tx.execute("UPDATE inodes SET parent = NULL WHERE ino = ?1", [d.ino as i64])?;
-                set_name(&tx, src.ino, new_parent, new_name, now)?;
-                set_name(&tx, d.ino, parent, name, now)?;
+                // Swap names through a temporary move aside to respect the unique indexes.
+                move_aside(&tx, d)?;
+                set_entry_name(&tx, &src, new_parent, new_name, now)?;
+                set_entry_name(&tx, d, parent, name, now)?;
             }
             (_, Some(d)) if d.ino == src.ino => return Ok(Dropped::None),
             (_, Some(d)) => {
@@ -456,10 +501,10 @@ impl MetaDb {
                     (true, true) if has_children(&tx, d.ino)? => return Err(EngineError::NotEmpty),
                     _ => {}
                 }
-                dropped = drop_name(&tx, d, is_open(d.ino), now)?;
-                set_name(&tx, src.ino, new_parent, new_name, now)?;
+                dropped = drop_entry(&tx, d, is_open(d.ino), now)?;
+                set_entry_name(&tx, &src, new_parent, new_name, now)?;
             }
-            (_, None) => set_name(&tx, src.ino, new_parent, new_name, now)?,
+            (_, None) => set_entry_name(&tx, &src, new_parent, new_name, now)?,
         }
         touch_dir(&tx, parent, now)?;
         if new_parent != parent {
@@ -473,7 +518,7 @@ impl MetaDb {
     pub fn delete_detached(&mut self, ino: Ino) -> EngineResult<()> {
         let tx = self.tx()?;
         if let Some(row) = inode_in(&tx, ino)? {
-            if row.parent.is_none() && ino != ROOT_INO {
+            if row.nlink == 0 && row.parent.is_none() && ino != ROOT_INO {
                 delete_inode(&tx, &row)?;
             }
         }
@@ -488,61 +533,10 @@ impl MetaDb {
         Ok(rows.map(|r| r.map(|i| i as Ino)).collect::<Result<Vec<_>, _>>()?)
     }
 
-    /// Hashes of blocks still waiting for upload (the journal).
-    pub fn staged_blocks(&self) -> EngineResult<Vec<String>> {
-        let mut st = self.conn.prepare("SELECT sha256 FROM blocks WHERE state = 'staged'")?;
-        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
-    }
-
-    /// `Some(true)` uploaded, `Some(false)` staged, `None` unknown.
-    pub fn block_uploaded(&self, sha: &str) -> EngineResult<Option<bool>> {
-        let st: Option<String> =
-            self.conn.query_row("SELECT state FROM blocks WHERE sha256 = ?1", [sha], |r| r.get(0)).optional()?;
-        Ok(st.map(|s| s == "uploaded"))
-    }
-
-    pub fn mark_uploaded(&mut self, sha: &str) -> EngineResult<()> {
-        self.conn.execute("UPDATE blocks SET state = 'uploaded' WHERE sha256 = ?1", [sha])?;
-        Ok(())
-    }
-
-    /// Every block row: hash, length, state uploaded?
-    pub fn all_blocks(&self) -> EngineResult<Vec<(String, u64, bool)>> {
-        let mut st = self.conn.prepare("SELECT sha256, len, state = 'uploaded' FROM blocks")?;
-        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get(2)?)))?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
-    }
-
-    /// Files (inode numbers) that reference a block.
-    pub fn files_with_block(&self, sha: &str) -> EngineResult<Vec<Ino>> {
-        let mut st = self.conn.prepare("SELECT DISTINCT ino FROM file_blocks WHERE sha256 = ?1")?;
-        let rows = st.query_map([sha], |r| r.get::<_, i64>(0))?;
-        Ok(rows.map(|r| r.map(|i| i as Ino)).collect::<Result<Vec<_>, _>>()?)
-    }
-
-    /// Blocks with no reference since before `cutoff_unix`: returns (sha, was uploaded) and deletes their rows.
-    pub fn take_unreferenced(&mut self, cutoff_unix: i64, limit: usize) -> EngineResult<Vec<(String, bool)>> {
-        let tx = self.tx()?;
-        let found = {
-            let mut st = tx.prepare(
-                "SELECT sha256, state = 'uploaded' FROM blocks
-                 WHERE refcount = 0 AND unreferenced_since <= ?1 LIMIT ?2",
-            )?;
-            let rows = st.query_map(params![cutoff_unix, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect::<Result<Vec<(String, bool)>, _>>()?
-        };
-        for (sha, _) in &found {
-            tx.execute("DELETE FROM blocks WHERE sha256 = ?1 AND refcount = 0", [sha])?;
-        }
-        tx.commit()?;
-        Ok(found)
-    }
-
     /// Makes every earlier commit durable (an fsync of the WAL through a FULL-synchronous commit).
     pub fn make_durable(&mut self) -> EngineResult<()> {
         self.conn.pragma_update(None, "synchronous", "FULL")?;
-        let r = self.conn.execute("UPDATE usage SET id = id WHERE id = 1", []);
+        let r = exec(&self.conn, "UPDATE usage SET id = id WHERE id = 1", []);
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         r?;
         Ok(())
@@ -555,33 +549,48 @@ fn inode_in(conn: &Connection, ino: Ino) -> rusqlite::Result<Option<InodeRow>> {
         .optional()
 }
 
+/// The inode named `name` in `parent`, through its first name or a further link.
 fn lookup_in(conn: &Connection, parent: Ino, name: &[u8]) -> rusqlite::Result<Option<InodeRow>> {
-    conn.prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE parent = ?1 AND name = ?2"))?
+    let first = conn
+        .prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE parent = ?1 AND name = ?2"))?
         .query_row(params![parent as i64, name], row_to_inode)
-        .optional()
+        .optional()?;
+    if first.is_some() {
+        return Ok(first);
+    }
+    conn.prepare_cached(&format!(
+        "SELECT {LINK_COLS} FROM links l JOIN inodes i ON i.ino = l.ino WHERE l.parent = ?1 AND l.name = ?2"
+    ))?
+    .query_row(params![parent as i64, name], row_to_inode)
+    .optional()
 }
 
 fn usage_in(conn: &Connection) -> rusqlite::Result<Usage> {
-    conn.query_row("SELECT files, bytes, inodes FROM usage WHERE id = 1", [], |r| {
+    conn.prepare_cached("SELECT files, bytes, inodes, links FROM usage WHERE id = 1")?.query_row([], |r| {
         Ok(Usage {
             files: r.get::<_, i64>(0)? as u64,
             bytes: r.get::<_, i64>(1)? as u64,
             inodes: r.get::<_, i64>(2)? as u64,
+            links: r.get::<_, i64>(3)? as u64,
         })
     })
 }
 
 fn has_children(conn: &Connection, ino: Ino) -> rusqlite::Result<bool> {
-    conn.query_row("SELECT EXISTS (SELECT 1 FROM inodes WHERE parent = ?1)", [ino as i64], |r| r.get(0))
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM inodes WHERE parent = ?1) OR EXISTS (SELECT 1 FROM links WHERE parent = ?1)",
+    )?
+    .query_row([ino as i64], |r| r.get(0))
 }
 
 fn touch_dir(conn: &Connection, ino: Ino, now: i64) -> rusqlite::Result<()> {
-    conn.execute("UPDATE inodes SET mtime_ns = ?2, ctime_ns = ?2 WHERE ino = ?1", params![ino as i64, now])?;
+    exec(conn, "UPDATE inodes SET mtime_ns = ?2, ctime_ns = ?2 WHERE ino = ?1", params![ino as i64, now])?;
     Ok(())
 }
 
 fn set_name(conn: &Connection, ino: Ino, parent: Ino, name: &[u8], now: i64) -> rusqlite::Result<()> {
-    conn.execute(
+    exec(
+        conn,
         "UPDATE inodes SET parent = ?2, name = ?3, ctime_ns = ?4 WHERE ino = ?1",
         params![ino as i64, parent as i64, name, now],
     )?;
@@ -602,10 +611,11 @@ fn is_within(conn: &Connection, mut ino: Ino, ancestor: Ino) -> EngineResult<boo
 }
 
 /// Takes the only name of an inode away: detaches it if open, else deletes it.
-fn drop_name(conn: &Connection, row: &InodeRow, open: bool, now: i64) -> EngineResult<Dropped> {
+fn drop_last_name(conn: &Connection, row: &InodeRow, open: bool, now: i64) -> EngineResult<Dropped> {
     if open {
-        conn.execute(
-            "UPDATE inodes SET parent = NULL, name = NULL, ctime_ns = ?2 WHERE ino = ?1",
+        exec(
+            conn,
+            "UPDATE inodes SET parent = NULL, name = NULL, nlink = 0, ctime_ns = ?2 WHERE ino = ?1",
             params![row.ino as i64, now],
         )?;
         Ok(Dropped::Detached(row.ino))
@@ -621,46 +631,21 @@ fn delete_inode(conn: &Connection, row: &InodeRow) -> EngineResult<()> {
         let rows = st.query_map([row.ino as i64], |r| r.get::<_, String>(0))?;
         rows.collect::<Result<Vec<_>, _>>()?
     };
-    conn.execute("DELETE FROM file_blocks WHERE ino = ?1", [row.ino as i64])?;
+    exec(conn, "DELETE FROM file_blocks WHERE ino = ?1", [row.ino as i64])?;
     for sha in shas {
         drop_ref(conn, &sha)?;
     }
-    conn.execute("DELETE FROM inodes WHERE ino = ?1", [row.ino as i64])?;
+    exec(conn, "DELETE FROM links WHERE ino = ?1", [row.ino as i64])?;
+    exec(conn, "DELETE FROM inodes WHERE ino = ?1", [row.ino as i64])?;
     let (files, bytes) = match row.kind {
         FileKind::File => (1, row.size as i64),
         FileKind::Symlink => (0, row.size as i64),
         _ => (0, 0),
     };
-    conn.execute(
+    exec(
+        conn,
         "UPDATE usage SET inodes = inodes - 1, files = files - ?1, bytes = bytes - ?2 WHERE id = 1",
         params![files, bytes],
-    )?;
-    Ok(())
-}
-
-/// Adds a reference to a block; returns true when the block is new to the scope (must be uploaded).
-fn add_ref(conn: &Connection, b: &BlockRef) -> rusqlite::Result<bool> {
-    let updated = conn.execute(
-        "UPDATE blocks SET refcount = refcount + 1, unreferenced_since = NULL WHERE sha256 = ?1",
-        [&b.sha256],
-    )?;
-    if updated == 1 {
-        return Ok(false);
-    }
-    conn.execute(
-        "INSERT INTO blocks (sha256, len, refcount, state) VALUES (?1, ?2, 1, 'staged')",
-        params![b.sha256, b.len as i64],
-    )?;
-    Ok(true)
-}
-
-fn drop_ref(conn: &Connection, sha: &str) -> rusqlite::Result<()> {
-    let unix_now = now_ns() / 1_000_000_000;
-    conn.execute(
-        "UPDATE blocks SET refcount = refcount - 1,
-                unreferenced_since = CASE WHEN refcount = 1 THEN ?2 ELSE unreferenced_since END
-         WHERE sha256 = ?1",
-        params![sha, unix_now],
     )?;
     Ok(())
 }

@@ -17,9 +17,12 @@ mod scope;
 mod storage;
 mod types;
 mod upload;
+mod xattr;
 
 pub use error::{EngineError, EngineResult, Refusal};
+pub use fileio::alloc::AllocMode;
 pub use paths::{Change, ChangeObserver, PathEntry, WriteMode};
 pub use scope::{FsckReport, GcReport, ScopeEngine};
 pub use storage::Storage;
 pub use types::*;
+pub use xattr::{XattrMode, XATTR_NAME_MAX, XATTR_SIZE_MAX};

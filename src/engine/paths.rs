@@ -151,7 +151,9 @@ impl ScopeEngine {
         match attr.kind {
             FileKind::File => {}
             FileKind::Dir => return Err(EngineError::IsDir),
-            FileKind::Symlink | FileKind::Fifo | FileKind::Socket => return Err(EngineError::NotFound),
+            FileKind::Symlink | FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice => {
+                return Err(EngineError::NotFound)
+            }
         }
         let opened = self.open(attr.ino, OpenFlags::default())?;
         let mut out = Vec::new();

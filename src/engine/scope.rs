@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use super::error::{EngineError, EngineResult};
 use super::fileio::OpenEntry;
-use super::meta::{from_ns, AttrChanges, Dropped, InodeRow, MetaDb, Place};
+use super::meta::{from_ns, AttrChanges, Dropped, InodeRow, LinkBounds, MetaDb, Place};
 use super::storage::Storage;
 use super::types::*;
 use super::upload::UploadQueue;
@@ -38,6 +38,21 @@ pub struct FsckReport {
     pub metadata_problems: Vec<String>,
 }
 
+/// What a new inode is: its kind, permission bits, a symlink's target, a device node's number.
+#[derive(Debug, Clone, Copy)]
+struct NewNode<'a> {
+    kind: FileKind,
+    perm: u32,
+    target: Option<&'a [u8]>,
+    rdev: u32,
+}
+
+impl NewNode<'_> {
+    fn plain(kind: FileKind, perm: u32) -> Self {
+        NewNode { kind, perm, target: None, rdev: 0 }
+    }
+}
+
 /// A handle returned by open/create.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HandleInfo {
@@ -61,6 +76,8 @@ pub struct ScopeEngine {
     pub(crate) staged_bytes: AtomicU64,
     pub(crate) open_files: Mutex<HashMap<Ino, OpenEntry>>,
     pub(crate) handles: Mutex<HashMap<Fh, HandleInfo>>,
+    /// Open `O_TMPFILE` inodes that have no name yet: the only unnamed inodes `link` may name.
+    pub(crate) tmpfiles: Mutex<std::collections::HashSet<Ino>>,
     /// Next handle number; starts at the clock (ns) so numbers never repeat across processes.
     pub(crate) next_fh: AtomicU64,
     /// Set when the mount is about to be handed to another process: every write commits.
@@ -94,6 +111,7 @@ impl ScopeEngine {
             staged_bytes,
             open_files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
+            tmpfiles: Mutex::new(std::collections::HashSet::new()),
             next_fh: AtomicU64::new(first_handle()),
             commit_each_write: AtomicBool::new(false),
             uploads: UploadQueue::default(),
@@ -129,7 +147,7 @@ impl ScopeEngine {
         }
         let mut missing = 0;
         for sha in staged {
-            if self.blocks_dir.join(&sha).exists() {
+            if self.blocks_dir.join(&sha).exists() || self.restage_from_cache(&sha) {
                 self.enqueue_upload(sha);
             } else {
                 missing += 1;
@@ -180,11 +198,15 @@ impl ScopeEngine {
 
     /// Attributes of a row, with uncommitted size and mtime of an open file applied.
     pub(crate) fn attr_of(&self, row: &InodeRow, subdirs: u64) -> Attr {
-        let (mut size, mut mtime_ns) = (row.size, row.mtime_ns);
+        let (mut size, mut mtime_ns, mut ctime_ns) = (row.size, row.mtime_ns, row.ctime_ns);
         if row.kind == FileKind::File {
             if let Some((s, m)) = self.open_overlay(row.ino) {
                 size = s;
-                mtime_ns = m.unwrap_or(mtime_ns);
+                // An uncommitted change of the contents changed the ctime when it changed the mtime.
+                if let Some(m) = m {
+                    mtime_ns = m;
+                    ctime_ns = ctime_ns.max(m);
+                }
             }
         }
         Attr {
@@ -194,15 +216,15 @@ impl ScopeEngine {
             perm: row.perm,
             nlink: match row.kind {
                 FileKind::Dir => 2 + subdirs as u32,
-                _ if row.parent.is_none() => 0,
-                _ => 1,
+                _ => row.nlink,
             },
             uid: row.uid,
             gid: row.gid,
             atime: from_ns(row.atime_ns),
             mtime: from_ns(mtime_ns),
-            ctime: from_ns(row.ctime_ns),
+            ctime: from_ns(ctime_ns),
             version: row.version,
+            rdev: row.rdev,
         }
     }
 
@@ -268,15 +290,8 @@ impl ScopeEngine {
         }
     }
 
-    fn insert(
-        &self,
-        parent: Ino,
-        name: &[u8],
-        kind: FileKind,
-        perm: u32,
-        owner: Owner,
-        target: Option<&[u8]>,
-    ) -> EngineResult<Attr> {
+    fn insert(&self, parent: Ino, name: &[u8], node: NewNode<'_>, owner: Owner) -> EngineResult<Attr> {
+        let NewNode { kind, perm, target, rdev } = node;
         self.check_writable()?;
         names::check_new_name(name, parent == ROOT_INO)?;
         let max_inodes = self.quota().inodes;
@@ -288,18 +303,27 @@ impl ScopeEngine {
             let committed = meta.usage()?.bytes;
             self.check_bytes(committed, *self.pending_growth.lock(), t.len() as u64)?;
         }
-        let row = meta.insert(parent, name, kind, perm, owner.uid, owner.gid, target, max_inodes)?;
+        let row = meta.insert(parent, name, kind, perm, owner.uid, owner.gid, target, rdev, max_inodes)?;
         drop(meta);
         Ok(self.attr_of(&row, 0))
     }
 
     pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> EngineResult<Attr> {
-        self.insert(parent, name, FileKind::Dir, perm, owner, None)
+        self.insert(parent, name, NewNode::plain(FileKind::Dir, perm), owner)
     }
 
-    /// Creates a special or regular node: a regular file (created empty), a fifo or a socket.
-    /// Device nodes do not exist in a scope; directories and symlinks have their own calls.
-    pub fn mknod(&self, parent: Ino, name: &[u8], kind: FileKind, perm: u32, owner: Owner) -> EngineResult<Attr> {
+    /// Creates a special or regular node: a regular file (created empty), a fifo, a socket or a
+    /// device node (inert: only its number `rdev` is kept; mounts are `nodev`). Directories and
+    /// symlinks have their own calls.
+    pub fn mknod(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        rdev: u32,
+        owner: Owner,
+    ) -> EngineResult<Attr> {
         match kind {
             FileKind::File => {
                 let flags = OpenFlags { write: false, truncate: false, exclusive: true };
@@ -307,13 +331,59 @@ impl ScopeEngine {
                 self.release(attr.ino, opened.fh)?;
                 Ok(attr)
             }
-            FileKind::Fifo | FileKind::Socket => self.insert(parent, name, kind, perm, owner, None),
-            FileKind::Dir | FileKind::Symlink => Err(EngineError::Invalid("mknod makes files, fifos and sockets")),
+            FileKind::Fifo | FileKind::Socket => self.insert(parent, name, NewNode::plain(kind, perm), owner),
+            FileKind::CharDevice | FileKind::BlockDevice => {
+                self.insert(parent, name, NewNode { rdev, ..NewNode::plain(kind, perm) }, owner)
+            }
+            FileKind::Dir | FileKind::Symlink => Err(EngineError::Invalid("mknod makes files and special files")),
         }
     }
 
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], owner: Owner) -> EngineResult<Attr> {
-        self.insert(parent, name, FileKind::Symlink, 0o777, owner, Some(target))
+        let node = NewNode { target: Some(target), ..NewNode::plain(FileKind::Symlink, 0o777) };
+        self.insert(parent, name, node, owner)
+    }
+
+    /// Gives inode `ino` (not a directory) the further name `new_parent/new_name` (`link(2)`).
+    /// The name counts against the inode quota; the file's bytes are charged once.
+    pub fn link(&self, ino: Ino, new_parent: Ino, new_name: &[u8]) -> EngineResult<Attr> {
+        self.check_writable()?;
+        names::check_new_name(new_name, new_parent == ROOT_INO)?;
+        let bounds = LinkBounds { max_names: self.quota().inodes, max_links: self.storage.settings.max_links_per_file };
+        let row = {
+            let mut meta = self.meta.lock();
+            self.check_placement(&meta, new_parent, new_name, None)?;
+            // An `O_TMPFILE` inode gets its first name.
+            meta.link(ino, new_parent, new_name, bounds, self.tmpfiles.lock().contains(&ino))?
+        };
+        self.tmpfiles.lock().remove(&ino);
+        Ok(self.attr_of(&row, 0))
+    }
+
+    /// Creates a regular file without a name in directory `parent` and opens it (`O_TMPFILE`): it
+    /// counts against the inode quota, `link` may give it a name while it is open, and it is deleted
+    /// at its last release if it never got one (or at the next start).
+    pub fn tmpfile(&self, parent: Ino, perm: u32, flags: OpenFlags, owner: Owner) -> EngineResult<(Attr, Opened)> {
+        self.check_writable()?;
+        let max_inodes = self.quota().inodes;
+        let row = {
+            let mut meta = self.meta.lock();
+            let dir = meta.inode(parent)?;
+            if dir.kind != FileKind::Dir {
+                return Err(EngineError::NotDir);
+            }
+            meta.insert_detached(perm, owner.uid, owner.gid, max_inodes)?
+        };
+        self.tmpfiles.lock().insert(row.ino);
+        let opened = match self.open(row.ino, flags) {
+            Ok(opened) => opened,
+            Err(e) => {
+                self.tmpfiles.lock().remove(&row.ino);
+                self.after_drop(Dropped::Detached(row.ino));
+                return Err(e);
+            }
+        };
+        Ok((self.getattr(row.ino)?, opened))
     }
 
     /// Creates a regular file and opens it (an existing file is opened unless `exclusive`).
@@ -325,7 +395,7 @@ impl ScopeEngine {
         flags: OpenFlags,
         owner: Owner,
     ) -> EngineResult<(Attr, Opened)> {
-        let attr = match self.insert(parent, name, FileKind::File, perm, owner, None) {
+        let attr = match self.insert(parent, name, NewNode::plain(FileKind::File, perm), owner) {
             Err(EngineError::Exists) if !flags.exclusive => {
                 let attr = self.lookup(parent, name)?;
                 if attr.kind == FileKind::Dir {
@@ -459,10 +529,11 @@ impl ScopeEngine {
         Ok(self.entries(rows))
     }
 
-    /// One page of a directory's children: at most `limit` entries whose inode number is above
-    /// `after`, in inode order. A listing paged this way needs no snapshot: every child present
-    /// for the whole walk is returned exactly once, children added or removed meanwhile at most once.
-    pub fn readdir_page(&self, ino: Ino, after: Ino, limit: usize) -> EngineResult<Vec<DirEntry>> {
+    /// One page of a directory's names: at most `limit` entries after cursor `after` (0 starts; then
+    /// the `cursor` of the last entry returned). A listing paged this way needs no snapshot: every
+    /// name present for the whole walk is returned exactly once, names added or removed meanwhile at
+    /// most once.
+    pub fn readdir_page(&self, ino: Ino, after: u64, limit: usize) -> EngineResult<Vec<DirEntry>> {
         let rows = {
             let meta = self.meta.lock();
             if meta.inode(ino)?.kind != FileKind::Dir {
@@ -483,7 +554,8 @@ impl ScopeEngine {
         rows.into_iter()
             .map(|(row, subdirs)| {
                 let attr = self.attr_of(&row, subdirs);
-                DirEntry { name: row.name.unwrap_or_default(), attr }
+                let cursor = super::meta::cursor_of(&row);
+                DirEntry { name: row.name.unwrap_or_default(), attr, cursor }
             })
             .collect()
     }
@@ -514,7 +586,7 @@ impl ScopeEngine {
             total_blocks: q.bytes / BSIZE,
             free_blocks: q.bytes.saturating_sub(used_bytes) / BSIZE,
             total_inodes: q.inodes,
-            free_inodes: q.inodes.saturating_sub(used.inodes),
+            free_inodes: q.inodes.saturating_sub(used.inodes + used.links),
             max_name_len: names::MAX_NAME_LEN as u32,
         })
     }

@@ -18,6 +18,10 @@ pub enum FileKind {
     Fifo,
     /// A Unix socket node: no content; the kernel serves its I/O.
     Socket,
+    /// A character device node: inert (scope mounts are `nodev`), only its number is kept.
+    CharDevice,
+    /// A block device node: inert (scope mounts are `nodev`), only its number is kept.
+    BlockDevice,
 }
 
 impl FileKind {
@@ -28,6 +32,8 @@ impl FileKind {
             FileKind::Symlink => "symlink",
             FileKind::Fifo => "fifo",
             FileKind::Socket => "socket",
+            FileKind::CharDevice => "char",
+            FileKind::BlockDevice => "block",
         }
     }
 }
@@ -48,6 +54,8 @@ pub struct Attr {
     pub ctime: SystemTime,
     /// Changes whenever the file's committed content changes.
     pub version: u64,
+    /// Device number of a device node (0 otherwise).
+    pub rdev: u32,
 }
 
 /// Who creates an inode.
@@ -108,6 +116,8 @@ pub enum RenameMode {
 pub struct DirEntry {
     pub name: Vec<u8>,
     pub attr: Attr,
+    /// Where a paged listing resumes after this entry (`ScopeEngine::readdir_page`).
+    pub cursor: u64,
 }
 
 /// Filesystem statistics derived from the scope's quota and usage.
@@ -127,6 +137,8 @@ pub struct Usage {
     pub files: u64,
     pub bytes: u64,
     pub inodes: u64,
+    /// Names beyond an inode's first (hard links); they count against the inode quota too.
+    pub links: u64,
 }
 
 /// Per-scope limits.
@@ -136,14 +148,17 @@ pub struct Quota {
     pub inodes: u64,
 }
 
-/// When `close()` returns relative to the object store.
+/// Which call is a durability point (fs/SEMANTICS.md, "Durability").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Durability {
-    /// Staged locally and journaled at close; uploaded in the background.
+    /// POSIX: `close()` hands the data to the daemon (it survives a killed daemon) without a disk
+    /// flush; `fsync`/`fsyncdir` make everything committed durable and upload the file's blocks.
+    /// Uploads after `close()` run in the background. (`"writeback"` is the former name.)
     #[default]
-    Writeback,
-    /// Close returns after every dirty block is uploaded.
+    #[serde(alias = "writeback")]
+    Fsync,
+    /// `close()` is itself an `fsync`: it returns once the file is durable and uploaded.
     Close,
 }
 
@@ -170,6 +185,12 @@ pub struct StorageSettings {
     pub max_path_bytes: u32,
     /// Entries a recursive listing or recursive delete may visit (`limits.max_walk_entries`).
     pub max_walk_entries: u64,
+    /// Extended attributes one inode may carry (`limits.max_xattrs_per_inode`).
+    pub max_xattrs_per_inode: u64,
+    /// Bytes (names plus values) of one inode's extended attributes (`limits.max_xattr_bytes_per_inode`).
+    pub max_xattr_bytes_per_inode: u64,
+    /// Names one file may have (`limits.max_links_per_file`).
+    pub max_links_per_file: u32,
 }
 
 impl Default for StorageSettings {
@@ -177,7 +198,7 @@ impl Default for StorageSettings {
         let limits = crate::limits::LimitsConfig::default();
         StorageSettings {
             block_size: 4 * 1024 * 1024,
-            durability: Durability::Writeback,
+            durability: Durability::Fsync,
             cache_max_bytes: 2 * 1024 * 1024 * 1024,
             staging_max_bytes: 8 * 1024 * 1024 * 1024,
             upload_parallelism: 8,
@@ -188,6 +209,9 @@ impl Default for StorageSettings {
             max_path_depth: limits.max_path_depth,
             max_path_bytes: limits.max_path_bytes,
             max_walk_entries: limits.max_walk_entries,
+            max_xattrs_per_inode: limits.max_xattrs_per_inode,
+            max_xattr_bytes_per_inode: limits.max_xattr_bytes_per_inode,
+            max_links_per_file: limits.max_links_per_file,
         }
     }
 }

@@ -1,20 +1,35 @@
-//! Uploads of journaled blocks: the background queue (retried until it succeeds) and foreground uploads for fsync/close durability.
+//! Uploads of journaled blocks (the background queue, retried until it succeeds, and foreground
+//! uploads) and the durability points: the grouped local flush behind fsync/fsyncdir/sync.
 
 use std::collections::HashSet;
+use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
+use sha2::{Digest, Sha256};
 
 use super::error::EngineResult;
 use super::scope::ScopeEngine;
 use crate::store::{block_key, StoreError};
 
-/// Hashes queued or in flight, with a condition variable for waiters.
+/// Hashes queued or in flight, with a condition variable for waiters; and what a durability
+/// point still has to flush.
 #[derive(Default)]
 pub(crate) struct UploadQueue {
     pending: Mutex<HashSet<String>>,
     drained: Condvar,
+    /// Journal files (`blocks/<sha>`) sealed since the last local flush: not yet fsynced.
+    unsynced: Mutex<HashSet<String>>,
+    /// Tickets of durability requests: a request takes one once its own commit is done.
+    requested: AtomicU64,
+    /// Highest ticket a finished flush covers. Guarded by the flush lock for writers.
+    durable: AtomicU64,
+    /// One local flush at a time; requests that queue behind a flush share the next one.
+    flush_lock: Mutex<()>,
+    /// Local flushes performed (each: fsync of new journal files, their directory and the WAL).
+    flushes: AtomicU64,
 }
 
 /// Longest pause between background retries of one block.
@@ -64,11 +79,38 @@ impl ScopeEngine {
         };
         let key = block_key(self.scope_id.as_str(), sha);
         let timeout = self.storage.settings.store_timeout;
+        if hex::encode(Sha256::digest(&data)) != sha {
+            return self.drop_damaged(sha, &key).await;
+        }
         match tokio::time::timeout(timeout, self.storage.store.put(&key, data)).await {
             Ok(r) => r?,
             Err(_) => return Err(StoreError::Timeout(timeout)),
         }
         self.finish_upload(sha).map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))
+    }
+
+    /// A staged block whose bytes no longer match its hash: a power loss took data that was never
+    /// flushed (a file closed but not fsynced). It is never uploaded under its hash. When the
+    /// store already holds the block (its "uploaded" mark was what got lost), the mark is
+    /// restored; otherwise the files using it read `EIO` (never wrong bytes) and fsck names them.
+    async fn drop_damaged(&self, sha: &str, key: &str) -> Result<(), StoreError> {
+        let timeout = self.storage.settings.store_timeout;
+        let present = match tokio::time::timeout(timeout, self.storage.store.head(key)).await {
+            Ok(r) => r?.is_some(),
+            Err(_) => return Err(StoreError::Timeout(timeout)),
+        };
+        let recorded = if present { self.meta.lock().mark_uploaded(sha) } else { Ok(()) };
+        recorded.map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))?;
+        let staged = self.blocks_dir.join(sha);
+        if let Ok(m) = std::fs::metadata(&staged) {
+            if std::fs::remove_file(&staged).is_ok() {
+                self.staging_sub(m.len());
+            }
+        }
+        if !present {
+            tracing::error!(scope = %self.scope_id, block = %sha, "staged block damaged (not flushed before a power loss); run fsck");
+        }
+        Ok(())
     }
 
     fn finish_upload(&self, sha: &str) -> EngineResult<()> {
@@ -118,6 +160,82 @@ impl ScopeEngine {
             r?;
         }
         Ok(())
+    }
+
+    /// Records journal files sealed by a commit: the next durability point fsyncs them. Called
+    /// before the commit that references them, so a flush that covers the commit covers them.
+    pub(crate) fn note_unsynced(&self, shas: &[String]) {
+        if !shas.is_empty() {
+            self.uploads.unsynced.lock().extend(shas.iter().cloned());
+        }
+    }
+
+    /// The local durability point, grouped: everything committed before the call (file versions,
+    /// namespace changes, the upload journal) survives power loss when it returns. Callers that
+    /// arrive while a flush runs share the next one. Costs one fsync per new journal file, one of
+    /// the journal directory and one of the SQLite WAL; nothing when nothing is new.
+    pub(crate) fn flush_local(&self) -> EngineResult<()> {
+        let ticket = self.uploads.requested.fetch_add(1, Ordering::AcqRel) + 1;
+        let _guard = self.uploads.flush_lock.lock();
+        if self.uploads.durable.load(Ordering::Acquire) >= ticket {
+            return Ok(());
+        }
+        // Every ticket up to here was taken after its caller's commit: this flush covers them.
+        let covers = self.uploads.requested.load(Ordering::Acquire);
+        let shas: Vec<String> = self.uploads.unsynced.lock().drain().collect();
+        let synced = self.sync_journal_files(&shas).and_then(|()| self.meta.lock().make_durable());
+        if let Err(e) = synced {
+            self.uploads.unsynced.lock().extend(shas);
+            return Err(e);
+        }
+        self.uploads.flushes.fetch_add(1, Ordering::Relaxed);
+        self.uploads.durable.store(covers, Ordering::Release);
+        Ok(())
+    }
+
+    /// fsyncs the given journal files (those already uploaded and moved away need nothing) and,
+    /// when there were any, the journal directory (their names).
+    fn sync_journal_files(&self, shas: &[String]) -> EngineResult<()> {
+        if shas.is_empty() {
+            return Ok(());
+        }
+        for sha in shas {
+            match File::open(self.blocks_dir.join(sha)) {
+                Ok(f) => f.sync_data()?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        File::open(&self.blocks_dir)?.sync_all()?;
+        Ok(())
+    }
+
+    /// Startup recovery of a journaled block missing from staging but found in the cache: its
+    /// upload finished and its file moved to the cache, but the "uploaded" mark was not flushed
+    /// before a power loss. Moves it back to staging (the caller queues it: uploads are
+    /// idempotent); `false` when the cache does not have it either.
+    pub(crate) fn restage_from_cache(&self, sha: &str) -> bool {
+        let cache = &self.storage.cache;
+        let len = match std::fs::metadata(cache.path(self.scope_id.as_str(), sha)) {
+            Ok(m) => m.len(),
+            Err(_) => return false,
+        };
+        if self.staging_add(len).is_err() {
+            return false;
+        }
+        match cache.take_back(self.scope_id.as_str(), sha, &self.blocks_dir.join(sha)) {
+            Ok(true) => true,
+            _ => {
+                self.staging_sub(len);
+                false
+            }
+        }
+    }
+
+    /// Local flushes (durability points that had work) so far: `close()` alone performs none
+    /// unless the scope's durability mode is `close`.
+    pub fn local_flushes(&self) -> u64 {
+        self.uploads.flushes.load(Ordering::Relaxed)
     }
 
     /// Waits until the upload queue is empty; `false` if `timeout` passed first.

@@ -173,3 +173,13 @@ fn fs_set_mode(p: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
+
+/// Polls `f` until it holds, failing after 20 s: for effects the kernel delivers after a call
+/// returns (a `close` sends `RELEASE` asynchronously).
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

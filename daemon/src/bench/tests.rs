@@ -1,5 +1,9 @@
 //! Unit tests of `scopefs bench`: argument parsing, the report table and small workload runs.
 
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::workloads::{crate_name, create_small_files, read_file, remove_tree, write_big_file};
 use super::*;
 use clap::Parser;
 
@@ -14,7 +18,7 @@ fn parses_workload_list_and_sizes() {
     let cli =
         Cli::try_parse_from(["bench", "/mnt/x", "--only", "W1,w3", "--size-mib", "64", "--files", "500", "--json"])
             .expect("valid arguments");
-    assert_eq!(cli.bench.dir, PathBuf::from("/mnt/x"));
+    assert_eq!(cli.bench.dir, Some(PathBuf::from("/mnt/x")));
     assert_eq!(cli.bench.only, vec![Workload::W1, Workload::W3]);
     assert_eq!(cli.bench.size_mib, 64);
     assert_eq!(cli.bench.files, 500);
@@ -24,6 +28,24 @@ fn parses_workload_list_and_sizes() {
     assert!(defaults.bench.only.is_empty());
     assert_eq!((defaults.bench.size_mib, defaults.bench.files), (1024, 10_000));
     assert!(Cli::try_parse_from(["bench", "/d", "--only", "W7"]).is_err());
+    assert!(Cli::try_parse_from(["bench"]).is_err(), "DIR is required without a mode");
+
+    let cmp = Cli::try_parse_from(["bench", "compare", "/results"]).expect("compare mode");
+    match cmp.bench.mode {
+        Some(BenchMode::Compare(c)) => assert_eq!(c.results, PathBuf::from("/results")),
+        other => panic!("expected the compare mode, got {other:?}"),
+    }
+    let labelled = Cli::try_parse_from(["bench", "/d", "--label", "bindfs", "--daemon-pid", "42"]).expect("label");
+    assert_eq!((labelled.bench.label.as_deref(), labelled.bench.daemon_pid), (Some("bindfs"), Some(42)));
+}
+
+#[test]
+fn peak_rss_comes_from_vm_hwm() {
+    let status = "Name:\tscopefs\nVmPeak:\t  900000 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40000 kB\n";
+    assert_eq!(parse_vm_hwm(status), Some(51_200));
+    assert_eq!(parse_vm_hwm("Name:\tx\n"), None);
+    let own = peak_rss_kib(std::process::id()).expect("own VmHWM");
+    assert!(own > 0);
 }
 
 #[test]
@@ -68,13 +90,17 @@ fn crate_names_strip_versions() {
 fn small_run_creates_measures_and_removes() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let args = BenchArgs {
-        dir: tmp.path().to_path_buf(),
+        mode: None,
+        dir: Some(tmp.path().to_path_buf()),
         only: vec![Workload::W6, Workload::W1, Workload::W2, Workload::W3, Workload::W4],
         size_mib: 2,
         files: 150,
         tree: None,
         json: true,
         keep: false,
+        label: Some("native".into()),
+        daemon_pid: Some(std::process::id()),
+        scopes: None,
     };
     run(args).expect("bench run");
     let left: Vec<_> = fs::read_dir(tmp.path()).expect("list").collect();

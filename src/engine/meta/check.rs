@@ -31,7 +31,8 @@ impl MetaDb {
         }
         let u = usage_in(&self.conn)?;
         let (files, bytes, inodes): (i64, i64, i64) = self.conn.query_row(
-            "SELECT COALESCE(SUM(kind = 'file'), 0), COALESCE(SUM(CASE WHEN kind IN ('file', 'symlink') THEN size ELSE 0 END), 0), COUNT(*)
+            "SELECT COALESCE(SUM(kind = 'file'), 0), COALESCE(SUM(CASE WHEN kind IN ('file', 'symlink') THEN size ELSE 0 END), 0)
+                    + (SELECT COALESCE(SUM(length(name) + length(value)), 0) FROM xattrs), COUNT(*)
              FROM inodes WHERE ino <> 1",
             [],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -41,6 +42,19 @@ impl MetaDb {
                 "usage counters ({}, {}, {}) disagree with a recount ({files}, {bytes}, {inodes})",
                 u.files, u.bytes, u.inodes
             ));
+        }
+        let links: i64 = self.conn.query_row("SELECT COUNT(*) FROM links", [], |r| r.get(0))?;
+        if links as u64 != u.links {
+            problems.push(format!("the link counter ({}) disagrees with a recount ({links})", u.links));
+        }
+        let bad_nlink: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM inodes i WHERE kind <> 'dir' AND nlink <>
+                 (i.parent IS NOT NULL) + (SELECT COUNT(*) FROM links l WHERE l.ino = i.ino)",
+            [],
+            |r| r.get(0),
+        )?;
+        if bad_nlink > 0 {
+            problems.push(format!("{bad_nlink} link counts disagree with the names of their inodes"));
         }
         Ok(problems)
     }

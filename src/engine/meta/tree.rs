@@ -59,6 +59,10 @@ impl MetaDb {
                  SELECT i.ino, down.d + 1, down.len + 1 + length(i.name)
                  FROM inodes i JOIN down ON i.parent = down.ino
                  WHERE down.d <= ?2 AND down.len <= ?3
+                 UNION ALL
+                 SELECT l.ino, down.d + 1, down.len + 1 + length(l.name)
+                 FROM links l JOIN down ON l.parent = down.ino
+                 WHERE down.d <= ?2 AND down.len <= ?3
              )
              SELECT MAX(d), MAX(len) FROM down",
             params![
@@ -71,13 +75,15 @@ impl MetaDb {
         Ok((d as u64, len as u64))
     }
 
-    /// Entries below `ino` (itself excluded), counting at most `limit + 1`.
+    /// Names below `ino` (itself excluded; a hard link counts as a name), counting at most `limit + 1`.
     pub fn count_below(&self, ino: Ino, limit: u64) -> EngineResult<u64> {
         let n: i64 = self.conn.query_row(
             "WITH RECURSIVE down(ino) AS (
                  SELECT ?1
                  UNION ALL
                  SELECT i.ino FROM inodes i JOIN down ON i.parent = down.ino
+                 UNION ALL
+                 SELECT l.ino FROM links l JOIN down ON l.parent = down.ino
                  LIMIT ?2
              )
              SELECT COUNT(*) - 1 FROM down",

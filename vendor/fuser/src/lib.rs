@@ -56,6 +56,8 @@ pub use crate::open_flags::OpenAccMode;
 pub use crate::open_flags::OpenFlags;
 pub use crate::passthrough::BackingId;
 pub use crate::poll_events::PollEvents;
+pub use crate::pool::PooledSession;
+pub use crate::pool::SessionPool;
 pub use crate::rename_flags::RenameFlags;
 pub use crate::reply::ReplyAttr;
 pub use crate::reply::ReplyBmap;
@@ -94,6 +96,7 @@ mod notify;
 mod open_flags;
 mod passthrough;
 mod poll_events;
+mod pool;
 mod read_buf;
 mod rename_flags;
 mod reply;
@@ -852,6 +855,23 @@ pub trait Filesystem: Send + Sync + 'static {
             "[Not Implemented] create(parent: {parent:#x?}, name: {name:?}, mode: {mode}, \
             umask: {umask:#x?}, flags: {flags:#x?})"
         );
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// Create and open a file without a name (`O_TMPFILE`) in directory `parent`. The reply's
+    /// attributes should carry a link count of 1: the kernel takes it to 0 (`d_tmpfile`). A later
+    /// `link` of the inode gives it a name. Not implemented answers `ENOSYS`, which the kernel
+    /// turns into `EOPNOTSUPP` for every later `O_TMPFILE` open (scopefs patch).
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!("[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, umask: {umask:#x?}, flags: {flags:#x?})");
         reply.error(Errno::ENOSYS);
     }
 

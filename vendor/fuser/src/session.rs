@@ -86,7 +86,7 @@ pub(crate) struct FilesystemHolder<FS: Filesystem> {
 }
 
 impl<FS: Filesystem> FilesystemHolder<FS> {
-    fn destroy(&mut self) {
+    pub(crate) fn destroy(&mut self) {
         if let Some(mut fs) = self.fs.take() {
             fs.destroy();
         }
@@ -239,6 +239,33 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config,
         }
+    }
+
+    /// scopefs patch: serve this session from `pool`'s shared workers instead of threads of its
+    /// own (see `crate::pool`). The descriptor is made non-blocking. Dropping the returned handle
+    /// unmounts a mount this session made, like dropping a `BackgroundSession`.
+    pub fn spawn_in(
+        self,
+        pool: &crate::pool::SessionPool,
+    ) -> io::Result<crate::pool::PooledSession> {
+        let mount = std::mem::take(&mut *self.mount.mount.lock());
+        let Session {
+            filesystem,
+            ch,
+            mount: _none_left,
+            allowed,
+            session_owner,
+            proto_version: _,
+            config: _,
+        } = self;
+        let event_loop = SessionEventLoop {
+            thread_name: "fuse-pool".to_string(),
+            filesystem: Arc::new(filesystem),
+            ch,
+            allowed,
+            session_owner,
+        };
+        pool.register(event_loop, mount)
     }
 
     /// Run the session loop in a background thread. If the returned handle is dropped,

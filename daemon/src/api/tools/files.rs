@@ -121,6 +121,8 @@ fn kind_str(k: FileKind) -> &'static str {
         FileKind::Symlink => "symlink",
         FileKind::Fifo => "fifo",
         FileKind::Socket => "socket",
+        FileKind::CharDevice => "char_device",
+        FileKind::BlockDevice => "block_device",
     }
 }
 

@@ -196,6 +196,7 @@ mod tests {
             mtime: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             ctime: SystemTime::UNIX_EPOCH,
             version: 1,
+            rdev: 0,
         };
         // 2023-11-14 22:13:20 UTC
         let t = zip_time(&attr);

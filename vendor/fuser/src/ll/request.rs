@@ -1799,6 +1799,11 @@ mod op {
                 arg: data.fetch()?,
                 name: data.fetch_str()?.as_ref(),
             }),
+            fuse_opcode::FUSE_TMPFILE => Operation::TmpFile(Create {
+                header,
+                arg: data.fetch()?,
+                name: data.fetch_str()?.as_ref(),
+            }),
             fuse_opcode::FUSE_INTERRUPT => Operation::Interrupt(Interrupt {
                 header,
                 arg: data.fetch()?,
@@ -1914,6 +1919,8 @@ pub(crate) enum Operation<'a> {
     SetLk(SetLk<'a>),
     Access(Access<'a>),
     Create(Create<'a>),
+    /// `O_TMPFILE`: create and open a file without a name (scopefs patch).
+    TmpFile(Create<'a>),
     Interrupt(Interrupt<'a>),
     BMap(BMap<'a>),
     Destroy(Destroy<'a>),
@@ -2065,6 +2072,7 @@ impl fmt::Display for Operation<'_> {
                 x.mode(),
                 x.flags()
             ),
+            Operation::TmpFile(x) => write!(f, "TMPFILE mode {:#05o}, flags {:#x}", x.mode(), x.flags()),
             Operation::Interrupt(x) => write!(f, "INTERRUPT unique {:?}", x.unique()),
             Operation::BMap(x) => write!(f, "BMAP blocksize {}, ids {}", x.block_size(), x.block()),
             Operation::Destroy(_) => write!(f, "DESTROY"),

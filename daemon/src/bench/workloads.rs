@@ -1,18 +1,4 @@
-//! `scopefs bench`: timed file-system workloads (W1–W6) against any mounted directory.
-//!
-//! The workloads run inside a fresh subdirectory of DIR, so the same command
-//! measures a native directory, a scopefs mount, s3fs or an rclone mount:
-//!
-//! | id | workload |
-//! |----|----------|
-//! | W1 | write one file sequentially in 1 MiB writes, `fsync` at the end (timed) |
-//! | W2 | read it back cold (kernel caches dropped where permitted), then warm |
-//! | W3 | create N × 4 KiB files spread over 100 directories |
-//! | W4 | `stat` every file and list every directory |
-//! | W5 | unpack a real source tree (thousands of files), then `git init/add/commit` |
-//! | W6 | `rm -rf` of everything created |
-//!
-//! This is a measuring tool, not a test: it reports, it does not judge.
+//! The W1–W6 workloads of `scopefs bench`: each one timed against a work directory.
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -21,12 +7,12 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
-use serde::Serialize;
 
-const MIB: u64 = 1 << 20;
+use super::{unix_nanos, RateKind, Row, Workload, MIB};
+
 /// Files of W3 are spread over this many directories.
-const W3_DIRS: u64 = 100;
-const W3_FILE_SIZE: usize = 4096;
+pub(super) const W3_DIRS: u64 = 100;
+pub(super) const W3_FILE_SIZE: usize = 4096;
 /// The default W5 tree must hold at least this many files.
 const TREE_MIN_FILES: usize = 3000;
 /// Crates (from the local cargo source cache) preferred for the default W5 tree.
@@ -47,173 +33,19 @@ const TREE_CRATES: &[&str] = &[
     "h2",
 ];
 
-/// Arguments of `scopefs bench`.
-#[derive(clap::Args, Debug)]
-pub struct BenchArgs {
-    /// An already-mounted directory to measure (native, scopefs, s3fs, rclone ...);
-    /// the workloads run in a fresh subdirectory of it.
-    pub dir: PathBuf,
-    /// Run only these workloads (comma-separated, e.g. `W1,W3`); default: all.
-    #[arg(long, value_delimiter = ',', ignore_case = true)]
-    pub only: Vec<Workload>,
-    /// Size of the W1/W2 file in MiB.
-    #[arg(long, default_value_t = 1024)]
-    pub size_mib: u64,
-    /// Number of 4 KiB files for W3/W4.
-    #[arg(long, default_value_t = 10_000)]
-    pub files: u64,
-    /// Tarball to unpack in W5 (default: one built once from crates in the
-    /// local cargo source cache and kept under the temp directory).
-    #[arg(long)]
-    pub tree: Option<PathBuf>,
-    /// Print the results as JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Keep the work directory when W6 is not selected (default: removed, untimed).
-    #[arg(long)]
-    pub keep: bool,
-}
-
-/// The benchmark workloads.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Workload {
-    W1,
-    W2,
-    W3,
-    W4,
-    W5,
-    W6,
-}
-
-const ALL: [Workload; 6] = [Workload::W1, Workload::W2, Workload::W3, Workload::W4, Workload::W5, Workload::W6];
-
-/// Whether a row's rate is reported as throughput or as operations per second.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RateKind {
-    Bytes,
-    Ops,
-}
-
-/// One measured step.
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    pub workload: String,
-    pub name: String,
-    pub ops: u64,
-    pub bytes: u64,
-    pub seconds: f64,
-    pub rate_kind: RateKind,
-}
-
-impl Row {
-    fn rate(&self) -> f64 {
-        let amount = match self.rate_kind {
-            RateKind::Bytes => self.bytes as f64 / MIB as f64,
-            RateKind::Ops => self.ops as f64,
-        };
-        if self.seconds > 0.0 {
-            amount / self.seconds
-        } else {
-            0.0
-        }
-    }
-
-    fn rate_text(&self) -> String {
-        match self.rate_kind {
-            RateKind::Bytes => format!("{:.1} MiB/s", self.rate()),
-            RateKind::Ops => format!("{:.0} ops/s", self.rate()),
-        }
-    }
-}
-
-/// A row as printed by `--json`: the measurements plus the computed rate.
-#[derive(Debug, Serialize)]
-struct JsonRow<'a> {
-    #[serde(flatten)]
-    row: &'a Row,
-    rate: f64,
-    rate_unit: &'static str,
-}
-
-#[derive(Debug, Serialize)]
-struct Report<'a> {
-    size_mib: u64,
-    files: u64,
-    rows: Vec<JsonRow<'a>>,
-    notes: &'a [String],
-}
-
-/// Runs the selected workloads and prints the results.
-pub fn run(args: BenchArgs) -> Result<()> {
-    ensure!(args.size_mib > 0, "--size-mib must be at least 1");
-    ensure!(args.files > 0, "--files must be at least 1");
-    let meta = fs::metadata(&args.dir).with_context(|| format!("cannot access {}", args.dir.display()))?;
-    ensure!(meta.is_dir(), "{} is not a directory", args.dir.display());
-
-    let mut selected: Vec<Workload> = if args.only.is_empty() { ALL.to_vec() } else { args.only.clone() };
-    selected.sort_unstable();
-    selected.dedup();
-
-    let work = args.dir.join(format!("scopefs-bench-{}-{}", std::process::id(), unix_nanos()));
-    fs::create_dir(&work).with_context(|| format!("cannot create the work directory in {}", args.dir.display()))?;
-    let mut bench = Bench {
-        work,
-        size_mib: args.size_mib,
-        files: args.files,
-        tree: args.tree.clone(),
-        rows: Vec::new(),
-        notes: Vec::new(),
-        big_written: false,
-        small_written: false,
-    };
-    let outcome = bench.run_all(&selected);
-    if !selected.contains(&Workload::W6) && bench.work.exists() {
-        if args.keep {
-            bench.notes.push(format!("work directory kept: {}", bench.work.display()));
-        } else if let Err(err) = fs::remove_dir_all(&bench.work) {
-            bench.notes.push(format!("could not remove the work directory: {err}"));
-        }
-    }
-    outcome?;
-
-    if args.json {
-        let rows = bench
-            .rows
-            .iter()
-            .map(|row| JsonRow {
-                row,
-                rate: row.rate(),
-                rate_unit: match row.rate_kind {
-                    RateKind::Bytes => "MiB/s",
-                    RateKind::Ops => "ops/s",
-                },
-            })
-            .collect();
-        let report = Report { size_mib: args.size_mib, files: args.files, rows, notes: &bench.notes };
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", format_table(&bench.rows));
-        for note in &bench.notes {
-            println!("note: {note}");
-        }
-    }
-    Ok(())
-}
-
-struct Bench {
-    work: PathBuf,
-    size_mib: u64,
-    files: u64,
-    tree: Option<PathBuf>,
-    rows: Vec<Row>,
-    notes: Vec<String>,
-    big_written: bool,
-    small_written: bool,
+pub(super) struct Bench {
+    pub(super) work: PathBuf,
+    pub(super) size_mib: u64,
+    pub(super) files: u64,
+    pub(super) tree: Option<PathBuf>,
+    pub(super) rows: Vec<Row>,
+    pub(super) notes: Vec<String>,
+    pub(super) big_written: bool,
+    pub(super) small_written: bool,
 }
 
 impl Bench {
-    fn run_all(&mut self, selected: &[Workload]) -> Result<()> {
+    pub(super) fn run_all(&mut self, selected: &[Workload]) -> Result<()> {
         for w in selected {
             eprintln!("bench: running {w:?}");
             match w {
@@ -356,7 +188,7 @@ impl Bench {
 }
 
 /// Writes `size_mib` MiB in 1 MiB writes and fsyncs; returns (writes, bytes, seconds).
-fn write_big_file(path: &Path, size_mib: u64) -> Result<(u64, u64, f64)> {
+pub(super) fn write_big_file(path: &Path, size_mib: u64) -> Result<(u64, u64, f64)> {
     let mut buf = vec![0u8; MIB as usize];
     let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ unix_nanos();
     for chunk in buf.chunks_exact_mut(8) {
@@ -377,7 +209,7 @@ fn write_big_file(path: &Path, size_mib: u64) -> Result<(u64, u64, f64)> {
 }
 
 /// Reads a file in 1 MiB reads; returns (reads, bytes, seconds).
-fn read_file(path: &Path) -> Result<(u64, u64, f64)> {
+pub(super) fn read_file(path: &Path) -> Result<(u64, u64, f64)> {
     let mut buf = vec![0u8; MIB as usize];
     let start = Instant::now();
     let mut file = File::open(path).context("W2 cannot open the file")?;
@@ -405,7 +237,7 @@ fn dir_name(d: u64) -> String {
 }
 
 /// Creates `files` 4 KiB files over up to 100 directories; returns (creates, bytes, seconds).
-fn create_small_files(root: &Path, files: u64) -> Result<(u64, u64, f64)> {
+pub(super) fn create_small_files(root: &Path, files: u64) -> Result<(u64, u64, f64)> {
     let dirs = W3_DIRS.min(files);
     let mut data = [0u8; W3_FILE_SIZE];
     let start = Instant::now();
@@ -423,7 +255,7 @@ fn create_small_files(root: &Path, files: u64) -> Result<(u64, u64, f64)> {
 }
 
 /// Removes a tree depth-first like `rm -rf`; returns the number of entries removed.
-fn remove_tree(path: &Path) -> Result<u64> {
+pub(super) fn remove_tree(path: &Path) -> Result<u64> {
     let mut removed = 0u64;
     for entry in fs::read_dir(path).context("W6 readdir")? {
         let entry = entry.context("W6 readdir")?;
@@ -531,7 +363,7 @@ fn choose_crates(dirs: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// `tokio-1.54.1` → `tokio` (the name is everything before the last `-<digit>`).
-fn crate_name(dir: &Path) -> Option<String> {
+pub(super) fn crate_name(dir: &Path) -> Option<String> {
     let base = dir.file_name()?.to_str()?;
     let cut = base
         .char_indices()
@@ -555,46 +387,6 @@ fn count_files(dir: &Path) -> usize {
         .sum()
 }
 
-/// The result table: workload, step, ops, bytes, seconds, rate.
-pub fn format_table(rows: &[Row]) -> String {
-    let header = ["workload", "step", "ops", "bytes", "seconds", "rate"];
-    let cells: Vec<[String; 6]> = rows
-        .iter()
-        .map(|r| {
-            [
-                r.workload.clone(),
-                r.name.clone(),
-                r.ops.to_string(),
-                r.bytes.to_string(),
-                format!("{:.3}", r.seconds),
-                r.rate_text(),
-            ]
-        })
-        .collect();
-    let mut width = header.map(str::len);
-    for row in &cells {
-        for (w, cell) in width.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    let mut out = String::new();
-    let line = |out: &mut String, row: &[String]| {
-        let mut parts = Vec::with_capacity(6);
-        for (i, cell) in row.iter().enumerate() {
-            // Text columns align left, numbers right.
-            parts.push(if i < 2 { format!("{cell:<w$}", w = width[i]) } else { format!("{cell:>w$}", w = width[i]) });
-        }
-        out.push_str(parts.join("  ").trim_end());
-        out.push('\n');
-    };
-    line(&mut out, &header.map(String::from));
-    line(&mut out, &width.map(|w| "-".repeat(w)));
-    for row in &cells {
-        line(&mut out, row);
-    }
-    out
-}
-
 fn xorshift(state: &mut u64) -> u64 {
     let mut x = *state;
     x ^= x << 13;
@@ -603,10 +395,3 @@ fn xorshift(state: &mut u64) -> u64 {
     *state = x;
     x
 }
-
-fn unix_nanos() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
-}
-
-#[cfg(test)]
-mod tests;

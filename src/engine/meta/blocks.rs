@@ -1,0 +1,90 @@
+//! Blocks in the metadata database: reference counts, the upload journal (`staged` rows), and the
+//! blocks nobody references any more (collected by gc).
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::{exec, now_ns, BlockRef, MetaDb};
+use crate::engine::{EngineResult, Ino};
+
+impl MetaDb {
+    /// Hashes of blocks still waiting for upload (the journal).
+    pub fn staged_blocks(&self) -> EngineResult<Vec<String>> {
+        let mut st = self.conn.prepare("SELECT sha256 FROM blocks WHERE state = 'staged'")?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// `Some(true)` uploaded, `Some(false)` staged, `None` unknown.
+    pub fn block_uploaded(&self, sha: &str) -> EngineResult<Option<bool>> {
+        let st: Option<String> =
+            self.conn.query_row("SELECT state FROM blocks WHERE sha256 = ?1", [sha], |r| r.get(0)).optional()?;
+        Ok(st.map(|s| s == "uploaded"))
+    }
+
+    pub fn mark_uploaded(&mut self, sha: &str) -> EngineResult<()> {
+        exec(&self.conn, "UPDATE blocks SET state = 'uploaded' WHERE sha256 = ?1", [sha])?;
+        Ok(())
+    }
+
+    /// Every block row: hash, length, state uploaded?
+    pub fn all_blocks(&self) -> EngineResult<Vec<(String, u64, bool)>> {
+        let mut st = self.conn.prepare("SELECT sha256, len, state = 'uploaded' FROM blocks")?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get(2)?)))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Files (inode numbers) that reference a block.
+    pub fn files_with_block(&self, sha: &str) -> EngineResult<Vec<Ino>> {
+        let mut st = self.conn.prepare("SELECT DISTINCT ino FROM file_blocks WHERE sha256 = ?1")?;
+        let rows = st.query_map([sha], |r| r.get::<_, i64>(0))?;
+        Ok(rows.map(|r| r.map(|i| i as Ino)).collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Blocks with no reference since before `cutoff_unix`: returns (sha, was uploaded) and deletes their rows.
+    pub fn take_unreferenced(&mut self, cutoff_unix: i64, limit: usize) -> EngineResult<Vec<(String, bool)>> {
+        let tx = self.tx()?;
+        let found = {
+            let mut st = tx.prepare(
+                "SELECT sha256, state = 'uploaded' FROM blocks
+                 WHERE refcount = 0 AND unreferenced_since <= ?1 LIMIT ?2",
+            )?;
+            let rows = st.query_map(params![cutoff_unix, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<Result<Vec<(String, bool)>, _>>()?
+        };
+        for (sha, _) in &found {
+            exec(&tx, "DELETE FROM blocks WHERE sha256 = ?1 AND refcount = 0", [sha])?;
+        }
+        tx.commit()?;
+        Ok(found)
+    }
+}
+
+/// Adds a reference to a block; returns true when the block is new to the scope (must be uploaded).
+pub(super) fn add_ref(conn: &Connection, b: &BlockRef) -> rusqlite::Result<bool> {
+    let updated = exec(
+        conn,
+        "UPDATE blocks SET refcount = refcount + 1, unreferenced_since = NULL WHERE sha256 = ?1",
+        [&b.sha256],
+    )?;
+    if updated == 1 {
+        return Ok(false);
+    }
+    exec(
+        conn,
+        "INSERT INTO blocks (sha256, len, refcount, state) VALUES (?1, ?2, 1, 'staged')",
+        params![b.sha256, b.len as i64],
+    )?;
+    Ok(true)
+}
+
+pub(super) fn drop_ref(conn: &Connection, sha: &str) -> rusqlite::Result<()> {
+    let unix_now = now_ns() / 1_000_000_000;
+    exec(
+        conn,
+        "UPDATE blocks SET refcount = refcount - 1,
+                unreferenced_since = CASE WHEN refcount = 1 THEN ?2 ELSE unreferenced_since END
+         WHERE sha256 = ?1",
+        params![sha, unix_now],
+    )?;
+    Ok(())
+}
