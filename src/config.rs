@@ -312,6 +312,7 @@ impl Config {
             max_xattrs_per_inode: self.limits.max_xattrs_per_inode,
             max_xattr_bytes_per_inode: self.limits.max_xattr_bytes_per_inode,
             max_links_per_file: self.limits.max_links_per_file,
+            max_open_scope_databases: self.limits.max_open_scope_databases,
         }
     }
 
@@ -472,6 +473,21 @@ mod tests {
         Config::default().validate().unwrap();
         let err = Config::from_toml("no_such_key = 1").unwrap_err().to_string();
         assert!(err.contains("no_such_key"), "{err}");
+    }
+
+    #[test]
+    fn fuse_fast_path_keys_parse_and_max_write_is_bounded() {
+        let d = Config::default().fuse;
+        assert_eq!((d.max_write_kib, d.keep_cache, d.writeback_cache), (1024, true, false));
+        let cfg =
+            Config::from_toml("[fuse]\nmax_write_kib = 4096\nkeep_cache = false\nwriteback_cache = true\n").unwrap();
+        assert_eq!((cfg.fuse.max_write_kib, cfg.fuse.keep_cache, cfg.fuse.writeback_cache), (4096, false, true));
+        cfg.validate().unwrap();
+        for bad in [0, 3, 16 * 1024 + 1] {
+            let cfg = Config::from_toml(&format!("[fuse]\nmax_write_kib = {bad}\n")).unwrap();
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains("fuse.max_write_kib"), "{err}");
+        }
     }
 
     #[test]

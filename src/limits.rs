@@ -37,6 +37,9 @@ pub struct LimitsConfig {
     /// Open files the daemon may hold (`RLIMIT_NOFILE`, raised at start as far as the kernel's
     /// `nr_open` allows). Each mounted scope holds about four.
     pub max_open_files: u64,
+    /// Scope metadata databases open at once (three descriptors and a page cache each); past it
+    /// the one opened longest ago and not in use is closed. A scope opens its database on first use.
+    pub max_open_scope_databases: usize,
 
     // --- FUSE adapter ---
     /// Open directory handles per mount.
@@ -86,6 +89,7 @@ impl Default for LimitsConfig {
             max_xattr_bytes_per_inode: 256 * 1024,
             max_links_per_file: 65_000,
             max_open_files: 1 << 20,
+            max_open_scope_databases: 2048,
             max_dir_handles_per_mount: 1024,
             http_max_connections: 1024,
             http_header_timeout_secs: 10,
@@ -120,7 +124,7 @@ impl LimitsConfig {
 
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 22] = [
+        let checks: [(&'static str, u64); 23] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.max_path_depth", u64::from(self.max_path_depth)),
             ("limits.max_path_bytes", u64::from(self.max_path_bytes)),
@@ -129,6 +133,7 @@ impl LimitsConfig {
             ("limits.max_xattr_bytes_per_inode", self.max_xattr_bytes_per_inode),
             ("limits.max_links_per_file", u64::from(self.max_links_per_file)),
             ("limits.max_open_files", self.max_open_files),
+            ("limits.max_open_scope_databases", self.max_open_scope_databases as u64),
             ("limits.max_dir_handles_per_mount", self.max_dir_handles_per_mount),
             ("limits.http_max_connections", self.http_max_connections as u64),
             ("limits.http_header_timeout_secs", self.http_header_timeout_secs),

@@ -122,7 +122,7 @@ fn serve_provisions_mounts_stops_and_remounts() {
     assert_eq!(rec["scope_id"].as_str(), Some(scope_id.as_str()));
     assert_eq!(rec["state"].as_str(), Some("draft"));
     assert_eq!(rec["revision"].as_u64(), Some(2));
-    assert_eq!(rec["usage"], json!({"files": 1, "bytes": content.len(), "inodes": 1}));
+    assert_eq!(rec["usage"], json!({"files": 1, "bytes": content.len(), "inodes": 1, "links": 0}));
 
     // `scope create` works on the registry directly and does not mount; the mount route then does.
     let out = Command::new(BIN)

@@ -115,17 +115,24 @@ pub fn render(service: &ScopeService) -> Result<String, crate::service::ServiceE
     let mut usages = Vec::new();
     let mut upload_queue = 0usize;
     for (id, engine) in &engines {
-        if let Ok(u) = engine.usage() {
+        // An idle scope's database is not opened for a scrape.
+        if let Ok(Some(u)) = engine.usage_if_open() {
             usages.push((id.as_str().to_owned(), u));
         }
         upload_queue += engine.pending_uploads();
     }
     usages.sort_by(|a, b| a.0.cmp(&b.0));
-    t.family("scopefs_scope_files", "gauge", "Regular files per open scope.");
+    t.family(
+        "scopefs_open_scope_databases",
+        "gauge",
+        "Scope metadata databases open now (limits.max_open_scope_databases).",
+    );
+    t.sample("scopefs_open_scope_databases", &[], scopefs::engine::open_databases());
+    t.family("scopefs_scope_files", "gauge", "Regular files per scope whose metadata database is open.");
     for (id, u) in &usages {
         t.sample("scopefs_scope_files", &[("scope_id", id)], u.files);
     }
-    t.family("scopefs_scope_bytes", "gauge", "Logical bytes of files per open scope.");
+    t.family("scopefs_scope_bytes", "gauge", "Logical bytes of files per scope whose metadata database is open.");
     for (id, u) in &usages {
         t.sample("scopefs_scope_bytes", &[("scope_id", id)], u.bytes);
     }

@@ -83,7 +83,7 @@ impl ScopeEngine {
         if growth == 0 {
             return Ok(());
         }
-        let meta = self.meta.lock();
+        let meta = self.meta.lock()?;
         let committed = meta.usage()?.bytes;
         let pending = *self.pending_growth.lock();
         self.check_bytes(committed, pending, growth)

@@ -81,7 +81,7 @@ impl ScopeEngine {
             return Ok(e.file.clone());
         }
         let (row, blocks) = {
-            let meta = self.meta.lock();
+            let meta = self.meta.lock()?;
             let row = meta.inode(ino)?;
             if row.kind != FileKind::File {
                 return Err(if row.kind == FileKind::Dir {
@@ -338,7 +338,7 @@ impl ScopeEngine {
     /// growth are read under the metadata lock, which commits also hold while they move bytes from
     /// pending to committed, so the sum is never seen half-moved.
     fn reserve_growth(&self, growth: u64) -> EngineResult<()> {
-        let meta = self.meta.lock();
+        let meta = self.meta.lock()?;
         let committed = meta.usage()?.bytes;
         let mut pending = self.pending_growth.lock();
         self.check_bytes(committed, *pending, growth)?;
@@ -482,7 +482,7 @@ impl ScopeEngine {
             _ => None,
         };
         let new = {
-            let mut meta = self.meta.lock();
+            let mut meta = self.meta.lock()?;
             let new = meta.commit_file(ino, f.size, f.mtime_ns, &blocks, content_sha.as_deref())?;
             // Moved from pending to committed under the metadata lock (see `reserve_growth`).
             *self.pending_growth.lock() -= f.size as i64 - f.committed_size as i64;
@@ -496,7 +496,7 @@ impl ScopeEngine {
         }
         // Sealed copies of blocks the scope already had uploaded are redundant.
         for sha in sealed.iter().filter(|s| !new.contains(s)) {
-            if self.meta.lock().block_uploaded(sha)? == Some(true) {
+            if self.meta.lock()?.block_uploaded(sha)? == Some(true) {
                 let path = self.blocks_dir.join(sha);
                 if let Ok(m) = std::fs::metadata(&path) {
                     if std::fs::remove_file(&path).is_ok() {
@@ -581,7 +581,7 @@ impl ScopeEngine {
     /// The whole scope's `syncfs`: everything committed survives power loss and every staged
     /// block is in the object store when it returns.
     pub fn sync(&self) -> EngineResult<()> {
-        let staged = self.meta.lock().staged_blocks()?;
+        let staged = self.meta.lock()?.staged_blocks()?;
         let uploaded = self.upload_now(&staged);
         self.flush_local()?;
         uploaded
@@ -606,7 +606,7 @@ impl ScopeEngine {
     }
 
     fn committed_shas(&self, ino: Ino) -> EngineResult<Vec<String>> {
-        Ok(self.meta.lock().blocks_of(ino)?.into_values().map(|b| b.sha256).collect())
+        Ok(self.meta.lock()?.blocks_of(ino)?.into_values().map(|b| b.sha256).collect())
     }
 
     pub fn release(&self, ino: Ino, fh: Fh) -> EngineResult<()> {
@@ -649,9 +649,9 @@ impl ScopeEngine {
             self.discard_dirty(d);
         }
         drop(f);
-        let detached = matches!(self.meta.lock().inode(ino), Ok(row) if row.parent.is_none());
+        let detached = matches!(self.meta.lock().and_then(|m| m.inode(ino)), Ok(row) if row.parent.is_none());
         if detached {
-            if let Err(e) = self.meta.lock().delete_detached(ino) {
+            if let Err(e) = self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
                 tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");
             }
         }

@@ -11,6 +11,7 @@
 mod cache;
 mod error;
 mod fileio;
+mod lazy_meta;
 mod meta;
 mod paths;
 mod scope;
@@ -21,6 +22,7 @@ mod xattr;
 
 pub use error::{EngineError, EngineResult, Refusal};
 pub use fileio::alloc::AllocMode;
+pub use lazy_meta::open_databases;
 pub use paths::{Change, ChangeObserver, PathEntry, WriteMode};
 pub use scope::{FsckReport, GcReport, ScopeEngine};
 pub use storage::Storage;

@@ -206,23 +206,23 @@ impl ScopeEngine {
         self.check_writable()?;
         let (parent, name) = self.parent_and_name(path)?;
         names::check_new_name(name.as_bytes(), parent == ROOT_INO)?;
-        self.check_placement(&self.meta.lock(), parent, name.as_bytes(), None)?;
+        self.check_placement(&*self.meta.lock()?, parent, name.as_bytes(), None)?;
         if mode == WriteMode::CreateNew && self.lookup(parent, name.as_bytes()).is_ok() {
             return Err(EngineError::Exists);
         }
         let max_inodes = self.quota().inodes;
-        let row = self.meta.lock().insert_detached(0o644, owner.uid, owner.gid, max_inodes)?;
+        let row = self.meta.lock()?.insert_detached(0o644, owner.uid, owner.gid, max_inodes)?;
         let ino = row.ino;
         let opened = match self.open(ino, OpenFlags { write: true, ..Default::default() }) {
             Ok(o) => o,
             Err(e) => {
-                self.meta.lock().delete_detached(ino)?;
+                self.meta.lock()?.delete_detached(ino)?;
                 return Err(e);
             }
         };
         let filled = self.fill(ino, opened.fh, content, max_len).and_then(|_| self.flush(ino, opened.fh));
         let linked = filled.and_then(|_| {
-            let mut meta = self.meta.lock();
+            let mut meta = self.meta.lock()?;
             // The directory may have moved while the content was written.
             self.check_placement(&meta, parent, name.as_bytes(), None)?;
             let dropped = meta.attach(ino, parent, name.as_bytes(), mode, &|i| i != ino && self.is_open(i))?;
@@ -274,7 +274,7 @@ impl ScopeEngine {
     /// Empties directory `dir`: children first, each directory after everything below it.
     fn remove_below(&self, dir: Ino) -> EngineResult<()> {
         let max = self.storage.settings.max_walk_entries;
-        if self.meta.lock().count_below(dir, max)? > max {
+        if self.meta.lock()?.count_below(dir, max)? > max {
             refuse(Bound::WalkEntries);
             return Err(EngineError::TooManyEntries);
         }

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 
 use super::error::{EngineError, EngineResult};
 use super::fileio::OpenEntry;
+use super::lazy_meta::LazyMeta;
 use super::meta::{from_ns, AttrChanges, Dropped, InodeRow, LinkBounds, MetaDb, Place};
 use super::storage::Storage;
 use super::types::*;
@@ -64,7 +65,8 @@ pub(crate) struct HandleInfo {
 pub struct ScopeEngine {
     pub(crate) scope_id: ScopeId,
     pub(crate) storage: Arc<Storage>,
-    pub(crate) meta: Mutex<MetaDb>,
+    /// The metadata database, opened on first use (`LazyMeta`).
+    pub(crate) meta: LazyMeta,
     pub(crate) blocks_dir: PathBuf,
     pub(crate) open_dir: PathBuf,
     pub(crate) self_ref: Weak<ScopeEngine>,
@@ -97,11 +99,17 @@ impl ScopeEngine {
             super::storage::private_dir(d)?;
         }
         let staged_bytes = AtomicU64::new(super::storage::dir_size(&staging));
-        let meta = MetaDb::open(&meta_dir.join("meta.sqlite3"), 0, 0)?;
+        let db_path = meta_dir.join("meta.sqlite3");
+        // Staging left behind (an upload journal to replay, write buffers to drop) is recovered
+        // now; a scope with none opens its database on first use.
+        let has_work = |d: &PathBuf| std::fs::read_dir(d).map(|mut e| e.next().is_some()).unwrap_or(true);
+        let eager = has_work(&blocks_dir) || has_work(&open_dir) || !db_path.exists();
+        let db = if eager { Some(MetaDb::open(&db_path, 0, 0)?) } else { None };
+        let meta = LazyMeta::new(db_path, storage.meta_budget.clone(), db);
         let engine = Arc::new_cyclic(|me| ScopeEngine {
             scope_id,
             storage,
-            meta: Mutex::new(meta),
+            meta,
             blocks_dir,
             open_dir,
             self_ref: me.clone(),
@@ -117,7 +125,9 @@ impl ScopeEngine {
             uploads: UploadQueue::default(),
             observer: Mutex::new(None),
         });
-        engine.recover()?;
+        if eager {
+            engine.recover()?;
+        }
         Ok(engine)
     }
 
@@ -129,7 +139,7 @@ impl ScopeEngine {
                 self.staging_sub(len);
             }
         }
-        let mut meta = self.meta.lock();
+        let mut meta = self.meta.lock()?;
         for ino in meta.detached_inodes()? {
             meta.delete_detached(ino)?;
         }
@@ -188,8 +198,16 @@ impl ScopeEngine {
         *self.quota.lock()
     }
 
+    /// Usage when the scope's metadata database is open, without opening it (`None`: idle).
+    pub fn usage_if_open(&self) -> EngineResult<Option<Usage>> {
+        if !self.meta.is_open() {
+            return Ok(None);
+        }
+        self.usage().map(Some)
+    }
+
     pub fn usage(&self) -> EngineResult<Usage> {
-        self.meta.lock().usage()
+        self.meta.lock()?.usage()
     }
 
     pub(crate) fn is_open(&self, ino: Ino) -> bool {
@@ -241,7 +259,7 @@ impl ScopeEngine {
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> EngineResult<Attr> {
         names::check_lookup_name(name)?;
         let (row, subdirs) = {
-            let meta = self.meta.lock();
+            let meta = self.meta.lock()?;
             let row = meta.lookup(parent, name)?;
             let n = Self::subdirs(&meta, &row)?;
             (row, n)
@@ -251,7 +269,7 @@ impl ScopeEngine {
 
     pub fn getattr(&self, ino: Ino) -> EngineResult<Attr> {
         let (row, subdirs) = {
-            let meta = self.meta.lock();
+            let meta = self.meta.lock()?;
             let row = meta.inode(ino)?;
             let n = Self::subdirs(&meta, &row)?;
             (row, n)
@@ -274,7 +292,7 @@ impl ScopeEngine {
         let touches =
             ch.perm.is_some() || ch.uid.is_some() || ch.gid.is_some() || ch.atime.is_some() || ch.mtime.is_some();
         if touches {
-            let row = self.meta.lock().set_attrs(ino, &ch)?;
+            let row = self.meta.lock()?.set_attrs(ino, &ch)?;
             if changes.mtime.is_some() {
                 self.override_open_mtime(ino, row.mtime_ns);
             }
@@ -283,7 +301,7 @@ impl ScopeEngine {
     }
 
     pub fn readlink(&self, ino: Ino) -> EngineResult<Vec<u8>> {
-        let row = self.meta.lock().inode(ino)?;
+        let row = self.meta.lock()?.inode(ino)?;
         match (row.kind, row.symlink_target) {
             (FileKind::Symlink, Some(t)) => Ok(t),
             _ => Err(EngineError::Invalid("not a symlink")),
@@ -295,7 +313,7 @@ impl ScopeEngine {
         self.check_writable()?;
         names::check_new_name(name, parent == ROOT_INO)?;
         let max_inodes = self.quota().inodes;
-        let mut meta = self.meta.lock();
+        let mut meta = self.meta.lock()?;
         self.check_placement(&meta, parent, name, None)?;
         if let Some(t) = target {
             names::check_symlink_target(t)?;
@@ -351,7 +369,7 @@ impl ScopeEngine {
         names::check_new_name(new_name, new_parent == ROOT_INO)?;
         let bounds = LinkBounds { max_names: self.quota().inodes, max_links: self.storage.settings.max_links_per_file };
         let row = {
-            let mut meta = self.meta.lock();
+            let mut meta = self.meta.lock()?;
             self.check_placement(&meta, new_parent, new_name, None)?;
             // An `O_TMPFILE` inode gets its first name.
             meta.link(ino, new_parent, new_name, bounds, self.tmpfiles.lock().contains(&ino))?
@@ -367,7 +385,7 @@ impl ScopeEngine {
         self.check_writable()?;
         let max_inodes = self.quota().inodes;
         let row = {
-            let mut meta = self.meta.lock();
+            let mut meta = self.meta.lock()?;
             let dir = meta.inode(parent)?;
             if dir.kind != FileKind::Dir {
                 return Err(EngineError::NotDir);
@@ -412,7 +430,7 @@ impl ScopeEngine {
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> EngineResult<()> {
         self.check_writable()?;
         names::check_lookup_name(name)?;
-        let dropped = self.meta.lock().unlink(parent, name, &|ino| self.is_open(ino))?;
+        let dropped = self.meta.lock()?.unlink(parent, name, &|ino| self.is_open(ino))?;
         self.after_drop(dropped);
         Ok(())
     }
@@ -420,7 +438,7 @@ impl ScopeEngine {
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> EngineResult<()> {
         self.check_writable()?;
         names::check_lookup_name(name)?;
-        self.meta.lock().rmdir(parent, name)
+        self.meta.lock()?.rmdir(parent, name)
     }
 
     pub fn rename(
@@ -434,7 +452,7 @@ impl ScopeEngine {
         self.check_writable()?;
         names::check_lookup_name(name)?;
         names::check_new_name(new_name, new_parent == ROOT_INO)?;
-        let mut meta = self.meta.lock();
+        let mut meta = self.meta.lock()?;
         // The moved entry (and, exchanged, the other one) must fit below the path bounds where it lands.
         let max_depth = u64::from(self.storage.settings.max_path_depth);
         let src = meta.lookup(parent, name)?;
@@ -504,7 +522,7 @@ impl ScopeEngine {
     pub(crate) fn after_drop(&self, dropped: Dropped) {
         if let Dropped::Detached(ino) = dropped {
             if !self.is_open(ino) {
-                if let Err(e) = self.meta.lock().delete_detached(ino) {
+                if let Err(e) = self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
                     tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");
                 }
             }
@@ -514,7 +532,7 @@ impl ScopeEngine {
     /// Children of a directory (without `.` and `..`).
     pub fn readdir(&self, ino: Ino) -> EngineResult<Vec<DirEntry>> {
         let rows = {
-            let meta = self.meta.lock();
+            let meta = self.meta.lock()?;
             let dir = meta.inode(ino)?;
             if dir.kind != FileKind::Dir {
                 return Err(EngineError::NotDir);
@@ -535,7 +553,7 @@ impl ScopeEngine {
     /// most once.
     pub fn readdir_page(&self, ino: Ino, after: u64, limit: usize) -> EngineResult<Vec<DirEntry>> {
         let rows = {
-            let meta = self.meta.lock();
+            let meta = self.meta.lock()?;
             if meta.inode(ino)?.kind != FileKind::Dir {
                 return Err(EngineError::NotDir);
             }
@@ -565,19 +583,19 @@ impl ScopeEngine {
         if ino == ROOT_INO {
             return Ok(ROOT_INO);
         }
-        self.meta.lock().inode(ino)?.parent.ok_or(EngineError::NotFound)
+        self.meta.lock()?.inode(ino)?.parent.ok_or(EngineError::NotFound)
     }
 
     /// The virtual path of an inode, if it still has a name.
     pub fn path_of(&self, ino: Ino) -> EngineResult<Option<String>> {
-        self.meta.lock().path_of(ino)
+        self.meta.lock()?.path_of(ino)
     }
 
     pub fn statfs(&self) -> EngineResult<StatFs> {
         const BSIZE: u64 = 4096;
         let q = self.quota();
         let (used, pending) = {
-            let meta = self.meta.lock();
+            let meta = self.meta.lock()?;
             (meta.usage()?, (*self.pending_growth.lock()).max(0) as u64)
         };
         let used_bytes = used.bytes + pending;
@@ -597,7 +615,7 @@ impl ScopeEngine {
         let cutoff = super::meta::now_ns() / 1_000_000_000 - grace.as_secs() as i64;
         let mut report = GcReport::default();
         let scope = self.scope_id.as_str();
-        let mut meta = self.meta.lock();
+        let mut meta = self.meta.lock()?;
         loop {
             let batch = meta.take_unreferenced(cutoff, 256)?;
             if batch.is_empty() {
@@ -630,7 +648,7 @@ impl ScopeEngine {
         let scope = self.scope_id.as_str().to_string();
         let mut report = FsckReport::default();
         let (blocks, usage, problems) = {
-            let meta = self.meta.lock();
+            let meta = self.meta.lock()?;
             (meta.all_blocks()?, meta.usage()?, meta.consistency_problems()?)
         };
         report.metadata_problems = problems;
@@ -654,7 +672,7 @@ impl ScopeEngine {
             };
             if !ok {
                 st.cache.remove(&scope, sha);
-                damaged_inos.extend(self.meta.lock().files_with_block(sha)?);
+                damaged_inos.extend(self.meta.lock()?.files_with_block(sha)?);
             }
         }
         for ino in damaged_inos {
@@ -678,12 +696,12 @@ impl ScopeEngine {
 
     /// `PRAGMA integrity_check` of the scope's metadata database ("ok" when healthy).
     pub fn integrity_check(&self) -> EngineResult<String> {
-        self.meta.lock().integrity_check()
+        self.meta.lock()?.integrity_check()
     }
 
     /// Counter and reference mismatches in the metadata (empty when consistent).
     pub fn consistency_problems(&self) -> EngineResult<Vec<String>> {
-        self.meta.lock().consistency_problems()
+        self.meta.lock()?.consistency_problems()
     }
 }
 

@@ -27,6 +27,8 @@ pub struct Storage {
     staging_bytes: AtomicU64,
     prefetching: Mutex<HashSet<(String, String)>>,
     scopes: Mutex<HashMap<ScopeId, Weak<ScopeEngine>>>,
+    /// Metadata databases open at once (`limits.max_open_scope_databases`).
+    pub(crate) meta_budget: Arc<super::lazy_meta::MetaBudget>,
 }
 
 impl Storage {
@@ -42,6 +44,7 @@ impl Storage {
         }
         let cache = BlockCache::open(data_dir.join("cache"), settings.cache_max_bytes)?;
         let staging_bytes = dir_size(&data_dir.join("staging"));
+        let settings_max_open = settings.max_open_scope_databases;
         Ok(Arc::new(Storage {
             store,
             upload_slots: Arc::new(tokio::sync::Semaphore::new(settings.upload_parallelism)),
@@ -52,6 +55,7 @@ impl Storage {
             staging_bytes: AtomicU64::new(staging_bytes),
             prefetching: Mutex::new(HashSet::new()),
             scopes: Mutex::new(HashMap::new()),
+            meta_budget: super::lazy_meta::MetaBudget::new(settings_max_open),
         }))
     }
 

@@ -191,6 +191,8 @@ pub struct StorageSettings {
     pub max_xattr_bytes_per_inode: u64,
     /// Names one file may have (`limits.max_links_per_file`).
     pub max_links_per_file: u32,
+    /// Scope metadata databases open at once (`limits.max_open_scope_databases`).
+    pub max_open_scope_databases: usize,
 }
 
 impl Default for StorageSettings {
@@ -212,6 +214,7 @@ impl Default for StorageSettings {
             max_xattrs_per_inode: limits.max_xattrs_per_inode,
             max_xattr_bytes_per_inode: limits.max_xattr_bytes_per_inode,
             max_links_per_file: limits.max_links_per_file,
+            max_open_scope_databases: limits.max_open_scope_databases,
         }
     }
 }

@@ -99,7 +99,7 @@ impl ScopeEngine {
             Ok(r) => r?.is_some(),
             Err(_) => return Err(StoreError::Timeout(timeout)),
         };
-        let recorded = if present { self.meta.lock().mark_uploaded(sha) } else { Ok(()) };
+        let recorded = if present { self.meta.lock().and_then(|mut m| m.mark_uploaded(sha)) } else { Ok(()) };
         recorded.map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))?;
         let staged = self.blocks_dir.join(sha);
         if let Ok(m) = std::fs::metadata(&staged) {
@@ -114,7 +114,7 @@ impl ScopeEngine {
     }
 
     fn finish_upload(&self, sha: &str) -> EngineResult<()> {
-        self.meta.lock().mark_uploaded(sha)?;
+        self.meta.lock()?.mark_uploaded(sha)?;
         let staged = self.blocks_dir.join(sha);
         if let Ok(m) = std::fs::metadata(&staged) {
             // Into the cache, or (if the cache cannot take it) away: it is in the store now.
@@ -130,7 +130,7 @@ impl ScopeEngine {
     pub(crate) fn upload_now(&self, shas: &[String]) -> EngineResult<()> {
         let mut todo = Vec::new();
         {
-            let meta = self.meta.lock();
+            let meta = self.meta.lock()?;
             for sha in shas {
                 if meta.block_uploaded(sha)? == Some(false) && !todo.contains(sha) {
                     todo.push(sha.clone());
@@ -183,7 +183,7 @@ impl ScopeEngine {
         // Every ticket up to here was taken after its caller's commit: this flush covers them.
         let covers = self.uploads.requested.load(Ordering::Acquire);
         let shas: Vec<String> = self.uploads.unsynced.lock().drain().collect();
-        let synced = self.sync_journal_files(&shas).and_then(|()| self.meta.lock().make_durable());
+        let synced = self.sync_journal_files(&shas).and_then(|()| self.meta.lock()?.make_durable());
         if let Err(e) = synced {
             self.uploads.unsynced.lock().extend(shas);
             return Err(e);

@@ -77,7 +77,7 @@ impl ScopeEngine {
         let s = &self.storage.settings;
         let bounds = XattrBounds { max_count: s.max_xattrs_per_inode, max_bytes: s.max_xattr_bytes_per_inode };
         // Committed usage and pending growth are read under the metadata lock (see `reserve_growth`).
-        let mut meta = self.meta.lock();
+        let mut meta = self.meta.lock()?;
         meta.set_xattr(ino, name, value, mode, bounds, &|committed, growth| {
             let pending = *self.pending_growth.lock();
             self.check_bytes(committed, pending, growth)
@@ -87,7 +87,7 @@ impl ScopeEngine {
     /// The value of extended attribute `name` of `ino`; `NoData` when it has none.
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> EngineResult<Vec<u8>> {
         match namespace(name)? {
-            Namespace::User => self.meta.lock().xattr(ino, name),
+            Namespace::User => self.meta.lock()?.xattr(ino, name),
             // Answered without the metadata lock: the kernel asks for `security.capability`
             // before writes (to drop file capabilities), on inodes it knows exist.
             other => Err(not_stored(other, true)),
@@ -96,7 +96,7 @@ impl ScopeEngine {
 
     /// The names of the extended attributes of `ino`, each followed by a NUL byte (`listxattr`'s format).
     pub fn listxattr(&self, ino: Ino) -> EngineResult<Vec<u8>> {
-        let names = self.meta.lock().xattr_names(ino)?;
+        let names = self.meta.lock()?.xattr_names(ino)?;
         let mut out = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum());
         for n in names {
             out.extend_from_slice(&n);
@@ -109,9 +109,9 @@ impl ScopeEngine {
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> EngineResult<()> {
         self.check_writable()?;
         match namespace(name)? {
-            Namespace::User => self.meta.lock().remove_xattr(ino, name),
+            Namespace::User => self.meta.lock()?.remove_xattr(ino, name),
             other => {
-                self.meta.lock().xattr_owner_kind(ino)?;
+                self.meta.lock()?.xattr_owner_kind(ino)?;
                 Err(not_stored(other, true))
             }
         }

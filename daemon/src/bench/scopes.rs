@@ -22,9 +22,9 @@ use serde::Serialize;
 const CLIENTS: usize = 4;
 /// How long the daemon may take to become ready or to stop.
 const PATIENCE: Duration = Duration::from_secs(1800);
-/// Descriptors an idle scope holds in the daemon: its `/dev/fuse` connection and its metadata
-/// database (main file, WAL and WAL index).
-const FDS_PER_SCOPE: u64 = 4;
+/// Descriptors an idle scope holds in the daemon: its `/dev/fuse` connection (its metadata
+/// database opens on use, within `limits.max_open_scope_databases`, three descriptors each).
+const FDS_PER_SCOPE: u64 = 1;
 /// `statfs(2)` magic of a FUSE file system.
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
@@ -33,6 +33,8 @@ const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 pub struct Footprint {
     pub rss_kib: u64,
     pub threads: u64,
+    /// Open descriptors of the process.
+    pub fds: u64,
 }
 
 /// The report of one run.
@@ -52,6 +54,8 @@ pub struct ScopesReport {
     pub stop_seconds: f64,
     /// From the start of the new process to every mount answering.
     pub restart_ready_seconds: f64,
+    /// Until the restarted daemon answered `/ready` (every scope mounted), before any `stat`.
+    pub restart_daemon_ready_seconds: f64,
     /// The restarted daemon, idle.
     pub restarted: Footprint,
 }
@@ -143,11 +147,10 @@ impl Drop for Daemon {
 pub fn run(n: usize, json: bool, keep: bool) -> Result<()> {
     ensure!(n > 0, "--scopes must be at least 1");
     let nofile = crate::rlimit::raise_open_files(scopefs::limits::LimitsConfig::default().max_open_files)?;
-    if (n as u64).saturating_mul(FDS_PER_SCOPE) + 1024 > nofile {
-        eprintln!(
-            "warning: {n} scopes need about {} descriptors; the limit here is {nofile} (raise the hard RLIMIT_NOFILE)",
-            (n as u64) * FDS_PER_SCOPE + 1024
-        );
+    let databases = 3 * scopefs::limits::LimitsConfig::default().max_open_scope_databases as u64;
+    let need = (n as u64).saturating_mul(FDS_PER_SCOPE) + databases + 1024;
+    if need > nofile {
+        eprintln!("warning: {n} scopes need about {need} descriptors; the limit here is {nofile} (raise the hard RLIMIT_NOFILE)");
     }
     let dir = std::env::temp_dir().join(format!("scopefs-bench-scopes-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -194,6 +197,7 @@ fn measure(dir: &Path, n: usize) -> Result<ScopesReport> {
     let started = Instant::now();
     let mut daemon = Daemon::start(dir, port, "serve-2.log")?;
     daemon.wait_ready()?;
+    let restart_daemon_ready_seconds = started.elapsed().as_secs_f64();
     let views: Vec<PathBuf> = scopes.iter().map(|s| dir.join("mnt").join(s)).collect();
     wait_mounted(&views)?;
     let restart_ready_seconds = started.elapsed().as_secs_f64();
@@ -212,6 +216,7 @@ fn measure(dir: &Path, n: usize) -> Result<ScopesReport> {
         threads_per_scope: per(idle.threads, empty.threads),
         provision_seconds,
         stop_seconds,
+        restart_daemon_ready_seconds,
         restart_ready_seconds,
         restarted,
     })
@@ -250,15 +255,27 @@ fn provision(base: &str, token: &str, n: usize) -> Result<Vec<String>> {
 }
 
 /// Waits until every view answers `stat` as a FUSE mount.
+/// Waits until every view answers as a FUSE mount, asking from `CLIENTS` threads (as many
+/// conversations would), so the figure is the daemon's, not one client's round trips.
 fn wait_mounted(views: &[PathBuf]) -> Result<()> {
     let deadline = Instant::now() + PATIENCE;
-    for view in views {
-        while !is_fuse_mount(view) {
-            ensure!(Instant::now() < deadline, "a scope's mount did not answer within {PATIENCE:?}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-    Ok(())
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    while let Some(view) = views.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        while !is_fuse_mount(view) {
+                            ensure!(Instant::now() < deadline, "a scope's mount did not answer within {PATIENCE:?}");
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| w.join().map_err(|_| anyhow::anyhow!("a client panicked"))?)
+    })
 }
 
 fn is_fuse_mount(path: &Path) -> bool {
@@ -281,7 +298,8 @@ fn footprint(pid: u32) -> Result<Footprint> {
         let v = line[name.len()..].split_whitespace().next().context("empty field")?;
         Ok(v.parse()?)
     };
-    Ok(Footprint { rss_kib: field("VmRSS:")?, threads: field("Threads:")? })
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count() as u64;
+    Ok(Footprint { rss_kib: field("VmRSS:")?, threads: field("Threads:")?, fds })
 }
 
 fn children_of(pid: u32) -> Vec<u32> {
@@ -349,8 +367,19 @@ fn dechunk(mut s: &str) -> String {
 fn print_report(r: &ScopesReport) {
     let mib = |k: u64| k as f64 / 1024.0;
     println!("scopes                   {}", r.scopes);
-    println!("daemon, empty            {:.1} MiB RSS, {} threads", mib(r.empty.rss_kib), r.empty.threads);
-    println!("daemon, {} idle scopes   {:.1} MiB RSS, {} threads", r.scopes, mib(r.idle.rss_kib), r.idle.threads);
+    println!(
+        "daemon, empty            {:.1} MiB RSS, {} threads, {} fds",
+        mib(r.empty.rss_kib),
+        r.empty.threads,
+        r.empty.fds
+    );
+    println!(
+        "daemon, {} idle scopes   {:.1} MiB RSS, {} threads, {} fds",
+        r.scopes,
+        mib(r.idle.rss_kib),
+        r.idle.threads,
+        r.idle.fds
+    );
     println!("per idle scope           {:.1} KiB RSS, {:.3} threads", r.rss_per_scope_kib, r.threads_per_scope);
     println!("supervisor               {:.1} MiB RSS, {} threads", mib(r.supervisor.rss_kib), r.supervisor.threads);
     println!(
@@ -359,8 +388,14 @@ fn print_report(r: &ScopesReport) {
         r.provision_seconds * 1000.0 / r.scopes as f64
     );
     println!("stop (unmount all)       {:.2} s", r.stop_seconds);
+    println!("restart to /ready        {:.2} s (start, every scope mounted)", r.restart_daemon_ready_seconds);
     println!("restart to ready         {:.2} s (start, every mount answers stat)", r.restart_ready_seconds);
-    println!("restarted daemon, idle   {:.1} MiB RSS, {} threads", mib(r.restarted.rss_kib), r.restarted.threads);
+    println!(
+        "restarted daemon, idle   {:.1} MiB RSS, {} threads, {} fds",
+        mib(r.restarted.rss_kib),
+        r.restarted.threads,
+        r.restarted.fds
+    );
 }
 
 #[cfg(test)]

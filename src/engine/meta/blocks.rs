@@ -3,7 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{exec, now_ns, BlockRef, MetaDb};
+use super::{exec, now_ns, query_one, BlockRef, MetaDb};
 use crate::engine::{EngineResult, Ino};
 
 impl MetaDb {
@@ -17,7 +17,7 @@ impl MetaDb {
     /// `Some(true)` uploaded, `Some(false)` staged, `None` unknown.
     pub fn block_uploaded(&self, sha: &str) -> EngineResult<Option<bool>> {
         let st: Option<String> =
-            self.conn.query_row("SELECT state FROM blocks WHERE sha256 = ?1", [sha], |r| r.get(0)).optional()?;
+            query_one(&self.conn, "SELECT state FROM blocks WHERE sha256 = ?1", [sha], |r| r.get(0)).optional()?;
         Ok(st.map(|s| s == "uploaded"))
     }
 

@@ -3,7 +3,7 @@
 
 use rusqlite::params;
 
-use super::MetaDb;
+use super::{query_one, MetaDb};
 use crate::engine::{EngineError, EngineResult, Ino, ROOT_INO};
 
 /// Where an inode sits: components from the root and bytes of its path (root = `(0, 0)`).
@@ -25,7 +25,8 @@ impl MetaDb {
     /// Depth and path bytes of `ino`, walking at most `max_depth + 1` parents: a deeper inode answers
     /// a depth above `max_depth` (its bytes then only count the part walked).
     pub fn place(&self, ino: Ino, max_depth: u64) -> EngineResult<Place> {
-        let (top, depth, len): (i64, i64, i64) = self.conn.query_row(
+        let (top, depth, len): (i64, i64, i64) = query_one(
+            &self.conn,
             "WITH RECURSIVE up(ino, d, len) AS (
                  SELECT ?1, 0, 0
                  UNION ALL
@@ -52,7 +53,8 @@ impl MetaDb {
     /// (separators included) of a path relative to `ino`. Entries past `depth_budget` or
     /// `bytes_budget` are reported but not descended into, so a deep legacy chain ends the walk early.
     pub fn extent_below(&self, ino: Ino, depth_budget: u64, bytes_budget: u64) -> EngineResult<(u64, u64)> {
-        let (d, len): (i64, i64) = self.conn.query_row(
+        let (d, len): (i64, i64) = query_one(
+            &self.conn,
             "WITH RECURSIVE down(ino, d, len) AS (
                  SELECT ?1, 0, 0
                  UNION ALL
@@ -77,7 +79,8 @@ impl MetaDb {
 
     /// Names below `ino` (itself excluded; a hard link counts as a name), counting at most `limit + 1`.
     pub fn count_below(&self, ino: Ino, limit: u64) -> EngineResult<u64> {
-        let n: i64 = self.conn.query_row(
+        let n: i64 = query_one(
+            &self.conn,
             "WITH RECURSIVE down(ino) AS (
                  SELECT ?1
                  UNION ALL

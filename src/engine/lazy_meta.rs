@@ -1,0 +1,161 @@
+//! A scope's metadata database opened on first use, within a daemon-wide budget of open
+//! databases: an idle mounted scope holds no SQLite connection, page cache or descriptors (its
+//! mount costs one `/dev/fuse` descriptor), and past the budget the database opened longest ago
+//! and not in use is closed (it reopens on its next use).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
+
+use super::error::EngineResult;
+use super::meta::MetaDb;
+
+/// Scope metadata databases open in this process (for `/metrics` and the scale benchmark).
+static OPEN_DATABASES: AtomicU64 = AtomicU64::new(0);
+
+/// Metadata databases currently open in this process.
+pub fn open_databases() -> u64 {
+    OPEN_DATABASES.load(Ordering::Relaxed)
+}
+
+/// The open databases of one storage, oldest first, and how many may stay open.
+pub(crate) struct MetaBudget {
+    max_open: usize,
+    open: Mutex<VecDeque<Weak<Slot>>>,
+}
+
+impl MetaBudget {
+    pub fn new(max_open: usize) -> Arc<MetaBudget> {
+        Arc::new(MetaBudget { max_open: max_open.max(1), open: Mutex::new(VecDeque::new()) })
+    }
+
+    /// Records a newly opened database and closes the oldest idle ones beyond the budget (a
+    /// database being used right now is skipped, and stays listed).
+    fn opened(&self, slot: &Arc<Slot>) {
+        let mut open = self.open.lock();
+        open.retain(|w| w.upgrade().is_some_and(|s| s.is_open.load(Ordering::Relaxed)));
+        open.push_back(Arc::downgrade(slot));
+        let mut excess = open.len().saturating_sub(self.max_open);
+        let mut i = 0;
+        while excess > 0 && i < open.len() {
+            let closed = open[i].upgrade().is_some_and(|s| !Arc::ptr_eq(&s, slot) && s.close_if_idle());
+            if closed {
+                open.remove(i);
+                excess -= 1;
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+struct Slot {
+    path: PathBuf,
+    db: Mutex<Option<MetaDb>>,
+    is_open: AtomicBool,
+    /// Inodes left without a name by a crash are deleted at the first open only: later reopens
+    /// (after a close by the budget) find unlinked files that are still open.
+    first_open_done: AtomicBool,
+}
+
+impl Slot {
+    fn close_if_idle(&self) -> bool {
+        let Some(mut db) = self.db.try_lock() else { return false };
+        if db.take().is_some() {
+            self.is_open.store(false, Ordering::Relaxed);
+            OPEN_DATABASES.fetch_sub(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+}
+
+/// The metadata database of one scope, opened by the first `lock`.
+pub(crate) struct LazyMeta {
+    slot: Arc<Slot>,
+    budget: Arc<MetaBudget>,
+}
+
+impl LazyMeta {
+    /// A database opened on first use; `open` is an already open one (a scope recovered at once,
+    /// e.g. to replay its upload journal).
+    pub fn new(path: PathBuf, budget: Arc<MetaBudget>, open: Option<MetaDb>) -> LazyMeta {
+        let is_open = open.is_some();
+        let slot = Arc::new(Slot {
+            path,
+            db: Mutex::new(open),
+            is_open: AtomicBool::new(is_open),
+            first_open_done: AtomicBool::new(is_open),
+        });
+        if is_open {
+            OPEN_DATABASES.fetch_add(1, Ordering::Relaxed);
+            budget.opened(&slot);
+        }
+        LazyMeta { slot, budget }
+    }
+
+    /// Whether the database is open now.
+    pub fn is_open(&self) -> bool {
+        self.slot.is_open.load(Ordering::Relaxed)
+    }
+
+    /// The database, locked; opened (and migrated, and on its first open cleared of inodes left
+    /// without a name by a crash) if it is closed.
+    pub fn lock(&self) -> EngineResult<MappedMutexGuard<'_, MetaDb>> {
+        let mut guard = self.slot.db.lock();
+        if guard.is_none() {
+            let mut db = MetaDb::open(&self.slot.path, 0, 0)?;
+            if !self.slot.first_open_done.swap(true, Ordering::Relaxed) {
+                for ino in db.detached_inodes()? {
+                    db.delete_detached(ino)?;
+                }
+            }
+            *guard = Some(db);
+            self.slot.is_open.store(true, Ordering::Relaxed);
+            OPEN_DATABASES.fetch_add(1, Ordering::Relaxed);
+            // The budget closes others, never this one (it is locked here).
+            drop(guard);
+            self.budget.opened(&self.slot);
+            guard = self.slot.db.lock();
+            if guard.is_none() {
+                return self.lock();
+            }
+        }
+        Ok(MutexGuard::map(guard, |db| db.as_mut().expect("open: checked above")))
+    }
+}
+
+impl Drop for LazyMeta {
+    fn drop(&mut self) {
+        if self.slot.db.lock().take().is_some() {
+            OPEN_DATABASES.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn past_the_budget_the_oldest_idle_database_closes_and_reopens_on_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let budget = MetaBudget::new(2);
+        let metas: Vec<LazyMeta> =
+            (0..3).map(|i| LazyMeta::new(dir.path().join(format!("{i}.sqlite3")), budget.clone(), None)).collect();
+        let opened = |m: &LazyMeta| m.slot.is_open.load(Ordering::Relaxed);
+        drop(metas[0].lock().unwrap());
+        drop(metas[1].lock().unwrap());
+        assert!(opened(&metas[0]) && opened(&metas[1]));
+        // A third closes the oldest; one in use is never closed.
+        let busy = metas[1].lock().unwrap();
+        drop(metas[2].lock().unwrap());
+        assert!(!opened(&metas[0]) && opened(&metas[2]));
+        drop(busy);
+        assert_eq!(metas[0].lock().unwrap().usage().unwrap().inodes, 0, "reopened on use");
+        assert_eq!(budget.open.lock().len(), 2);
+    }
+}

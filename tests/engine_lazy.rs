@@ -1,0 +1,45 @@
+//! Idle scopes cost nothing per scope (issue 10): a scope's metadata database is opened on first
+//! use, unless the scope has an upload journal to replay, which is recovered at once. One test in
+//! its own binary, because the count of open databases is process-wide.
+
+mod engine_support;
+
+use std::time::Duration;
+
+use engine_support::*;
+use scopefs::engine::*;
+use scopefs::ids::ScopeId;
+
+#[test]
+fn idle_scopes_open_no_database_until_used_and_journals_replay_at_once() {
+    let h = Harness::small_blocks();
+    let ids: Vec<ScopeId> = (0..20).map(|_| ScopeId::generate()).collect();
+    {
+        let storage = h.storage();
+        for id in &ids {
+            let e = storage.open_scope(id, big_quota()).unwrap();
+            write_file(&e, "f", b"committed and uploaded").unwrap();
+            assert!(e.wait_uploads(Duration::from_secs(10)));
+        }
+    }
+    assert_eq!(open_databases(), 0, "every engine was dropped");
+    // A restart: twenty mounted, idle scopes hold no database.
+    let storage = h.storage();
+    let engines: Vec<_> = ids.iter().map(|id| storage.open_scope(id, big_quota()).unwrap()).collect();
+    assert_eq!(open_databases(), 0);
+    assert_eq!(read_file(&engines[5], "f").unwrap(), b"committed and uploaded");
+    assert_eq!(open_databases(), 1, "first use opened one");
+
+    // A scope with a journaled block (its upload cannot finish) is recovered when it is opened.
+    h.store.set_unavailable(true);
+    let pending = ScopeId::generate();
+    let stuck = storage.open_scope(&pending, big_quota()).unwrap();
+    write_file(&stuck, "pending", b"journaled, not uploaded").unwrap();
+    let before = open_databases();
+    let restarted = h.storage().open_scope(&pending, big_quota()).unwrap();
+    assert_eq!(open_databases(), before + 1, "the scope with a journal to replay opened its database");
+    h.store.set_unavailable(false);
+    assert!(restarted.wait_uploads(Duration::from_secs(10)), "the journal was replayed");
+    assert_eq!(read_file(&restarted, "pending").unwrap(), b"journaled, not uploaded");
+    drop((engines, stuck, restarted));
+}
