@@ -42,9 +42,12 @@ pub fn is_worker() -> bool {
 pub fn run() -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("locating the scopefs binary")?;
     // It holds every kept connection; the worker raises its own limit to the configured one.
-    if let Err(e) = crate::rlimit::raise_open_files(scopefs::limits::LimitsConfig::default().max_open_files) {
-        tracing::warn!(error = %e, "cannot raise the supervisor's open-file limit");
-    }
+    let nofile = crate::rlimit::raise_open_files(scopefs::limits::LimitsConfig::default().max_open_files)
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot raise the supervisor's open-file limit");
+            1024
+        });
+    let max_kept = kept_bound(nofile);
     let signals = Signals::block().context("installing the supervisor's signal handling")?;
     let (mine, theirs) = std::os::unix::net::UnixDatagram::pair().context("creating the notification socket")?;
     let mut kept: BTreeMap<String, OwnedFd> = BTreeMap::new();
@@ -58,7 +61,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         let status = loop {
             let (sig_ready, msg_ready) = poll2(signals.fd.as_raw_fd(), mine.as_raw_fd())?;
             if msg_ready {
-                ready |= drain(mine.as_raw_fd(), &mut kept);
+                ready |= drain(mine.as_raw_fd(), &mut kept, max_kept);
             }
             if sig_ready {
                 for sig in signals.read()? {
@@ -80,7 +83,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
                 break status;
             }
         };
-        ready |= drain(mine.as_raw_fd(), &mut kept);
+        ready |= drain(mine.as_raw_fd(), &mut kept, max_kept);
         let code = exit_code(status);
         if stopping {
             tracing::info!(code, "worker stopped");
@@ -120,8 +123,16 @@ fn forward(child: &Child, sig: i32) {
     }
 }
 
+/// How many descriptors the supervisor may keep with `nofile` open files allowed: starting a
+/// worker holds each one twice for a moment (moved above the target numbers, then placed), plus a
+/// few of its own. Beyond it a mount is not kept: it ends with the worker and is mounted anew.
+fn kept_bound(nofile: u64) -> usize {
+    let bound = (nofile.saturating_sub(64) / 2) as usize;
+    bound.min(MAX_KEPT_FDS)
+}
+
 /// Applies every pending message of the worker; true when one was `READY=1`.
-fn drain(sock: RawFd, kept: &mut BTreeMap<String, OwnedFd>) -> bool {
+fn drain(sock: RawFd, kept: &mut BTreeMap<String, OwnedFd>, max_kept: usize) -> bool {
     let mut ready = false;
     loop {
         let (text, mut fds) = match fdstore::recv_message(sock, 1) {
@@ -134,8 +145,8 @@ fn drain(sock: RawFd, kept: &mut BTreeMap<String, OwnedFd>) -> bool {
         };
         match fdstore::parse_message(&text) {
             Message::Store(name) if fds.len() == 1 => {
-                if kept.len() >= MAX_KEPT_FDS && !kept.contains_key(&name) {
-                    tracing::warn!(name, "descriptor store full; not kept");
+                if kept.len() >= max_kept && !kept.contains_key(&name) {
+                    tracing::warn!(name, max_kept, "descriptor store full (open-file limit); not kept");
                 } else {
                     kept.insert(name, fds.remove(0));
                 }
@@ -287,11 +298,23 @@ mod tests {
         send("FDSTORE=1\nFDNAME=fuse-a", Some(&f2));
         send("FDSTORE=1\nFDNAME=nofd", None);
         let mut kept = BTreeMap::new();
-        assert!(!drain(b.as_raw_fd(), &mut kept));
+        assert!(!drain(b.as_raw_fd(), &mut kept, 10));
         assert_eq!(kept.keys().cloned().collect::<Vec<_>>(), vec!["fuse-a".to_string(), "http".into()]);
         send("FDSTOREREMOVE=1\nFDNAME=fuse-a", None);
         send("READY=1", None);
-        assert!(drain(b.as_raw_fd(), &mut kept));
+        assert!(drain(b.as_raw_fd(), &mut kept, 10));
         assert_eq!(kept.keys().cloned().collect::<Vec<_>>(), vec!["http".to_string()]);
+        // Past the bound a new name is not kept (a known one is still replaced).
+        send("FDSTORE=1\nFDNAME=fuse-b", Some(&f1));
+        send("FDSTORE=1\nFDNAME=http", Some(&f2));
+        drain(b.as_raw_fd(), &mut kept, 1);
+        assert_eq!(kept.keys().cloned().collect::<Vec<_>>(), vec!["http".to_string()]);
+    }
+
+    #[test]
+    fn the_kept_bound_leaves_room_to_start_a_worker() {
+        assert_eq!(kept_bound(20_000), 9_968);
+        assert_eq!(kept_bound(1 << 20), MAX_KEPT_FDS);
+        assert_eq!(kept_bound(10), 0);
     }
 }

@@ -1,9 +1,11 @@
 //! `scopefs bench --scopes N`: what idle scopes cost the daemon. Starts `scopefs serve` (this
 //! binary, under its supervisor, local object store, a temporary data dir), provisions N scopes
 //! through the service route (each one really mounted), then reports the daemon's resident memory
-//! and threads (total and per scope over the empty daemon), the provisioning time, and the
-//! restart-to-ready time: the daemon is stopped (SIGTERM) and started again, and the clock runs
-//! until `/ready` answers and every scope's mount answers a `stat` as a FUSE mount.
+//! threads and descriptors (total and per scope over the empty daemon), the provisioning time,
+//! and two restarts: a graceful one with the mounts kept (SIGHUP to the supervisor: the clock runs
+//! until the new worker answers `/ready`, then until every mount answers a `stat` through it),
+//! and a cold start after a stop (SIGTERM unmounts everything; started again, every scope mounted
+//! anew).
 //!
 //! A measuring tool, not a test: it reports, it does not judge.
 
@@ -56,6 +58,10 @@ pub struct ScopesReport {
     pub restart_ready_seconds: f64,
     /// Until the restarted daemon answered `/ready` (every scope mounted), before any `stat`.
     pub restart_daemon_ready_seconds: f64,
+    /// A graceful restart with the mounts kept (SIGHUP): until the new worker answered `/ready`.
+    pub handover_ready_seconds: f64,
+    /// The same, until every mount answered a `stat` through the new worker.
+    pub handover_seconds: f64,
     /// The restarted daemon, idle.
     pub restarted: Footprint,
 }
@@ -115,6 +121,25 @@ impl Daemon {
             ensure!(Instant::now() < deadline, "no worker under the supervisor");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// A graceful restart, mounts kept (SIGHUP to the supervisor): returns once a new worker
+    /// (not `old`) answers `/ready`.
+    fn restart_gracefully(&mut self, old: u32) -> Result<u32> {
+        let pid = i32::try_from(self.child.id())?;
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(pid, libc::SIGHUP) };
+        let deadline = Instant::now() + PATIENCE;
+        let new = loop {
+            match children_of(self.child.id()).as_slice() {
+                [pid] if *pid != old => break *pid,
+                _ => {}
+            }
+            ensure!(Instant::now() < deadline, "no new worker within {PATIENCE:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        self.wait_ready()?;
+        Ok(new)
     }
 
     /// SIGTERM, then waits for the exit (the daemon unmounts every scope); its duration.
@@ -192,13 +217,18 @@ fn measure(dir: &Path, n: usize) -> Result<ScopesReport> {
     std::thread::sleep(Duration::from_secs(2));
     let idle = footprint(worker)?;
     let supervisor = footprint(daemon.child.id())?;
+    let views: Vec<PathBuf> = scopes.iter().map(|s| dir.join("mnt").join(s)).collect();
+    let started = Instant::now();
+    daemon.restart_gracefully(worker)?;
+    let handover_ready_seconds = started.elapsed().as_secs_f64();
+    wait_mounted(&views)?;
+    let handover_seconds = started.elapsed().as_secs_f64();
     let stop_seconds = daemon.stop()?.as_secs_f64();
 
     let started = Instant::now();
     let mut daemon = Daemon::start(dir, port, "serve-2.log")?;
     daemon.wait_ready()?;
     let restart_daemon_ready_seconds = started.elapsed().as_secs_f64();
-    let views: Vec<PathBuf> = scopes.iter().map(|s| dir.join("mnt").join(s)).collect();
     wait_mounted(&views)?;
     let restart_ready_seconds = started.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs(2));
@@ -218,6 +248,8 @@ fn measure(dir: &Path, n: usize) -> Result<ScopesReport> {
         stop_seconds,
         restart_daemon_ready_seconds,
         restart_ready_seconds,
+        handover_ready_seconds,
+        handover_seconds,
         restarted,
     })
 }
@@ -365,37 +397,31 @@ fn dechunk(mut s: &str) -> String {
 }
 
 fn print_report(r: &ScopesReport) {
-    let mib = |k: u64| k as f64 / 1024.0;
+    let footprint = |label: &str, f: &Footprint| {
+        let mib = f.rss_kib as f64 / 1024.0;
+        println!("{label:<25}{mib:.1} MiB RSS, {} threads, {} fds", f.threads, f.fds);
+    };
     println!("scopes                   {}", r.scopes);
-    println!(
-        "daemon, empty            {:.1} MiB RSS, {} threads, {} fds",
-        mib(r.empty.rss_kib),
-        r.empty.threads,
-        r.empty.fds
-    );
-    println!(
-        "daemon, {} idle scopes   {:.1} MiB RSS, {} threads, {} fds",
-        r.scopes,
-        mib(r.idle.rss_kib),
-        r.idle.threads,
-        r.idle.fds
-    );
+    footprint("daemon, empty", &r.empty);
+    footprint(&format!("daemon, {} idle scopes", r.scopes), &r.idle);
     println!("per idle scope           {:.1} KiB RSS, {:.3} threads", r.rss_per_scope_kib, r.threads_per_scope);
-    println!("supervisor               {:.1} MiB RSS, {} threads", mib(r.supervisor.rss_kib), r.supervisor.threads);
+    footprint("supervisor", &r.supervisor);
     println!(
         "provisioning             {:.2} s ({:.1} ms per scope)",
         r.provision_seconds,
         r.provision_seconds * 1000.0 / r.scopes as f64
     );
-    println!("stop (unmount all)       {:.2} s", r.stop_seconds);
-    println!("restart to /ready        {:.2} s (start, every scope mounted)", r.restart_daemon_ready_seconds);
-    println!("restart to ready         {:.2} s (start, every mount answers stat)", r.restart_ready_seconds);
     println!(
-        "restarted daemon, idle   {:.1} MiB RSS, {} threads, {} fds",
-        mib(r.restarted.rss_kib),
-        r.restarted.threads,
-        r.restarted.fds
+        "graceful restart         {:.2} s to /ready, {:.2} s until every mount answers stat (SIGHUP, mounts kept)",
+        r.handover_ready_seconds, r.handover_seconds
     );
+    println!("stop (unmount all)       {:.2} s", r.stop_seconds);
+    println!(
+        "cold start to /ready     {:.2} s (after the stop: every scope mounted again)",
+        r.restart_daemon_ready_seconds
+    );
+    println!("cold start to ready      {:.2} s (every mount answers stat)", r.restart_ready_seconds);
+    footprint("restarted daemon, idle", &r.restarted);
 }
 
 #[cfg(test)]
