@@ -399,7 +399,7 @@ fn dechunk(mut s: &str) -> String {
 fn print_report(r: &ScopesReport) {
     let footprint = |label: &str, f: &Footprint| {
         let mib = f.rss_kib as f64 / 1024.0;
-        println!("{label:<25}{mib:.1} MiB RSS, {} threads, {} fds", f.threads, f.fds);
+        println!("{label:<24} {mib:.1} MiB RSS, {} threads, {} fds", f.threads, f.fds);
     };
     println!("scopes                   {}", r.scopes);
     footprint("daemon, empty", &r.empty);
