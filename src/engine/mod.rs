@@ -17,6 +17,7 @@ mod paths;
 mod scope;
 mod storage;
 mod types;
+mod upkeep;
 mod upload;
 mod xattr;
 
@@ -24,7 +25,8 @@ pub use error::{EngineError, EngineResult, Refusal};
 pub use fileio::alloc::AllocMode;
 pub use lazy_meta::open_databases;
 pub use paths::{Change, ChangeObserver, PathEntry, WriteMode};
-pub use scope::{FsckReport, GcReport, ScopeEngine};
+pub use scope::ScopeEngine;
 pub use storage::Storage;
 pub use types::*;
+pub use upkeep::{FsckReport, GcReport};
 pub use xattr::{XattrMode, XATTR_NAME_MAX, XATTR_SIZE_MAX};

@@ -1,0 +1,124 @@
+//! Upkeep of one scope: garbage collection of unreferenced blocks, `fsck` (damaged files, orphan
+//! objects, metadata counters) and the metadata self-checks.
+
+use std::time::Duration;
+
+use super::error::EngineResult;
+use super::scope::ScopeEngine;
+
+/// Result of a garbage collection pass of one scope.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    pub blocks_deleted: u64,
+    pub bytes_deleted: u64,
+}
+
+/// Result of `fsck` of one scope.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FsckReport {
+    pub files_checked: u64,
+    pub blocks_checked: u64,
+    /// Virtual paths of files with a missing or corrupt block.
+    pub damaged_files: Vec<String>,
+    /// Objects under the scope prefix no block row refers to.
+    pub orphan_objects: Vec<String>,
+    /// Metadata inconsistencies (counters, references).
+    pub metadata_problems: Vec<String>,
+}
+
+impl ScopeEngine {
+    /// Deletes blocks unreferenced for longer than `grace` from staging, cache and the object store.
+    /// Holds the metadata lock while deleting so no commit can re-reference a block mid-delete.
+    pub fn collect_garbage(&self, grace: Duration) -> EngineResult<GcReport> {
+        let cutoff = super::meta::now_ns() / 1_000_000_000 - grace.as_secs() as i64;
+        let mut report = GcReport::default();
+        let scope = self.scope_id.as_str();
+        let mut meta = self.meta.lock()?;
+        loop {
+            let batch = meta.take_unreferenced(cutoff, 256)?;
+            if batch.is_empty() {
+                break;
+            }
+            for (sha, uploaded) in batch {
+                let staged = self.blocks_dir.join(&sha);
+                if let Ok(m) = std::fs::metadata(&staged) {
+                    if std::fs::remove_file(&staged).is_ok() {
+                        self.staging_sub(m.len());
+                    }
+                }
+                self.storage.cache.remove(scope, &sha);
+                if uploaded {
+                    let key = crate::store::block_key(scope, &sha);
+                    let st = &self.storage;
+                    st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&key)))?;
+                }
+                report.blocks_deleted += 1;
+            }
+        }
+        drop(meta);
+        report.bytes_deleted = 0;
+        Ok(report)
+    }
+
+    /// Verifies that every referenced block exists in the store with the right hash (downloading each),
+    /// lists orphan objects, and checks metadata counters. With `repair`, orphan objects are deleted.
+    pub fn fsck(&self, repair: bool) -> EngineResult<FsckReport> {
+        let scope = self.scope_id.as_str().to_string();
+        let mut report = FsckReport::default();
+        let (blocks, usage, problems) = {
+            let meta = self.meta.lock()?;
+            (meta.all_blocks()?, meta.usage()?, meta.consistency_problems()?)
+        };
+        report.metadata_problems = problems;
+        report.files_checked = usage.files;
+        let st = &self.storage;
+        let mut damaged_inos = std::collections::BTreeSet::new();
+        for (sha, _len, uploaded) in &blocks {
+            report.blocks_checked += 1;
+            let ok = if *uploaded {
+                let key = crate::store::block_key(&scope, sha);
+                match st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.get(&key))) {
+                    Ok(data) => {
+                        use sha2::Digest;
+                        hex::encode(sha2::Sha256::digest(&data)) == *sha
+                    }
+                    Err(crate::store::StoreError::NotFound { .. }) => false,
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                self.blocks_dir.join(sha).exists()
+            };
+            if !ok {
+                st.cache.remove(&scope, sha);
+                damaged_inos.extend(self.meta.lock()?.files_with_block(sha)?);
+            }
+        }
+        for ino in damaged_inos {
+            let path = self.path_of(ino)?.unwrap_or_else(|| format!("(unlinked inode {ino})"));
+            report.damaged_files.push(path);
+        }
+        let known: std::collections::HashSet<String> = blocks.iter().map(|b| b.0.clone()).collect();
+        let prefix = format!("{}blocks/", crate::store::scope_prefix(&scope));
+        let listed = st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.list(&prefix)))?;
+        for obj in listed {
+            let sha = obj.key.rsplit('/').next().unwrap_or_default().to_string();
+            if !known.contains(&sha) {
+                if repair {
+                    st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&obj.key)))?;
+                }
+                report.orphan_objects.push(obj.key);
+            }
+        }
+        Ok(report)
+    }
+
+    /// `PRAGMA integrity_check` of the scope's metadata database ("ok" when healthy).
+    pub fn integrity_check(&self) -> EngineResult<String> {
+        self.meta.lock()?.integrity_check()
+    }
+
+    /// Counter and reference mismatches in the metadata (empty when consistent).
+    pub fn consistency_problems(&self) -> EngineResult<Vec<String>> {
+        self.meta.lock()?.consistency_problems()
+    }
+}
