@@ -115,6 +115,9 @@ impl ScopeEngine {
 
     fn finish_upload(&self, sha: &str) -> EngineResult<()> {
         self.meta.lock()?.mark_uploaded(sha)?;
+        // In the store now: no durability point needs its journal file any more (so a scope that
+        // never fsyncs holds no list of every block it ever wrote).
+        self.uploads.unsynced.lock().remove(sha);
         let staged = self.blocks_dir.join(sha);
         if let Ok(m) = std::fs::metadata(&staged) {
             // Into the cache, or (if the cache cannot take it) away: it is in the store now.
