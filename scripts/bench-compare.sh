@@ -41,6 +41,39 @@ cleanup() {
 }
 trap cleanup EXIT
 
+die() {
+    echo "bench-compare: $*" >&2
+    exit 1
+}
+
+# wait_for WHAT TRIES DELAY CMD...: runs CMD until it succeeds, at most TRIES times DELAY seconds
+# apart; fails the run naming WHAT when it never does.
+wait_for() {
+    local what=$1 tries=$2 delay=$3 i
+    shift 3
+    for ((i = 0; i < tries; i++)); do
+        "$@" && return 0
+        sleep "$delay"
+    done
+    die "$what did not happen within $(python3 -c "print($tries * $delay)") s"
+}
+
+# fresh_dir DIR: DIR, empty. A crashed earlier run may have left a FUSE mount below it (a stale one
+# answers ENOTCONN, and rm -rf would descend into a live one): detach those first, and never let
+# rm cross into another file system.
+fresh_dir() {
+    local dir=$1 m
+    if [ -e "$dir" ]; then
+        # Field 5 of mountinfo is the mount point (octal escapes for spaces; none in our paths).
+        # Deepest first, so nested mounts go before their parents.
+        while read -r m; do
+            umount -l "$m" 2>/dev/null || die "cannot detach the mount $m left under $dir"
+        done < <(awk -v d="$dir" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+        rm -rf --one-file-system "$dir"
+    fi
+    mkdir -p "$dir"
+}
+
 bucket() { # a fresh bucket for one target
     local b=$1
     timeout 60 "$GARAGE" -c "$GARAGE_CFG" bucket create "$b" >/dev/null 2>&1 || true
@@ -54,35 +87,50 @@ run_bench() { # name dir [pid of the daemon serving dir]
     "$BIN" bench "$2" "${ARGS[@]}" --json --label "$1" "${pid[@]}" >"$RESULTS/$1.json"
 }
 
-start_scopefs() { # name, extra env...
+# start_scopefs NAME [VAR=VALUE...]: starts `scopefs serve` under $BENCH_DIR/NAME with the given
+# environment, waits for /ready and provisions one scope. Sets DAEMON_PID (the supervisor),
+# WORKER_PID (the process serving the mounts) and SCOPE_MNT (the scope's mountpoint).
+start_scopefs() {
     local name=$1
     shift
     local d="$BENCH_DIR/$name"
-    rm -rf "$d"
-    mkdir -p "$d"
+    fresh_dir "$d"
     local port
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     printf 'data_dir = "%s/data"\nmount_root = "%s/mnt"\nlisten = "127.0.0.1:%s"\nservice_token = "bench"\nquota_bytes = 68719476736\n[fuse]\n%s\n' \
         "$d" "$d" "$port" "${SCOPEFS_BENCH_FUSE:-}" >"$d/scopefs.toml"
     env "$@" "$BIN" --config "$d/scopefs.toml" serve >"$d/daemon.log" 2>&1 &
     DAEMON_PID=$!
-    for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$port/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+    wait_for "scopefs $name ready (log: $d/daemon.log)" 600 0.1 daemon_ready "$name" "$port" "$d/daemon.log"
     # `serve` is a supervisor; the worker (its child) is the daemon that serves the mounts.
     WORKER_PID=$(pgrep -P "$DAEMON_PID" | head -n1 || true)
     [ -n "$WORKER_PID" ] || WORKER_PID=$DAEMON_PID
     local scope
     scope=$(curl -fsS -H 'Authorization: Bearer bench' -H 'content-type: application/json' \
         -d '{"operation_id":"bench","primary_thread_id":"bench"}' \
-        "http://127.0.0.1:$port/internal/workspace-scopes/provision" | python3 -c 'import json,sys; print(json.load(sys.stdin)["scope_id"])')
-    MNT="$d/mnt/$scope"
+        "http://127.0.0.1:$port/internal/workspace-scopes/provision" | python3 -c 'import json,sys; print(json.load(sys.stdin)["scope_id"])') ||
+        die "provisioning the bench scope of $name failed (log: $d/daemon.log)"
+    SCOPE_MNT="$d/mnt/$scope"
+    mountpoint -q "$SCOPE_MNT" || die "$SCOPE_MNT is not mounted (log: $d/daemon.log)"
     # The kernel offers FUSE at most its default readahead (128 KiB) at init; more is a sysfs knob.
     if [ -n "${SCOPEFS_BENCH_READAHEAD_KB:-}" ]; then
-        echo "$SCOPEFS_BENCH_READAHEAD_KB" >"/sys/class/bdi/$(mountpoint -d "$MNT")/read_ahead_kb"
+        echo "$SCOPEFS_BENCH_READAHEAD_KB" >"/sys/class/bdi/$(mountpoint -d "$SCOPE_MNT")/read_ahead_kb"
     fi
 }
 
+# daemon_ready NAME PORT LOG: whether the daemon of start_scopefs answers /ready; a daemon that
+# exited fails the run at once.
+daemon_ready() {
+    kill -0 "$DAEMON_PID" 2>/dev/null || die "scopefs $1 exited before it was ready (log: $3)"
+    curl -fs -o /dev/null "http://127.0.0.1:$2/ready"
+}
+
+# stop_scopefs: stops the daemon of start_scopefs (which unmounts its scopes); a daemon that already
+# died is reported, not fatal (its log tells why).
 stop_scopefs() {
-    kill -TERM "$DAEMON_PID"
+    if ! kill -TERM "$DAEMON_PID" 2>/dev/null; then
+        echo "bench-compare: the scopefs daemon (pid $DAEMON_PID) had already exited" >&2
+    fi
     wait "$DAEMON_PID" || true
     DAEMON_PID=""
 }
@@ -90,13 +138,14 @@ stop_scopefs() {
 for t in $TARGETS; do
     case $t in
     native)
-        rm -rf "$BENCH_DIR/native" && mkdir -p "$BENCH_DIR/native"
+        fresh_dir "$BENCH_DIR/native"
         run_bench native "$BENCH_DIR/native"
         ;;
     bindfs)
         src="$BENCH_DIR/bindfs-src"
         m="$BENCH_DIR/bindfs-mnt"
-        rm -rf "$src" && mkdir -p "$src" "$m"
+        fresh_dir "$src"
+        fresh_dir "$m"
         bindfs "$src" "$m"
         MOUNTS+=("$m")
         run_bench bindfs "$m"
@@ -104,7 +153,7 @@ for t in $TARGETS; do
         ;;
     scopefs-local)
         start_scopefs scopefs-local SCOPEFS_LOG=warn
-        run_bench scopefs-local "$MNT" "$WORKER_PID"
+        run_bench scopefs-local "$SCOPE_MNT" "$WORKER_PID"
         stop_scopefs
         ;;
     scopefs-garage)
@@ -112,13 +161,13 @@ for t in $TARGETS; do
         start_scopefs scopefs-garage SCOPEFS_LOG=warn SCOPEFS_S3_ENDPOINT="$ENDPOINT" SCOPEFS_S3_REGION=garage \
             SCOPEFS_S3_BUCKET=scopefs-bench SCOPEFS_S3_PREFIX="run-$(date +%s)" \
             SCOPEFS_S3_ACCESS_KEY_ID="$KEY" SCOPEFS_S3_SECRET_ACCESS_KEY="$SECRET"
-        run_bench scopefs-garage "$MNT" "$WORKER_PID"
+        run_bench scopefs-garage "$SCOPE_MNT" "$WORKER_PID"
         stop_scopefs
         ;;
     s3fs)
         bucket s3fs-bench
         m="$BENCH_DIR/s3fs-mnt"
-        mkdir -p "$m"
+        fresh_dir "$m"
         printf '%s:%s\n' "$KEY" "$SECRET" >"$BENCH_DIR/s3fs-passwd"
         chmod 600 "$BENCH_DIR/s3fs-passwd"
         s3fs s3fs-bench "$m" -o passwd_file="$BENCH_DIR/s3fs-passwd" -o url="$ENDPOINT" \
@@ -130,14 +179,14 @@ for t in $TARGETS; do
     rclone)
         bucket rclone-bench
         m="$BENCH_DIR/rclone-mnt"
-        mkdir -p "$m"
+        fresh_dir "$m"
         env -u AWS_CA_BUNDLE RCLONE_CONFIG_GB_TYPE=s3 RCLONE_CONFIG_GB_PROVIDER=Other \
             RCLONE_CONFIG_GB_ENDPOINT="$ENDPOINT" RCLONE_CONFIG_GB_REGION=garage \
             RCLONE_CONFIG_GB_ACCESS_KEY_ID="$KEY" RCLONE_CONFIG_GB_SECRET_ACCESS_KEY="$SECRET" \
             RCLONE_CONFIG_GB_FORCE_PATH_STYLE=true \
             rclone mount gb:rclone-bench "$m" --vfs-cache-mode full --cache-dir "$BENCH_DIR/rclone-cache" --daemon
         MOUNTS+=("$m")
-        for _ in $(seq 1 50); do mountpoint -q "$m" && break; sleep 0.2; done
+        wait_for "the rclone mount at $m" 50 0.2 mountpoint -q "$m"
         run_bench rclone "$m"
         umount -l "$m"
         ;;

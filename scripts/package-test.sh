@@ -24,11 +24,6 @@ command -v cargo-deb >/dev/null 2>&1 || die "cargo-deb not found (scripts/instal
 command -v systemd-analyze >/dev/null 2>&1 || die "systemd-analyze not found (Debian package systemd)"
 command -v readelf >/dev/null 2>&1 || die "readelf not found (Debian package binutils)"
 
-# The shipped default configuration must be accepted by the daemon's own parser.
-say "checking packaging/scopefs.toml with the daemon's config parser"
-cargo run --locked -q -p scopefs-daemon --bin scopefs -- --config packaging/scopefs.toml serve --print-config >/dev/null ||
-    die "packaging/scopefs.toml is refused by scopefs"
-
 # The release profile keeps line tables for profiling; the package ships a stripped binary.
 say "cargo deb --strip -p scopefs-daemon"
 DEB_LOG=$(mktemp)
@@ -42,6 +37,12 @@ grep -v '^ *Compiling ' "$DEB_LOG" || true
 DEB=$(grep -E '\.deb$' "$DEB_LOG" | tail -n1)
 if [ -z "$DEB" ] || [ ! -f "$DEB" ]; then die "cargo deb did not report a .deb file"; fi
 say "built $DEB ($(du -h "$DEB" | cut -f1))"
+
+# The shipped default configuration must be accepted by the daemon's own parser (the release build
+# cargo deb just made: no second build of the daemon with other features).
+say "checking packaging/scopefs.toml with the daemon's config parser"
+target/release/scopefs --config packaging/scopefs.toml serve --print-config >/dev/null ||
+    die "packaging/scopefs.toml is refused by scopefs"
 
 say "package contents"
 dpkg-deb -c "$DEB"
@@ -68,6 +69,14 @@ say "installed binary is stripped ($(du -h /usr/bin/scopefs | cut -f1))"
 # The installed binary reads the installed default config (no --config: /etc/scopefs/scopefs.toml).
 env -u SCOPEFS_CONFIG /usr/bin/scopefs serve --print-config | grep -q '^mount_root = "/run/scopefs/scopes"$' ||
     die "installed binary does not accept the installed config"
+
+# Acceptance d of issue 11: the release binary ignores the test hooks (SCOPEFS_FAILPOINT at a
+# failpoint a provision reaches, SCOPEFS_TEST_CLOCK_FILE ten years ahead). The test binary is the
+# one `cargo test --workspace --no-run` built (scripts/test.sh step 6): same features, no rebuild.
+say "the installed release binary ignores SCOPEFS_FAILPOINT and SCOPEFS_TEST_CLOCK_FILE"
+SCOPEFS_RELEASE_BIN=/usr/bin/scopefs cargo test --locked --workspace --test release_hooks -- \
+    --ignored --exact release_binary_ignores_test_hooks ||
+    die "the release binary honours a test hook (see the test output above)"
 
 say "systemd-analyze verify"
 # verify needs the unit's ExecStart binary to exist (it does now) and checks every directive.

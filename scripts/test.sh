@@ -14,7 +14,10 @@
 #   3. cargo clippy --workspace --all-targets -- -D warnings, shellcheck of every script
 #   4. scripts/docker.sh              dockerd + local busybox test image
 #   5. scripts/garage.sh start/env    single-node Garage S3 server + test bucket
-#   6. cargo test --no-run            build every test binary once
+#   6. cargo test --no-run            build every test binary once (dev-dependencies turn on the
+#                                     `test-hooks` feature of scopefs, as in step 3's clippy; the
+#                                     package step's release build leaves it off, and checks that
+#                                     the installed binary ignores the hooks)
 #   7. test targets, one cargo invocation each: unit tests, doctests, then every
 #      integration test target found by `cargo metadata`. Every invocation passes
 #      --workspace, so features unify exactly as in step 6 and nothing is rebuilt
@@ -243,8 +246,10 @@ if [ "$FAILED_TARGETS" -gt 0 ]; then
 fi
 summary
 if [ "$FAILED_TARGETS" -gt 0 ]; then
-    echo "test.sh: FAILED ($FAILED_TARGETS failing)" >&2
-    echo "tests: $TESTS_PASSED passed, $((TESTS_FAILED > 0 ? TESTS_FAILED : FAILED_TARGETS)) failed"
+    echo "test.sh: FAILED ($FAILED_TARGETS failing targets)" >&2
+    # Counts of tests as cargo reported them; a target can fail without a failed test (a timeout, a
+    # build error, no test run), so the targets are counted apart.
+    echo "tests: $TESTS_PASSED passed, $TESTS_FAILED failed; targets: $FAILED_TARGETS failed"
     exit 1
 fi
 echo "test.sh: all tests passed"

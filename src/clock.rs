@@ -1,5 +1,6 @@
 //! Injectable wall-clock time (Unix milliseconds): the system clock, a manual clock for tests, and an offset-file clock for daemon tests.
 
+#[cfg(any(test, feature = "test-hooks"))]
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -54,13 +55,16 @@ impl Clock for ManualClock {
 }
 
 /// System time plus an offset in seconds read from a file on every call (a missing or unreadable
-/// file means no offset). Only for tests of a running daemon: the daemon uses it solely when the
-/// variable `SCOPEFS_TEST_CLOCK_FILE` names such a file, and says so loudly in its log.
+/// file means no offset). Only for tests of a running daemon: compiled in with the `test-hooks`
+/// feature only, and used solely when `SCOPEFS_TEST_CLOCK_FILE` names such a file
+/// (see [`crate::testhooks::test_clock`]).
+#[cfg(any(test, feature = "test-hooks"))]
 #[derive(Debug)]
 pub struct OffsetFileClock {
     path: PathBuf,
 }
 
+#[cfg(any(test, feature = "test-hooks"))]
 impl OffsetFileClock {
     pub fn new(path: PathBuf) -> OffsetFileClock {
         OffsetFileClock { path }
@@ -75,6 +79,7 @@ impl OffsetFileClock {
     }
 }
 
+#[cfg(any(test, feature = "test-hooks"))]
 impl Clock for OffsetFileClock {
     fn now_ms(&self) -> i64 {
         system_now_ms().saturating_add(self.offset_ms())

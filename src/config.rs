@@ -7,6 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{Durability, Quota, StorageSettings};
 
+/// The `SCOPEFS_*` environment overlay.
+mod env;
+
+pub use env::{is_non_config_env, NON_CONFIG_ENV};
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file: {0}")]
@@ -15,6 +20,8 @@ pub enum ConfigError {
     Parse(String),
     #[error("environment variable {key} has an invalid value: {reason}")]
     Env { key: String, reason: String },
+    #[error("unknown environment variable {0}: no configuration key has this name (see NON_CONFIG_ENV for the other SCOPEFS_* variables)")]
+    UnknownEnv(String),
     #[error("invalid configuration: {key}: {reason}")]
     Invalid { key: &'static str, reason: String },
 }
@@ -167,91 +174,19 @@ impl Config {
         toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))
     }
 
-    /// Loads `path` if given (else defaults), then applies `SCOPEFS_*` overrides from `env`, then validates.
+    /// Loads `path` if given (else defaults), then applies `SCOPEFS_*` overrides from `env`, then
+    /// validates. `SCOPEFS_<KEY>` / `SCOPEFS_<SECTION>_<KEY>` override any key (`env` module); an
+    /// unknown `SCOPEFS_*` name not listed in [`NON_CONFIG_ENV`] is refused.
     pub fn load(path: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
         let mut cfg = match path {
             Some(p) => Self::from_toml(&std::fs::read_to_string(p).map_err(ConfigError::Read)?)?,
             None => Config::default(),
         };
         for (k, v) in env {
-            cfg.apply_env(&k, &v)?;
+            env::apply(&mut cfg, &k, &v)?;
         }
         cfg.validate()?;
         Ok(cfg)
-    }
-
-    fn apply_env(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
-        let Some(name) = key.strip_prefix("SCOPEFS_") else { return Ok(()) };
-        let bad = |reason: &str| ConfigError::Env { key: key.to_string(), reason: reason.to_string() };
-        let num = |v: &str| v.parse::<u64>().map_err(|_| bad("expected a non-negative integer"));
-        match name {
-            "DEPLOYMENT_ID" => self.deployment_id = value.into(),
-            "DATA_DIR" => self.data_dir = value.into(),
-            "MOUNT_ROOT" => self.mount_root = value.into(),
-            "LISTEN" => self.listen = value.into(),
-            "ALLOW_REMOTE" => self.allow_remote = value.parse().map_err(|_| bad("expected true or false"))?,
-            "SERVICE_TOKEN" => self.service_token = Some(value.into()),
-            "ADMIN_TOKEN" => self.admin_token = Some(value.into()),
-            "HMAC_SECRET" => self.hmac_secret = Some(value.into()),
-            "SIGNATURE_WINDOW_SECS" => self.signature_window_secs = num(value)?,
-            "DURABILITY" => {
-                self.durability = match value {
-                    "fsync" | "writeback" => Durability::Fsync,
-                    "close" => Durability::Close,
-                    _ => return Err(bad("expected fsync or close")),
-                }
-            }
-            "CACHE_MAX_BYTES" => self.cache_max_bytes = num(value)?,
-            "STAGING_MAX_BYTES" => self.staging_max_bytes = num(value)?,
-            "STORE_TIMEOUT_MS" => self.store_timeout_ms = num(value)?,
-            "QUOTA_BYTES" => self.quota_bytes = num(value)?,
-            "QUOTA_INODES" => self.quota_inodes = num(value)?,
-            "MAX_UPLOAD_BYTES" => self.max_upload_bytes = num(value)?,
-            "LEGACY_ROOT" => self.legacy_root = Some(value.into()),
-            "TRASH_RETENTION_DAYS" => self.trash_retention_days = num(value)?,
-            "DRAFT_TTL_HOURS" => self.draft_ttl_hours = num(value)?,
-            "DELETE_DRAIN_SECS" => self.delete_drain_secs = num(value)?,
-            "MAINTENANCE_INTERVAL_SECS" => self.maintenance_interval_secs = num(value)?,
-            "ATTR_TTL_MS" => self.fuse.attr_ttl_ms = num(value)?,
-            "S3_ENDPOINT" | "S3_REGION" | "S3_BUCKET" | "S3_PREFIX" | "S3_ACCESS_KEY_ID" | "S3_SECRET_ACCESS_KEY" => {
-                self.apply_s3_env(name, value)
-            }
-            "PRICING_SETTLE_INTERVAL_SECS" => self.pricing.settle_interval_secs = num(value)?,
-            n if n.starts_with("EXECUTOR_") => self.executor.apply_env(key, &n["EXECUTOR_".len()..], value)?,
-            n if n.starts_with("LIMITS_") => self
-                .limits
-                .apply_env(&n["LIMITS_".len()..], value)
-                .map_err(|reason| ConfigError::Env { key: key.to_string(), reason })?,
-            // Variables the daemon reads itself (e.g. SCOPEFS_CONFIG, SCOPEFS_LOG) are not config keys.
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn apply_s3_env(&mut self, name: &str, value: &str) {
-        if !matches!(self.store, StoreConfig::S3 { .. }) {
-            self.store = StoreConfig::S3 {
-                endpoint: None,
-                region: "us-east-1".into(),
-                bucket: String::new(),
-                prefix: String::new(),
-                path_style: true,
-                access_key_id: None,
-                secret_access_key: None,
-            };
-        }
-        if let StoreConfig::S3 { endpoint, region, bucket, prefix, access_key_id, secret_access_key, .. } =
-            &mut self.store
-        {
-            match name {
-                "S3_ENDPOINT" => *endpoint = Some(value.into()),
-                "S3_REGION" => *region = value.into(),
-                "S3_BUCKET" => *bucket = value.into(),
-                "S3_PREFIX" => *prefix = value.into(),
-                "S3_ACCESS_KEY_ID" => *access_key_id = Some(value.into()),
-                _ => *secret_access_key = Some(value.into()),
-            }
-        }
     }
 
     /// Refuses values the daemon cannot run with, naming the key.
@@ -394,35 +329,6 @@ impl Default for ExecutorConfig {
 }
 
 impl ExecutorConfig {
-    fn apply_env(&mut self, key: &str, name: &str, value: &str) -> Result<(), ConfigError> {
-        let bad = |reason: &str| ConfigError::Env { key: key.to_string(), reason: reason.to_string() };
-        let num = |v: &str| v.parse::<u64>().map_err(|_| bad("expected a non-negative integer"));
-        match name {
-            "IMAGE" => self.image = value.into(),
-            "USER" => self.user = value.into(),
-            "MEMORY_BYTES" => self.memory_bytes = num(value)?,
-            "NANO_CPUS" => self.nano_cpus = num(value)?,
-            "PIDS_LIMIT" => self.pids_limit = num(value)?,
-            "TMP_BYTES" => self.tmp_bytes = num(value)?,
-            "NETWORK" => self.network = value.into(),
-            "MAX_OUTPUT_BYTES" => self.max_output_bytes = num(value)?,
-            "COMMAND_TIMEOUT_SECS" => self.command_timeout_secs = num(value)?,
-            "MAX_RUNTIME_SECS" => self.max_runtime_secs = num(value)?,
-            "MAX_ENVIRONMENTS_PER_SCOPE" => self.max_environments_per_scope = num(value)?,
-            "MAX_PROCESS_LOG_BYTES" => self.max_process_log_bytes = num(value)?,
-            "ISOLATION" => {
-                self.isolation = match value {
-                    "optional" => Isolation::Optional,
-                    "required" => Isolation::Required,
-                    _ => return Err(bad("expected optional or required")),
-                }
-            }
-            "DOCKER_HOST" => self.docker_host = value.into(),
-            _ => return Err(bad("unknown executor setting")),
-        }
-        Ok(())
-    }
-
     /// The socket path of `docker_host`, if it names a Unix socket.
     pub fn docker_socket(&self) -> Option<&str> {
         let path = self.docker_host.strip_prefix("unix://").unwrap_or(&self.docker_host);

@@ -38,16 +38,21 @@ impl fmt::Display for ScopeId {
     }
 }
 
-/// A WebUI primary thread id: 1–128 characters of `[A-Za-z0-9_.:-]`.
+/// The one rule for an identifier a client chooses (thread ids, nonces, idempotency keys, owner
+/// and run ids): 1–128 characters of `[A-Za-z0-9_.:-]`, so it is safe in logs, URLs and SQL text.
+pub fn is_token(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+}
+
+/// A WebUI primary thread id: 1–128 characters of `[A-Za-z0-9_.:-]` (`is_token`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(transparent)]
 pub struct ThreadId(String);
 
 impl ThreadId {
     pub fn parse(s: &str) -> Result<Self, IdError> {
-        let ok = (1..=128).contains(&s.len())
-            && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
-        if ok {
+        if is_token(s) {
             Ok(ThreadId(s.to_owned()))
         } else {
             Err(IdError::BadThreadId)
@@ -74,6 +79,16 @@ mod tests {
         assert_eq!(ScopeId::parse(s.as_str()).unwrap(), s);
         assert_eq!(ScopeId::parse("../etc"), Err(IdError::BadScopeId));
         assert_eq!(ScopeId::parse(&s.as_str().to_uppercase()), Err(IdError::BadScopeId));
+    }
+
+    #[test]
+    fn tokens_are_1_to_128_characters_of_the_safe_set() {
+        for ok in ["a", "thread-1:a.b_c", "A.Z_0:9-", &"x".repeat(128)] {
+            assert!(is_token(ok), "{ok:?}");
+        }
+        for bad in ["", &"x".repeat(129), "a/b", "a b", "é", "a\n", "a\0", "%2e"] {
+            assert!(!is_token(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -15,4 +15,5 @@ pub mod names;
 pub mod registry;
 pub mod signing;
 pub mod store;
+pub mod testhooks;
 pub mod vpath;

@@ -109,19 +109,6 @@ impl Default for LimitsConfig {
 }
 
 impl LimitsConfig {
-    /// Sets the bound named `name` (upper case, from `SCOPEFS_LIMITS_<NAME>`) to the integer `value`.
-    pub fn apply_env(&mut self, name: &str, value: &str) -> Result<(), String> {
-        let key = name.to_ascii_lowercase();
-        let mut table = toml::Table::try_from(&*self).map_err(|e| e.to_string())?;
-        if !table.contains_key(&key) {
-            return Err(format!("there is no bound named limits.{key}"));
-        }
-        let n: i64 = value.parse().ok().filter(|n| *n >= 0).ok_or("expected a non-negative integer")?;
-        table.insert(key, toml::Value::Integer(n));
-        *self = table.try_into().map_err(|e: toml::de::Error| e.to_string())?;
-        Ok(())
-    }
-
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
         let checks: [(&'static str, u64); 23] = [
@@ -319,18 +306,6 @@ mod tests {
         refuse(Bound::GrepPattern);
         let after = refusals().iter().find(|(l, _)| *l == "grep_pattern").map(|(_, n)| *n).unwrap_or(0);
         assert!(after > before);
-    }
-
-    #[test]
-    fn each_bound_can_be_set_from_the_environment() {
-        let mut l = LimitsConfig::default();
-        l.apply_env("MAX_INFLIGHT_PER_SCOPE", "3").unwrap();
-        l.apply_env("STAGING_MAX_BYTES_PER_SCOPE", "1048576").unwrap();
-        assert_eq!((l.max_inflight_per_scope, l.staging_max_bytes_per_scope), (3, 1_048_576));
-        assert!(l.apply_env("NO_SUCH_BOUND", "1").unwrap_err().contains("no bound"));
-        assert!(l.apply_env("MAX_PATH_DEPTH", "-1").is_err());
-        assert!(l.apply_env("MAX_PATH_DEPTH", "lots").is_err());
-        assert_eq!(l.max_path_depth, LimitsConfig::default().max_path_depth);
     }
 
     #[test]

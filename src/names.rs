@@ -49,7 +49,7 @@ pub fn check_lookup_name(name: &[u8]) -> Result<(), EngineError> {
 /// (`s -> .` makes any depth of `..` reachable) and broke real trees (a venv's `bin/python3`).
 pub fn check_symlink_target(target: &[u8]) -> Result<(), EngineError> {
     if target.is_empty() || target.len() > 4095 {
-        return Err(EngineError::Invalid("symlink target must be 1..4095 bytes"));
+        return Err(EngineError::BadSymlinkTarget);
     }
     Ok(())
 }

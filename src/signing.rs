@@ -512,7 +512,7 @@ pub fn verify_with(
         _ => return Err(SigningError::BadAuthContext("issued_at must be an integer")),
     };
     let nonce = match ctx.get("nonce") {
-        Some(CanonValue::Str(n)) if valid_nonce(n) => n.clone(),
+        Some(CanonValue::Str(n)) if crate::ids::is_token(n) => n.clone(),
         _ => return Err(SigningError::BadAuthContext("nonce must be 1-128 characters of [A-Za-z0-9_.:-]")),
     };
     let text = |k: &str| match ctx.get(k) {
@@ -539,11 +539,6 @@ fn token_matches(secret: &[u8], canonical: &str, token: &str) -> bool {
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC takes keys of any length");
     mac.update(canonical.as_bytes());
     mac.verify_slice(&presented).is_ok()
-}
-
-fn valid_nonce(n: &str) -> bool {
-    (1..=128).contains(&n.len())
-        && n.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
 }
 
 /// `OutsideWindow` unless `issued_at` is within `window_secs` of `now_secs` (either side).

@@ -1,75 +1,39 @@
 //! Acceptance e: `kill -9` of the daemon at random points of a write storm, ten rounds; every file whose
 //! close() (or fsync) returned keeps its exact content, the journal is replayed, and the metadata is sound.
 
+pub mod serve_process;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
+use serve_process::{free_port, write_config, ServeProcess};
 use sha2::{Digest, Sha256};
 
 const TOKEN: &str = "crash-storm-service-token";
 
-struct Daemon {
-    child: Child,
-    base: String,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn write_config(dir: &Path, port: u16) -> PathBuf {
-    let cfg = format!(
-        r#"data_dir = "{data}"
-mount_root = "{mounts}"
-listen = "127.0.0.1:{port}"
-service_token = "{TOKEN}"
-admin_token = "crash-storm-admin-token"
-block_size = 65536
-upload_parallelism = 1
-
-[store]
-kind = "local"
-path = "{objects}"
-"#,
-        data = dir.join("data").display(),
-        mounts = dir.join("mounts").display(),
-        objects = dir.join("objects").display(),
+/// The daemon's config: small blocks and one upload at a time, so that a kill finds uploads queued.
+fn config(dir: &Path, port: u16) -> PathBuf {
+    let rest = format!(
+        "service_token = {TOKEN:?}\nadmin_token = \"crash-storm-admin-token\"\nblock_size = 65536\n\
+         upload_parallelism = 1\n\n[store]\nkind = \"local\"\npath = {objects:?}\n",
+        objects = dir.join("objects"),
     );
-    let path = dir.join("scopefs.toml");
-    std::fs::write(&path, cfg).unwrap();
-    path
+    write_config(dir, port, &rest)
 }
 
-fn start(config: &Path, port: u16) -> Daemon {
-    let child = Command::new(env!("CARGO_BIN_EXE_scopefs"))
-        .arg("--config")
-        .arg(config)
-        .arg("serve")
-        .env("SCOPEFS_LOG", "warn")
-        .spawn()
-        .expect("start scopefs serve");
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::blocking::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = client.get(format!("{base}/ready")).send() {
-            if r.status().is_success() {
-                break;
-            }
-        }
-        assert!(Instant::now() < deadline, "daemon not ready within 60 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Daemon { child, base }
+/// A ready daemon, its log in `<dir>/serve-<round>.log`.
+fn start(dir: &Path, config: &Path, port: u16, round: usize) -> ServeProcess {
+    let mut d = ServeProcess::start(dir, config, port, &format!("serve-{round}.log"), &[("SCOPEFS_LOG", "warn")]);
+    d.wait_ready(&reqwest::blocking::Client::new());
+    d
 }
 
-fn provision(d: &Daemon) -> String {
+fn provision(d: &ServeProcess) -> String {
     let r = reqwest::blocking::Client::new()
         .post(format!("{}/internal/workspace-scopes/provision", d.base))
         .bearer_auth(TOKEN)
@@ -88,7 +52,8 @@ fn sha(data: &[u8]) -> String {
 /// Files whose close (or fsync) returned, with the SHA-256 of the content they must have.
 type Manifest = Arc<Mutex<BTreeMap<String, String>>>;
 
-fn storm(mnt: PathBuf, round: usize, manifest: Manifest, stop: Arc<AtomicBool>) {
+/// Writes (and overwrites) files until `stop` or the daemon dies; counts each closed file in `closed`.
+fn storm(mnt: PathBuf, round: usize, manifest: Manifest, stop: Arc<AtomicBool>, closed: Arc<AtomicUsize>) {
     let mut rng = rand::rng();
     let mut i = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -120,6 +85,7 @@ fn storm(mnt: PathBuf, round: usize, manifest: Manifest, stop: Arc<AtomicBool>) 
         match std::fs::read(&path) {
             Ok(back) if back == data => {
                 manifest.lock().unwrap().insert(name, sha(&data));
+                closed.fetch_add(1, Ordering::SeqCst);
             }
             _ => return,
         }
@@ -131,36 +97,43 @@ fn kill_minus_nine_during_a_write_storm_loses_nothing_that_was_closed() {
     let rounds: usize = std::env::var("SCOPEFS_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let config = write_config(dir.path(), port);
+    let config = config(dir.path(), port);
     let manifest: Manifest = Arc::new(Mutex::new(BTreeMap::new()));
     let mut scope = None;
     let mut rng = rand::rng();
     for round in 0..rounds {
-        let mut d = start(&config, port);
+        let mut d = start(dir.path(), &config, port, round);
         let scope_id = scope.get_or_insert_with(|| provision(&d)).clone();
-        let mnt = dir.path().join("mounts").join(&scope_id);
+        let mnt = d.mount_root.join(&scope_id);
         verify(&mnt, &manifest, round);
         let stop = Arc::new(AtomicBool::new(false));
+        let closed = Arc::new(AtomicUsize::new(0));
         let writer = {
-            let (mnt, manifest, stop) = (mnt.clone(), manifest.clone(), stop.clone());
-            std::thread::spawn(move || storm(mnt, round, manifest, stop))
+            let (mnt, manifest, stop, closed) = (mnt.clone(), manifest.clone(), stop.clone(), closed.clone());
+            std::thread::spawn(move || storm(mnt, round, manifest, stop, closed))
         };
-        std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
-        d.child.kill().unwrap(); // SIGKILL
-        d.child.wait().unwrap();
+        // The storm is under way (a first file of this round closed), then the kill lands at a
+        // random moment of it.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while closed.load(Ordering::SeqCst) == 0 {
+            assert!(!writer.is_finished(), "round {round}: the storm stopped before closing a file");
+            assert!(Instant::now() < deadline, "round {round}: no file closed within 60 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..1200)));
+        d.kill9();
         stop.store(true, Ordering::Relaxed);
         writer.join().unwrap();
         eprintln!("round {round}: killed; {} closed files in the manifest", manifest.lock().unwrap().len());
     }
     // Last restart: everything still there; then a clean stop.
-    let mut d = start(&config, port);
+    let mut d = start(dir.path(), &config, port, rounds);
     let scope_id = scope.unwrap();
-    let mnt = dir.path().join("mounts").join(&scope_id);
+    let mnt = d.mount_root.join(&scope_id);
     verify(&mnt, &manifest, rounds);
     assert!(manifest.lock().unwrap().len() >= rounds, "the storm wrote too little to prove anything");
-    unsafe { libc::kill(d.child.id() as i32, libc::SIGTERM) };
-    let status = d.child.wait().unwrap();
-    assert!(status.success(), "SIGTERM exit: {status}");
+    let status = d.terminate(Duration::from_secs(60));
+    assert!(status.success(), "SIGTERM exit: {status}; log:\n{}", d.log_text());
     check_metadata_and_objects(dir.path(), &scope_id, &manifest);
 }
 

@@ -1,7 +1,7 @@
 //! End-to-end tests of the `scopefs` binary: `serve` (health, readiness, auth, provisioning, mounts,
 //! SIGTERM, restart/remount) and `doctor`.
 
-mod serve_process;
+pub mod serve_process;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;

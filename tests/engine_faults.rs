@@ -1,6 +1,6 @@
 //! Acceptance g (engine half) and journal replay: the engine over a failing, stalling or corrupting in-memory store.
 
-mod engine_support;
+pub mod engine_support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -226,4 +226,74 @@ fn handles_of_an_earlier_process_are_adopted_by_the_next() {
         e.release(ino, fh).unwrap();
     }
     assert_eq!(read_file(&e, "f").unwrap(), b"abcdefghi");
+}
+
+/// A store whose puts hold until `want` of them are in flight at once (or, bounded, until a
+/// deadline that only a sequential uploader reaches), recording the most ever in flight.
+struct PeakStore {
+    inner: scopefs::store::MemoryStore,
+    want: usize,
+    in_flight: tokio::sync::watch::Sender<usize>,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for PeakStore {
+    async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), scopefs::store::StoreError> {
+        use std::sync::atomic::Ordering;
+        self.in_flight.send_modify(|n| {
+            *n += 1;
+            self.peak.fetch_max(*n, Ordering::SeqCst);
+        });
+        let mut rx = self.in_flight.subscribe();
+        // Once the peak was reached the gate stays open; the deadline only bounds a failing run.
+        let peak_reached = |_: &usize| self.peak.load(Ordering::SeqCst) >= self.want;
+        let _ = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(peak_reached)).await;
+        self.in_flight.send_modify(|n| *n -= 1);
+        self.inner.put(key, data).await
+    }
+    async fn get(&self, key: &str) -> Result<bytes::Bytes, scopefs::store::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn head(&self, key: &str) -> Result<Option<u64>, scopefs::store::StoreError> {
+        self.inner.head(key).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), scopefs::store::StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<scopefs::store::ObjectInfo>, scopefs::store::StoreError> {
+        self.inner.list(prefix).await
+    }
+    fn describe(&self) -> String {
+        "peak-recording memory store".into()
+    }
+}
+
+#[test]
+fn fsync_uploads_a_files_blocks_concurrently_within_the_upload_slots() {
+    let h = Harness::new(StorageSettings {
+        block_size: 64,
+        upload_parallelism: 2,
+        store_timeout: Duration::from_secs(60),
+        store_attempts: 1,
+        ..StorageSettings::default()
+    });
+    let store = Arc::new(PeakStore {
+        inner: scopefs::store::MemoryStore::new(),
+        want: 2,
+        in_flight: tokio::sync::watch::Sender::new(0),
+        peak: Default::default(),
+    });
+    let dyn_store: Arc<dyn ObjectStore> = store.clone();
+    let storage = Storage::new(dyn_store, h.settings.clone(), &h.data_dir(), h.rt.handle().clone()).unwrap();
+    let e = new_scope(&storage);
+    let flags = OpenFlags { write: true, truncate: true, exclusive: false };
+    let (attr, opened) = e.create(ROOT_INO, b"f", 0o644, flags, OWNER).unwrap();
+    // Four distinct blocks, committed and uploaded by the fsync (nothing was queued before it).
+    e.write(attr.ino, opened.fh, 0, &pattern(4 * 64, 9)).unwrap();
+    e.fsync(attr.ino, Some(opened.fh)).unwrap();
+    e.release(attr.ino, opened.fh).unwrap();
+    assert_eq!(store.inner.put_count(), 4);
+    let peak = store.peak.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(peak, 2, "uploads run at once, at most `upload_parallelism` of them");
 }

@@ -2,7 +2,7 @@
 //! use, unless the scope has an upload journal to replay, which is recovered at once. One test in
 //! its own binary, because the count of open databases is process-wide.
 
-mod engine_support;
+pub mod engine_support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! depth/length at creation and iterative deep walks (M2), private data directories (L5), and API
 //! paths naming exactly the listed entry (L8).
 
-mod engine_support;
+pub mod engine_support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! unlink and rename of any name, quota charged once, the link bound, paged listings of every
 //! name, and inert device nodes.
 
-mod engine_support;
+pub mod engine_support;
 
 use std::collections::BTreeMap;
 

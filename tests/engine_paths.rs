@@ -1,6 +1,6 @@
 //! Path-level engine API used by the HTTP layer: no symlink following, atomic replace, no partial files, observer.
 
-mod engine_support;
+pub mod engine_support;
 
 use std::sync::{Arc, Mutex};
 

@@ -2,7 +2,7 @@
 //! value rules, refused namespaces, the byte quota and per-inode bounds, ctime; fallocate's modes,
 //! holes and quota.
 
-mod engine_support;
+pub mod engine_support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! when the HTTP API replaces a file, and data written in any request size reads back intact.
 
 #[path = "support/fuse_harness.rs"]
-mod support;
+pub mod support;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};

@@ -3,7 +3,7 @@
 //! unmounting ends even when another bind of the mount survives (its FUSE connection is aborted).
 
 #[path = "support/fuse_harness.rs"]
-mod harness;
+pub mod harness;
 
 use std::fs;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! are bounded per mount (ENFILE), and a listing that races with changes has no duplicates and ends.
 
 #[path = "support/fuse_harness.rs"]
-mod harness;
+pub mod harness;
 
 use std::collections::HashSet;
 use std::fs;

@@ -1,7 +1,7 @@
 //! POSIX behaviour of scopes through real FUSE mounts: isolation, I/O, rename, symlink and name rules, quotas, read-only.
 
 #[path = "support/fuse_harness.rs"]
-mod harness;
+pub mod harness;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};

@@ -4,7 +4,7 @@
 //! unmounted scope's session ends.
 
 #[path = "support/fuse_harness.rs"]
-mod harness;
+pub mod harness;
 
 use std::fs;
 use std::path::PathBuf;

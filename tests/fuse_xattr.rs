@@ -2,7 +2,7 @@
 //! `getfattr`, `fallocate(1)` and `mkstemp`-style tools call them (libc calls, errno checked).
 
 #[path = "support/fuse_harness.rs"]
-mod harness;
+pub mod harness;
 
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};

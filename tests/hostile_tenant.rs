@@ -9,8 +9,8 @@
 //! Reproduce a fuzz failure with the printed seed and request index:
 //! `HOSTILE_SEED=<seed> cargo test --workspace --test hostile_tenant -- --nocapture`.
 
-mod hostile_support;
-mod serve_process;
+pub mod hostile_support;
+pub mod serve_process;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

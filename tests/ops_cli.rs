@@ -2,7 +2,7 @@
 //! systemd-style start (READY=1 only once mounts and the API are up; SIGTERM → STOPPING=1, no
 //! mount left, exit 0), and `fsck [--repair]` finding a block deleted behind the daemon's back.
 
-mod serve_process;
+pub mod serve_process;
 
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -334,6 +334,24 @@ fn metrics_parse_as_prometheus_text_and_counters_move() {
     std::os::unix::fs::symlink("/etc/passwd", mp.join("escape")).expect("absolute symlink refused");
     let linked = fetch();
     assert_eq!(sample(&linked, "scopefs_refused_total", &[("kind", "symlink"), ("via", "mount")]), refused_link0);
+    // A rename flag scopefs does not support is refused (EINVAL) and counted as unsupported.
+    let unsupported = |samples: &[Sample]| {
+        samples
+            .iter()
+            .find(|(n, l, _)| {
+                n == "scopefs_fuse_unsupported_total" && l.iter().any(|(k, v)| k == "op" && v == "rename")
+            })
+            .map_or(0.0, |s| s.2)
+    };
+    let unsupported0 = unsupported(&linked);
+    let path = |name: &str| std::ffi::CString::new(mp.join(name).into_os_string().into_encoded_bytes()).unwrap();
+    let (from, to) = (path("b.txt"), path("whiteout.txt"));
+    // SAFETY: two valid NUL-terminated paths.
+    let r =
+        unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_WHITEOUT) };
+    assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::EINVAL)));
+    let counted = fetch();
+    assert_eq!(unsupported(&counted), unsupported0 + 1.0);
 
     // A path the API refuses (400, nothing written) moves the API's counter, not the mounts'.
     let bad = http

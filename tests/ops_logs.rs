@@ -3,8 +3,8 @@
 //! the daemon's log contains no token or secret, no file content and no physical path under the
 //! data directory.
 
-mod tools_support;
-mod workspace_support;
+pub mod tools_support;
+pub mod workspace_support;
 
 use reqwest::StatusCode;
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! External POSIX suites against a real scope mount: pjdfstest (twice: no caching, production TTL) and fsx.
 
 #[path = "support/fuse_harness.rs"]
-mod harness;
+pub mod harness;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

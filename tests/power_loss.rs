@@ -3,7 +3,7 @@
 //! that was fsynced (nor anything committed before a later fsync of the scope), the scope opens
 //! cleanly afterwards, and `close()` alone issues no disk flush.
 
-mod powerloss_support;
+pub mod powerloss_support;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -5,9 +5,9 @@
 //! that user; the first failing step fails the test with the step's name and the tools' stderr.
 
 #[path = "support/fuse_harness.rs"]
-mod harness;
+pub mod harness;
 #[path = "real_tools_support/mod.rs"]
-mod rig;
+pub mod rig;
 
 use rig::{require_python_modules, Rig};
 

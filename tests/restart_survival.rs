@@ -5,7 +5,7 @@
 //! held descriptor included), no line of the re-opened file is lost, and the mount is the same
 //! mount throughout (resumed, never remounted).
 
-mod serve_process;
+pub mod serve_process;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

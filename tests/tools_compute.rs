@@ -3,7 +3,7 @@
 //! (503 and nothing runs on the host), and strict mode refusing weak configurations. Needs root,
 //! /dev/fuse, a Docker engine and `SCOPEFS_TEST_DOCKER_IMAGE`; without them it fails.
 
-mod serve_process;
+pub mod serve_process;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -59,7 +59,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(dir: &Path, config: &Path, port: u16) -> Daemon {
-        let serve = ServeProcess::start(dir, config, port, &format!("daemon-{}.log", uid()), &[]);
+        Self::start_with_env(dir, config, port, &[])
+    }
+
+    fn start_with_env(dir: &Path, config: &Path, port: u16, env: &[(&str, &str)]) -> Daemon {
+        let serve = ServeProcess::start(dir, config, port, &format!("daemon-{}.log", uid()), env);
         let mut d = Daemon { serve, client: Client::builder().timeout(Duration::from_secs(120)).build().unwrap() };
         d.serve.wait_ready(&d.client);
         d
@@ -241,12 +245,15 @@ fn kill9_and_restart_leave_nothing_unknown_running() {
     let port = free_port();
     let deployment = format!("ct-{}", &uid()[20..]);
     let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
-    let mut d = Daemon::start(dir.path(), &cfg, port);
+    // The registry clock of both daemons; the restart happens 90 s later on it (within the
+    // signature window, below the environment's 600 s maximum).
+    let clock = dir.path().join("clock-offset");
+    let clock_env = [("SCOPEFS_TEST_CLOCK_FILE", clock.to_str().unwrap())];
+    let mut d = Daemon::start_with_env(dir.path(), &cfg, port, &clock_env);
     let ta = format!("thread-a-{}", uid());
     d.provision(&ta);
     let env_id = d.ok(&ta, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
     let pid = d.ok(&ta, "start_process", json!({"command": "sleep 600"}))["process_id"].as_str().unwrap().to_string();
-    std::thread::sleep(Duration::from_millis(1200));
     d.serve.kill9();
     assert_eq!(containers_of(&deployment).len(), 1, "the environment's container outlives the daemon");
     // A container the registry never knew, carrying the deployment's label.
@@ -257,11 +264,13 @@ fn kill9_and_restart_leave_nothing_unknown_running() {
         .unwrap();
     assert!(rogue.status.success(), "starting a rogue container");
 
-    let d = Daemon::start(dir.path(), &cfg, port);
+    std::fs::write(&clock, "90").unwrap();
+    let d = Daemon::start_with_env(dir.path(), &cfg, port, &clock_env);
     assert_eq!(containers_of(&deployment), Vec::<String>::new(), "containers survive the restart");
     let env = d.ok(&ta, "get_environment_status", json!({"environment_id": env_id}));
     assert_eq!((env["state"].as_str(), env["end_reason"].as_str()), (Some("ended"), Some("daemon_restart")), "{env}");
-    assert!(env["runtime_seconds"].as_u64().is_some_and(|s| s >= 1), "runtime recorded: {env}");
+    // Runtime is recorded up to the restart: at least the 90 s the clock moved in between.
+    assert!(env["runtime_seconds"].as_u64().is_some_and(|s| (90..600).contains(&s)), "runtime recorded: {env}");
     let p = d.ok(&ta, "check_process", json!({"process_id": pid}));
     assert_eq!(p["state"], "lost", "{p}");
     // Compute works again after the restart.
@@ -307,7 +316,8 @@ fn docker_unreachable_file_tools_work_compute_is_503_and_nothing_runs() {
             "{tool}: {v}"
         );
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Every call above was answered (503) before this check, and without an executor nothing
+    // runs later: a command that ran would have left its marker by now.
     assert!(!marker.exists(), "a command ran on the host");
     assert!(!d.serve.mount_root.join("marker").exists());
 }

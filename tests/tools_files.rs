@@ -2,8 +2,8 @@
 //! uniqueness rule, grep/glob/list_dir confined to the scope whatever the pattern (including symlinks
 //! made through the FUSE mount that point elsewhere), per-scope isolation, thread owners, limits.
 
-mod tools_support;
-mod workspace_support;
+pub mod tools_support;
+pub mod workspace_support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

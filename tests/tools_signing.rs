@@ -3,8 +3,8 @@
 //! generated bodies), any changed byte refused, replayed nonces and stale timestamps refused (401),
 //! and the secret generated on first start.
 
-mod tools_support;
-mod workspace_support;
+pub mod tools_support;
+pub mod workspace_support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

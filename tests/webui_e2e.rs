@@ -2,7 +2,7 @@
 //! draft scope → upload before the first message → the first run reservation activates the scope →
 //! files listed, previewed (range), edited, downloaded as a zip → delete → the files answer 404.
 
-mod workspace_support;
+pub mod workspace_support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! per-thread isolation, path refusals, limits, quota, zip contents, coherence with the FUSE mount,
 //! and idempotent, audited imports. Every answer is checked for physical paths (`Daemon::send`).
 
-mod workspace_support;
+pub mod workspace_support;
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -392,9 +392,11 @@ fn legacy_import_copies_once_with_an_audit_record_and_never_leaves_the_legacy_ro
     assert_eq!(d.read("thread-i", "imported/r.txt").body, b"edited after import");
 
     // The audit record.
-    let registry = scopefs::registry::Registry::open(&d.dir.path().join("data/control/registry.sqlite3")).unwrap();
+    let registry = std::sync::Arc::new(
+        scopefs::registry::Registry::open(&d.dir.path().join("data/control/registry.sqlite3")).unwrap(),
+    );
     let scope_id = scopefs::ids::ScopeId::parse(&scope).unwrap();
-    let rec = registry.get_import("default", &scope_id, "imp-1").unwrap().expect("an audit record");
+    let rec = registry.deployment("default").get_import(&scope_id, "imp-1").unwrap().expect("an audit record");
     assert_eq!(rec.request.source_path, "reports/r.txt");
     assert_eq!(rec.request.target_path, "imported/r.txt");
     assert_eq!(rec.sha256.as_deref(), Some(sha256_hex(b"legacy report").as_str()));
@@ -412,7 +414,7 @@ fn legacy_import_copies_once_with_an_audit_record_and_never_leaves_the_legacy_ro
             json!({"source_path": src, "target_path": format!("x{i}"), "idempotency_key": format!("bad-{i}")}),
         );
         assert_eq!(a.status, StatusCode::NOT_FOUND, "{src}: {}", a.text());
-        assert!(registry.get_import("default", &scope_id, &format!("bad-{i}")).unwrap().is_none(), "{src}");
+        assert!(registry.deployment("default").get_import(&scope_id, &format!("bad-{i}")).unwrap().is_none(), "{src}");
     }
     for bad in ["../outside/secret.txt", "/etc/passwd", "%2e%2e/outside", "reports\\r.txt", "C:/x"] {
         let a = import(&d, "thread-i", json!({"source_path": bad, "idempotency_key": "bad-path"}));
@@ -430,7 +432,7 @@ fn legacy_import_copies_once_with_an_audit_record_and_never_leaves_the_legacy_ro
     let a = import(&d, "thread-i", json!({"source_path": "big.bin", "idempotency_key": "imp-big"}));
     assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(d.read("thread-i", "big.bin").status, StatusCode::NOT_FOUND);
-    assert!(registry.get_import("default", &scope_id, "imp-big").unwrap().is_none());
+    assert!(registry.deployment("default").get_import(&scope_id, "imp-big").unwrap().is_none());
     // An existing target is kept unless overwrite is asked for.
     let a = import(
         &d,

@@ -4,7 +4,7 @@
 //!
 //! Needs root and /dev/fuse; the purge test needs Garage (`eval "$(bash scripts/garage.sh env)"`).
 
-mod serve_process;
+pub mod serve_process;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -150,6 +150,39 @@ impl Daemon {
                 self.serve.log_text()
             );
             std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// `scopefs_maintenance_passes_total` from `/metrics`.
+    fn maintenance_passes(&self) -> u64 {
+        let resp = self.req("GET", "/metrics").send().expect("GET /metrics failed");
+        assert_eq!(resp.status(), StatusCode::OK, "GET /metrics");
+        let text = resp.text().unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("scopefs_maintenance_passes_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no scopefs_maintenance_passes_total sample in /metrics:\n{text}"))
+    }
+
+    /// Waits (bounded) until the daemon's log contains `needle`.
+    fn wait_log(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.serve.log_text().contains(needle) {
+            assert!(Instant::now() < deadline, "the log never said {needle:?}:\n{}", self.serve.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits (bounded) until `n` more periodic maintenance passes than `since` have finished.
+    fn wait_passes(&self, since: u64, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.maintenance_passes() < since + n {
+            assert!(
+                Instant::now() < deadline,
+                "{n} maintenance passes did not finish\nlog:\n{}",
+                self.serve.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 }
@@ -323,7 +356,7 @@ fn cutover_lease_blocks_creation() {
     // The holder renews; after expiry another operation takes it and the holder cannot renew.
     let (st, _) = lease("PATCH", "cut-1", 2);
     assert_eq!(st, StatusCode::OK);
-    std::thread::sleep(Duration::from_millis(2300));
+    setup.set_clock_offset(3); // the 2 s lease has expired on the registry clock
     let (st, body) = lease("PATCH", "cut-1", 60);
     assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "lease_not_held"), "an expired lease is not renewed");
     let (st, l) = lease("POST", "cut-2", 60);
@@ -393,7 +426,8 @@ fn delete_drain_draft_expiry_and_purge_from_garage() {
     assert_eq!((st, s(&del, "state")), (StatusCode::OK, "deleting".into()), "{del}");
     let err = std::fs::write(mp.join("late.txt"), b"x").unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EROFS), "writes through the mount are refused while deleting");
-    std::thread::sleep(Duration::from_secs(3));
+    // The drain (SCOPEFS_DELETE_DRAIN_SECS=2) times out; the scope stays deleting, blocked by the owner.
+    d.wait_log("delete drain timed out");
     let cur = d.by_thread("thread-del").1;
     assert_eq!(s(&cur, "state"), "deleting");
     assert_eq!(cur["delete_blocked_by"], json!([oid]), "{cur}");
@@ -421,7 +455,9 @@ fn delete_drain_draft_expiry_and_purge_from_garage() {
     setup.set_clock_offset(25 * HOUR);
     let young = d.draft("young-draft");
     d.wait_scope("old-draft", "deleted", |b| b["state"] == "deleted");
-    std::thread::sleep(Duration::from_secs(2)); // two more maintenance passes
+    // Two more passes, both started after the expiry was seen, leave the others alone.
+    let passes = d.maintenance_passes();
+    d.wait_passes(passes, 2);
     assert_eq!(s(&d.by_thread("young-draft").1, "state"), "draft");
     assert_eq!(s(&d.by_thread("busy-draft").1, "state"), "draft");
     assert_eq!(s(&d.by_thread("active-scope").1, "state"), "active");

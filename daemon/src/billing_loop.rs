@@ -30,7 +30,6 @@ impl BillingService {
     }
 
     /// Preflight for `create_environment`: the effective max runtime, or `ComputeQuotaExceeded` (429).
-    #[allow(dead_code)]
     pub fn admit_environment(
         &self,
         user_id: &str,

@@ -1,24 +1,6 @@
 //! `scopefs`: the host daemon and its command-line interface (argument parsing and dispatch).
 
-mod api;
-mod bench;
-mod billing_loop;
-mod doctor;
-mod executor;
-mod fdstore;
-mod http;
-mod lifecycle;
-mod metrics;
-mod notify;
-mod ops_cmd;
-mod pools;
-mod rlimit;
-mod scope_cmd;
-mod serve;
-mod service;
-mod setup;
-mod supervisor;
-mod tokens;
+use scopefs_daemon::{bench, doctor, ops_cmd, scope_cmd, serve, setup, supervisor};
 
 use std::path::PathBuf;
 use std::process::ExitCode;

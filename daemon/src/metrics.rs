@@ -1,4 +1,5 @@
-//! `GET /metrics`: Prometheus text exposition (SPEC §11) and the object-store request counters behind it.
+//! The Prometheus text exposition of `GET /metrics` (SPEC §11; the route is `api::metrics`) and the
+//! counters behind it.
 //!
 //! Labels carry ids and names only (scope ids, operation names, states), never paths or secrets.
 //! The route needs the service token (review L9): it names every scope and costs a registry walk.
@@ -8,16 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use axum::extract::State;
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use scopefs::engine::Refusal;
-use scopefs::registry::ScopeState;
+use scopefs::engine::{ScopeEngine, Storage};
+use scopefs::registry::{DeploymentRegistry, RegistryError, ScopeRecord, ScopeState};
 use scopefs::store::{ObjectInfo, ObjectStore, StoreError};
-
-use crate::api::{ApiError, AppState};
-use crate::service::ScopeService;
 
 const OPS: [&str; 5] = ["put", "get", "head", "delete", "list"];
 static STORE_REQUESTS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
@@ -25,6 +21,12 @@ static STORE_ERRORS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 static API_REFUSED_PATH: AtomicU64 = AtomicU64::new(0);
 static API_REFUSED_SYMLINK: AtomicU64 = AtomicU64::new(0);
 static CROSS_SCOPE: AtomicU64 = AtomicU64::new(0);
+static MAINTENANCE_PASSES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one finished periodic maintenance pass (whatever its outcome): tests wait for N more.
+pub fn note_maintenance_pass() {
+    MAINTENANCE_PASSES.fetch_add(1, Ordering::SeqCst);
+}
 
 /// Counts a path or symlink refusal answered through the HTTP API (the mounts count their own).
 pub fn note_api_refusal(kind: Refusal) {
@@ -100,18 +102,31 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// Renders every metric (blocking: reads the registry and each mounted scope's metadata).
-pub fn render(service: &ScopeService) -> Result<String, crate::service::ServiceError> {
+/// Renders every metric (blocking: reads the registry and each open scope's metadata).
+pub fn render(
+    registry: &DeploymentRegistry,
+    engines: &[Arc<ScopeEngine>],
+    storage: &Storage,
+) -> Result<String, RegistryError> {
     let mut t = Text(String::new());
-    let scopes = service.registry.list(&service.deployment)?;
+    scope_families(&mut t, &registry.list()?, engines);
+    fuse_families(&mut t);
+    unsupported_families(&mut t);
+    store_families(&mut t, storage);
+    refusal_families(&mut t);
+    compute_families(&mut t, registry)?;
+    Ok(t.0)
+}
 
+/// Scopes by state; files, bytes and queued uploads of the open ones.
+fn scope_families(t: &mut Text, scopes: &[ScopeRecord], engines: &[Arc<ScopeEngine>]) {
     t.family("scopefs_scopes", "gauge", "Scopes of this deployment by state.");
-    for state in ScopeState::ALL {
+    for &state in ScopeState::ALL {
         let n = scopes.iter().filter(|s| s.state == state).count();
         t.sample("scopefs_scopes", &[("state", state.as_str())], n);
     }
 
-    let engines: Vec<_> = service.engines.lock().iter().map(|(id, e)| (id.clone(), e.clone())).collect();
+    let engines: Vec<_> = engines.iter().map(|e| (e.scope_id().clone(), e.clone())).collect();
     let mut usages = Vec::new();
     let mut upload_queue = 0usize;
     for (id, engine) in &engines {
@@ -136,7 +151,12 @@ pub fn render(service: &ScopeService) -> Result<String, crate::service::ServiceE
     for (id, u) in &usages {
         t.sample("scopefs_scope_bytes", &[("scope_id", id)], u.bytes);
     }
+    t.family("scopefs_upload_queue_blocks", "gauge", "Blocks written but not yet uploaded.");
+    t.sample("scopefs_upload_queue_blocks", &[], upload_queue);
+}
 
+/// FUSE operations: counts, errors and latency histograms.
+fn fuse_families(t: &mut Text) {
     let ops = scopefs_fs::metrics::snapshot();
     t.family("scopefs_fuse_operations_total", "counter", "FUSE operations answered, by operation.");
     for (op, s) in &ops {
@@ -155,7 +175,22 @@ pub fn render(service: &ScopeService) -> Result<String, crate::service::ServiceE
         t.sample("scopefs_fuse_operation_seconds_sum", &[("op", op)], s.sum_seconds);
         t.sample("scopefs_fuse_operation_seconds_count", &[("op", op)], s.count);
     }
+}
 
+/// FUSE requests the file system does not support (answered with an error), by operation.
+fn unsupported_families(t: &mut Text) {
+    t.family(
+        "scopefs_fuse_unsupported_total",
+        "counter",
+        "FUSE requests for operations or flags scopefs does not support, by operation.",
+    );
+    for (op, n) in scopefs_fs::metrics::unsupported() {
+        t.sample("scopefs_fuse_unsupported_total", &[("op", op)], n);
+    }
+}
+
+/// Object-store requests, staging and the block cache.
+fn store_families(t: &mut Text, storage: &Storage) {
     t.family("scopefs_object_store_requests_total", "counter", "Object-store requests, by operation.");
     for (i, op) in OPS.iter().enumerate() {
         t.sample("scopefs_object_store_requests_total", &[("op", op)], STORE_REQUESTS[i].load(Ordering::Relaxed));
@@ -165,18 +200,19 @@ pub fn render(service: &ScopeService) -> Result<String, crate::service::ServiceE
         t.sample("scopefs_object_store_errors_total", &[("op", op)], STORE_ERRORS[i].load(Ordering::Relaxed));
     }
 
-    t.family("scopefs_upload_queue_blocks", "gauge", "Blocks written but not yet uploaded.");
-    t.sample("scopefs_upload_queue_blocks", &[], upload_queue);
     t.family("scopefs_staging_bytes", "gauge", "Bytes held in local staging.");
-    t.sample("scopefs_staging_bytes", &[], service.storage.staging_bytes());
+    t.sample("scopefs_staging_bytes", &[], storage.staging_bytes());
     t.family("scopefs_cache_bytes", "gauge", "Bytes held by the local block cache.");
-    t.sample("scopefs_cache_bytes", &[], service.storage.cache_bytes());
-    let (hits, misses) = service.storage.cache_counts();
+    t.sample("scopefs_cache_bytes", &[], storage.cache_bytes());
+    let (hits, misses) = storage.cache_counts();
     t.family("scopefs_cache_hits_total", "counter", "Block cache hits.");
     t.sample("scopefs_cache_hits_total", &[], hits);
     t.family("scopefs_cache_misses_total", "counter", "Block cache misses.");
     t.sample("scopefs_cache_misses_total", &[], misses);
+}
 
+/// Refused paths, symlinks, cross-scope ids and `[limits]` bounds.
+fn refusal_families(t: &mut Text) {
     let (path, symlink) = scopefs_fs::metrics::refused();
     t.family(
         "scopefs_refused_total",
@@ -200,41 +236,29 @@ pub fn render(service: &ScopeService) -> Result<String, crate::service::ServiceE
     for (bound, n) in scopefs::limits::refusals() {
         t.sample("scopefs_limit_refused_total", &[("bound", bound)], n);
     }
+}
 
-    let mut running = 0usize;
-    for rec in scopes.iter().filter(|s| s.state != ScopeState::Deleted) {
-        running += service
-            .registry
-            .environments(&service.deployment, &rec.scope_id)?
-            .iter()
-            .filter(|e| e.state.is_live())
-            .count();
-    }
+/// Environments, maintenance passes and settlements.
+fn compute_families(t: &mut Text, registry: &DeploymentRegistry) -> Result<(), RegistryError> {
+    let running = registry.live_environments()?.len();
     t.family("scopefs_environments_running", "gauge", "Sandbox environments creating or running.");
     t.sample("scopefs_environments_running", &[], running);
 
-    let (settled, failed, pending) = settlements(service);
+    t.family("scopefs_maintenance_passes_total", "counter", "Periodic maintenance passes finished.");
+    t.sample("scopefs_maintenance_passes_total", &[], MAINTENANCE_PASSES.load(Ordering::SeqCst));
+
+    let (settled, failed, pending) = settlements(registry);
     t.family("scopefs_settlements", "gauge", "Compute usage records by settlement result.");
     t.sample("scopefs_settlements", &[("result", "settled")], settled);
     t.sample("scopefs_settlements", &[("result", "failed_attempts")], failed);
     t.family("scopefs_pending_usage", "gauge", "Compute usage records not settled yet.");
     t.sample("scopefs_pending_usage", &[], pending);
-    Ok(t.0)
+    Ok(())
 }
 
 /// (settled usages, failed settlement attempts of pending usages, pending usages); zeros when unreadable.
-fn settlements(service: &ScopeService) -> (usize, i64, usize) {
-    let settled = service.registry.billing_audit().map(|a| a.settled_usages).unwrap_or(0);
-    let pending = service.registry.pending_usage(100_000, false).unwrap_or_default();
+fn settlements(registry: &DeploymentRegistry) -> (usize, i64, usize) {
+    let settled = registry.billing_audit().map(|a| a.settled_usages).unwrap_or(0);
+    let pending = registry.pending_usage(100_000, false).unwrap_or_default();
     (settled, pending.iter().map(|u| u.settle_failures).sum(), pending.len())
-}
-
-/// `GET /metrics` (service token: counts and ids, no secrets, but every scope's id and size).
-pub async fn handler(State(st): State<AppState>) -> Response {
-    let service = st.service.clone();
-    match crate::pools::spawn(crate::pools::RouteClass::Internal, move || render(&service)).await {
-        Ok(Ok(text)) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
-        Ok(Err(e)) => ApiError::from(e).into_response(),
-        Err(join) => ApiError::internal("task_failed", &join).into_response(),
-    }
 }

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use scopefs::config::{Config, StoreConfig};
 use scopefs::engine::{ScopeEngine, Storage, WriteMode};
 use scopefs::ids::{ScopeId, ThreadId};
-use scopefs::registry::Registry;
+use scopefs::registry::{DeploymentRegistry, Registry};
 
 use crate::{setup, tokens};
 
@@ -42,16 +42,17 @@ pub fn print_config(cfg: &Config) -> anyhow::Result<()> {
 
 /// Registry, storage and runtime for commands that work on scopes without a running daemon.
 pub(crate) struct Offline {
-    pub(crate) registry: Registry,
+    pub(crate) registry: DeploymentRegistry,
     pub(crate) storage: Arc<Storage>,
     // Kept alive for the storage's object-store requests.
     _rt: tokio::runtime::Runtime,
 }
 
 /// The registry alone (its control directory prepared).
-pub(crate) fn open_registry(cfg: &Config) -> anyhow::Result<Registry> {
+pub(crate) fn open_registry(cfg: &Config) -> anyhow::Result<DeploymentRegistry> {
     setup::control_dir(cfg).context("preparing the control directory")?;
-    Registry::open(&setup::registry_path(cfg)).context("opening the registry")
+    let registry = Registry::open(&setup::registry_path(cfg)).context("opening the registry")?;
+    Ok(std::sync::Arc::new(registry).deployment(&cfg.deployment_id))
 }
 
 /// The registry, the object store and local storage, on a runtime of their own.
@@ -70,7 +71,7 @@ pub(crate) fn open_offline(cfg: &Config) -> anyhow::Result<Offline> {
 impl Offline {
     fn engine(&self, cfg: &Config, scope: &str) -> anyhow::Result<Arc<ScopeEngine>> {
         let id = ScopeId::parse(scope).context("invalid scope id")?;
-        let Some(rec) = self.registry.get(&cfg.deployment_id, &id).context("reading the registry")? else {
+        let Some(rec) = self.registry.get(&id).context("reading the registry")? else {
             bail!("no scope {id} in deployment {}", cfg.deployment_id);
         };
         if !rec.state.is_mountable() {
@@ -181,30 +182,21 @@ pub fn token_rotate(cfg: &Config, kind: TokenKind) -> anyhow::Result<()> {
 pub fn import(cfg: &Config, dir: &Path, thread: &str) -> anyhow::Result<()> {
     let thread = ThreadId::parse(thread).context("invalid --thread")?;
     let offline = open_offline(cfg)?;
-    let rec = match offline.registry.find_by_thread(&cfg.deployment_id, &thread).context("reading the registry")? {
+    let rec = match offline.registry.find_by_thread(&thread).context("reading the registry")? {
         Some(rec) => rec,
-        None => crate::service::create_unmounted(
-            &cfg.deployment_id,
-            cfg.default_quota(),
-            &offline.registry,
-            &offline.storage,
-            &thread,
-        )
-        .context("creating the scope")?,
+        None => {
+            crate::services::scopes::create_unmounted(cfg.default_quota(), &offline.registry, &offline.storage, &thread)
+                .context("creating the scope")?
+        }
     };
     let engine = offline.engine(cfg, rec.scope_id.as_str())?;
-    let owner = crate::service::api_owner(&engine).context("reading the scope owner")?;
     let files = collect_files(dir)?;
     let total: u64 = files.iter().map(|(_, _, len)| len).sum();
     let mut done = 0u64;
     let mut progress = Progress::new(total, files.len());
     for (i, (_, rel, len)) in files.iter().enumerate() {
         let mut file = open_source(dir, rel).with_context(|| format!("opening source file {rel}"))?;
-        if let Some((parent, _)) = rel.rsplit_once('/') {
-            engine.make_dirs(parent, owner).with_context(|| format!("creating /{parent}"))?;
-        }
-        engine
-            .write_path(rel, &mut file, u64::MAX, WriteMode::Replace, owner)
+        crate::services::files::write_creating_parents(&engine, rel, &mut file, u64::MAX, WriteMode::Replace)
             .with_context(|| format!("writing /{rel}"))?;
         done += len;
         progress.update(i + 1, done);

@@ -6,14 +6,14 @@ use scopefs::ids::ThreadId;
 use scopefs::registry::ScopeRecord;
 
 use crate::ops_cmd::{open_offline, open_registry, Offline};
-use crate::service;
+use crate::services::scopes;
 
 /// Creates a scope (state `draft`) and its filesystem metadata; does not mount it.
 pub fn create(cfg: &Config, thread: &str) -> anyhow::Result<()> {
     let thread = ThreadId::parse(thread).context("invalid --thread")?;
     let Offline { registry, storage, .. } = &open_offline(cfg)?;
-    let rec = service::create_unmounted(&cfg.deployment_id, cfg.default_quota(), registry, storage, &thread)
-        .context("creating the scope")?;
+    let rec =
+        scopes::create_unmounted(cfg.default_quota(), registry, storage, &thread).context("creating the scope")?;
     println!("{}", header());
     println!("{}", row(&rec));
     Ok(())
@@ -23,7 +23,7 @@ pub fn create(cfg: &Config, thread: &str) -> anyhow::Result<()> {
 pub fn ls(cfg: &Config) -> anyhow::Result<()> {
     let registry = open_registry(cfg)?;
     println!("{}", header());
-    for rec in registry.list(&cfg.deployment_id).context("listing scopes")? {
+    for rec in registry.list().context("listing scopes")? {
         println!("{}", row(&rec));
     }
     Ok(())

@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use scopefs::clock::OffsetFileClock;
 use scopefs::config::Config;
 use scopefs::engine::Storage;
 use scopefs::registry::Registry;
@@ -31,18 +30,17 @@ use scopefs_fs::MountManager;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::api::{self, AppState};
-use crate::lifecycle::LifecycleSettings;
 use crate::notify::notify_or_log;
-use crate::service::ScopeService;
+use crate::services::compute::{Compute, ComputeSettings};
+use crate::services::files::WorkspaceSettings;
+use crate::services::open_scopes::OpenScopes;
+use crate::services::{ComputeService, LifecycleSettings, Scopes, Services, WorkspaceFiles};
 use crate::{setup, tokens};
 
 /// Bound on draining in-flight HTTP requests at shutdown.
 const HTTP_DRAIN: Duration = Duration::from_secs(10);
 /// Bound on waiting for uploads at shutdown (across all scopes).
 const UPLOAD_DRAIN: Duration = Duration::from_secs(20);
-/// Variable naming a file with a clock offset in seconds; honoured only when set and only in debug
-/// builds (tests of expiry and retention; see `lifecycle::test_hooks_enabled`).
-const TEST_CLOCK_ENV: &str = "SCOPEFS_TEST_CLOCK_FILE";
 
 /// The address to listen on; a non-loopback address needs `allow_remote = true`.
 pub fn listen_addr(cfg: &Config) -> anyhow::Result<SocketAddr> {
@@ -85,54 +83,35 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         api::ToolsAuth::new(hmac_secret, cfg.signature_window_secs, cfg.max_upload_bytes).with_limits(&cfg.limits);
 
     // Strict isolation refuses to start here, before anything is mounted (see `executor::build`).
-    let compute = crate::executor::build(&cfg, rt.handle().clone()).context("sandbox executor")?;
+    let executor = crate::executor::build(&cfg, rt.handle().clone()).context("sandbox executor")?;
 
-    let store = {
-        let _in_runtime = rt.enter();
-        setup::build_store(&cfg).context("configuring the object store")?
-    };
-    // Counts requests and errors for `/metrics`.
-    let store: Arc<dyn scopefs::store::ObjectStore> = Arc::new(crate::metrics::CountingStore(store));
-    let described = store.describe();
-    rt.block_on(setup::probe_store(store.as_ref(), setup::probe_bound(&cfg)))
-        .with_context(|| format!("object store probe (put/get/delete) failed on {described}"))?;
-    tracing::info!(store = %described, "object store probe passed");
-
-    let storage = Storage::new(store, cfg.storage_settings(), &cfg.data_dir, rt.handle().clone())
-        .context("opening local storage")?;
+    let storage = open_storage(&cfg, &rt)?;
     let mut registry = Registry::open(&setup::registry_path(&cfg)).context("opening the registry")?;
-    let test_clock = crate::lifecycle::test_hooks_enabled().then(|| std::env::var_os(TEST_CLOCK_ENV)).flatten();
-    if let Some(path) = test_clock.filter(|p| !p.is_empty()) {
-        tracing::warn!(
-            "{TEST_CLOCK_ENV} is set: the registry clock is shifted by the offset in that file (tests only)"
-        );
-        registry = registry.with_clock(Arc::new(OffsetFileClock::new(path.into())));
+    // `SCOPEFS_TEST_CLOCK_FILE`, honoured only by test builds (feature `test-hooks`).
+    if let Some(clock) = scopefs::testhooks::test_clock() {
+        registry = registry.with_clock(clock);
     }
     let registry = Arc::new(registry);
     let billing = Arc::new(crate::billing_loop::BillingService::new(registry.clone(), cfg.pricing.clone()));
-    let lifecycle = LifecycleSettings::from_config(&cfg);
     tracing::info!(schema_version = registry.schema_version(), "registry open");
     if !inherited.mounts.is_empty() {
         tracing::info!(mounts = inherited.mounts.len(), "resuming mounts kept across the restart");
     }
     let mounts = MountManager::resuming(&cfg.mount_root, setup::mount_options(&cfg), inherited.mounts, keeper.clone())
         .context("preparing the mount root")?;
-    let service = Arc::new(
-        ScopeService::new(
-            cfg.deployment_id.clone(),
-            cfg.default_quota(),
-            registry,
-            storage,
-            mounts,
-            lifecycle,
-            rt.handle().clone(),
-        )
-        .with_workspace(crate::service::WorkspaceSettings::from_config(&cfg))
-        .with_compute(compute)
-        .with_billing(billing.clone()),
+    let services = build_services(
+        &cfg,
+        registry.deployment(&cfg.deployment_id),
+        storage,
+        Arc::new(mounts),
+        Compute::new(executor, ComputeSettings::from_config(&cfg)),
+        billing.clone(),
+        rt.handle().clone(),
     );
     let state = AppState {
-        service: service.clone(),
+        scopes: services.scopes,
+        files: services.files,
+        compute: services.compute,
         service_token: Arc::new(service_token),
         tools: Arc::new(tools_auth),
         admin_token: Arc::new(admin_token),
@@ -144,9 +123,43 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     result
 }
 
+/// The object store (counted for `/metrics`, probed with a put/get/delete) under local storage.
+fn open_storage(cfg: &Config, rt: &tokio::runtime::Runtime) -> anyhow::Result<Arc<Storage>> {
+    let store = {
+        let _in_runtime = rt.enter();
+        setup::build_store(cfg).context("configuring the object store")?
+    };
+    // Counts requests and errors for `/metrics`.
+    let store: Arc<dyn scopefs::store::ObjectStore> = Arc::new(crate::metrics::CountingStore(store));
+    let described = store.describe();
+    rt.block_on(setup::probe_store(store.as_ref(), setup::probe_bound(cfg)))
+        .with_context(|| format!("object store probe (put/get/delete) failed on {described}"))?;
+    tracing::info!(store = %described, "object store probe passed");
+    Storage::new(store, cfg.storage_settings(), &cfg.data_dir, rt.handle().clone()).context("opening local storage")
+}
+
+/// The daemon's services over one deployment's registry, its storage and its mounts.
+fn build_services(
+    cfg: &Config,
+    registry: scopefs::registry::DeploymentRegistry,
+    storage: Arc<Storage>,
+    mounter: Arc<dyn crate::services::mounter::Mounter>,
+    compute: Compute,
+    billing: Arc<crate::billing_loop::BillingService>,
+    rt: tokio::runtime::Handle,
+) -> Services {
+    let open = Arc::new(OpenScopes::new(storage, mounter, cfg.default_quota()));
+    let compute = Arc::new(
+        ComputeService::new(registry.clone(), open.clone(), rt.clone()).with_compute(compute).with_billing(billing),
+    );
+    let files = Arc::new(WorkspaceFiles::new(registry.clone(), open.clone(), WorkspaceSettings::from_config(cfg)));
+    let scopes = Arc::new(Scopes::new(registry, open, compute.clone(), LifecycleSettings::from_config(cfg)));
+    Services { scopes, files, compute }
+}
+
 /// Runs a maintenance pass (drain retries, draft expiry, purge) every interval until stop.
-async fn maintenance_loop(service: Arc<ScopeService>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(service.lifecycle.maintenance_interval);
+async fn maintenance_loop(service: Arc<Scopes>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(service.lifecycle_settings().maintenance_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
@@ -161,6 +174,7 @@ async fn maintenance_loop(service: Arc<ScopeService>, mut stop: tokio::sync::wat
             Ok(Err(e)) => tracing::error!(error = %e, "maintenance pass failed"),
             Err(e) => tracing::error!(error = %e, "maintenance pass panicked"),
         }
+        crate::metrics::note_maintenance_pass();
     }
 }
 
@@ -245,7 +259,8 @@ async fn serve(listener: Listener, state: AppState, (term, int, hup): (Signal, S
         let _ = stop_tx.send(true);
     });
 
-    let service = state.service.clone();
+    let service = state.scopes.clone();
+    let compute = state.compute.clone();
     let billing = state.billing.clone();
     let listener = listener.open().await?;
     let limits = state.tools.limits.clone();
@@ -259,17 +274,17 @@ async fn serve(listener: Listener, state: AppState, (term, int, hup): (Signal, S
     let recovered = tokio::task::spawn_blocking(move || {
         // Containers first: a restart ends every environment whose mount is dead.
         // Environments of scopes whose mount was kept are adopted, not ended.
-        let resumed = svc.mounts.inherited_scopes().into_iter().collect();
-        match svc.reconcile_compute_at_startup(&resumed) {
+        let resumed = svc.open_scopes().mounter().inherited_scopes().into_iter().collect();
+        match compute.reconcile_compute_at_startup(&resumed) {
             Ok(r) => tracing::info!(?r, "environments reconciled"),
             Err(e) => tracing::error!(error = %e, "environment reconciliation failed; retried before compute requests"),
         }
         let report = svc.recover()?;
         // Kept mounts of scopes this daemon no longer serves (deleted meanwhile) end here.
-        svc.mounts.drop_unclaimed();
+        svc.open_scopes().mounter().drop_unclaimed();
         // Finishes deletes and purges a crash interrupted, before readiness.
         let maintenance = svc.maintenance_pass()?;
-        Ok::<_, crate::service::ServiceError>((report, maintenance))
+        Ok::<_, crate::services::ServiceError>((report, maintenance))
     });
     match recovered.await {
         Ok(Ok((report, maintenance))) => {

@@ -15,8 +15,7 @@ impl Token {
         Token(secret)
     }
 
-    /// The secret itself (for `token show`-style output only).
-    #[allow(dead_code)]
+    /// The secret itself: printed by `token show`, and the HMAC key of signed requests.
     pub fn expose(&self) -> &str {
         &self.0
     }

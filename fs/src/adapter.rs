@@ -9,22 +9,24 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, PollEvents, PollFlags, PollNotifier, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
+    ReplyOpen, ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use scopefs::engine::{
-    Attr, EngineResult, FileKind, Ino, OpenFlags, Opened, Owner, RenameMode, ScopeEngine, SetAttr, TimeSet,
-};
+use scopefs::engine::{Attr, Ino, ScopeEngine, SetAttr};
 
-use crate::errno::{is_internal, to_errno};
+use crate::errno::{is_internal, Failure};
 
+/// Conversions between kernel and engine types.
+#[path = "adapter_convert.rs"]
+mod convert;
 /// Extended attributes and `fallocate` (their callbacks' bodies).
 #[path = "adapter_xattr.rs"]
 mod xattr;
 
-/// `st_blksize` reported for every inode (the preferred I/O size).
-const PREFERRED_IO_SIZE: u32 = 128 * 1024;
+use convert::*;
+
 /// The kernel fast paths a mount asks for (the `[fuse]` configuration section).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FastPaths {
@@ -46,23 +48,28 @@ impl Default for FastPaths {
 /// Inode numbers are never reused, so the generation is always 0.
 const GENERATION: Generation = Generation(0);
 
-/// Runs one engine call; an engine error becomes its errno, a panic becomes `EIO`.
-/// Every call is counted with its latency (`crate::metrics`).
-fn call<T>(op: &'static str, f: impl FnOnce() -> EngineResult<T>) -> Result<T, Errno> {
+/// Runs one engine call; an engine error becomes its errno, a panic becomes `EIO`. Every call is
+/// counted with its latency, refusals and unsupported requests by kind (`crate::metrics`).
+fn call<T, E: Into<Failure>>(op: &'static str, f: impl FnOnce() -> Result<T, E>) -> Result<T, Errno> {
     let _running = crate::pause::enter();
     let started = std::time::Instant::now();
-    let outcome = catch_unwind(AssertUnwindSafe(f));
+    let outcome = catch_unwind(AssertUnwindSafe(|| f().map_err(Into::into)));
     crate::metrics::record(op, started.elapsed(), matches!(outcome, Ok(Ok(_))));
     match outcome {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) => {
-            crate::metrics::note_refusal(&err);
-            if is_internal(&err) {
-                tracing::warn!(op, error = %err, "engine operation failed");
-            } else {
-                tracing::debug!(op, error = %err, "engine operation refused");
+        Ok(Err(failure)) => {
+            match &failure {
+                Failure::Engine(err) if is_internal(err) => tracing::warn!(op, error = %err, "engine operation failed"),
+                Failure::Engine(err) => {
+                    crate::metrics::note_refusal(err);
+                    tracing::debug!(op, error = %err, "engine operation refused");
+                }
+                Failure::Unsupported(_) | Failure::NotImplemented => {
+                    crate::metrics::note_unsupported(op);
+                    tracing::debug!(op, ?failure, "unsupported request");
+                }
             }
-            Err(to_errno(&err))
+            Err(failure.errno())
         }
         Err(_) => {
             tracing::error!(op, "engine operation panicked; answering EIO");
@@ -71,80 +78,9 @@ fn call<T>(op: &'static str, f: impl FnOnce() -> EngineResult<T>) -> Result<T, E
     }
 }
 
-/// Converts engine attributes to the kernel's.
-pub fn file_attr(attr: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(attr.ino),
-        size: attr.size,
-        blocks: attr.size.div_ceil(512),
-        atime: attr.atime,
-        mtime: attr.mtime,
-        ctime: attr.ctime,
-        crtime: attr.ctime,
-        kind: file_type(attr.kind),
-        perm: (attr.perm & 0o7777) as u16,
-        nlink: attr.nlink,
-        uid: attr.uid,
-        gid: attr.gid,
-        rdev: attr.rdev,
-        blksize: PREFERRED_IO_SIZE,
-        flags: 0,
-    }
-}
-
-fn file_type(kind: FileKind) -> FileType {
-    match kind {
-        FileKind::File => FileType::RegularFile,
-        FileKind::Dir => FileType::Directory,
-        FileKind::Symlink => FileType::Symlink,
-        FileKind::Fifo => FileType::NamedPipe,
-        FileKind::Socket => FileType::Socket,
-        FileKind::CharDevice => FileType::CharDevice,
-        FileKind::BlockDevice => FileType::BlockDevice,
-    }
-}
-
-fn time_set(t: TimeOrNow) -> TimeSet {
-    match t {
-        TimeOrNow::Now => TimeSet::Now,
-        TimeOrNow::SpecificTime(at) => TimeSet::At(at),
-    }
-}
-
-/// Engine open flags from the kernel's `open(2)` flags.
-pub fn open_flags(flags: i32) -> OpenFlags {
-    OpenFlags {
-        write: flags & libc::O_ACCMODE != libc::O_RDONLY,
-        truncate: flags & libc::O_TRUNC != 0,
-        exclusive: flags & libc::O_EXCL != 0,
-    }
-}
-
-/// Engine rename mode from `renameat2` flags; `None` for flags we do not support.
-pub fn rename_mode(flags: u32) -> Option<RenameMode> {
-    let noreplace = libc::RENAME_NOREPLACE;
-    let exchange = libc::RENAME_EXCHANGE;
-    if flags & !(noreplace | exchange) != 0 {
-        return None;
-    }
-    match (flags & noreplace != 0, flags & exchange != 0) {
-        (false, false) => Some(RenameMode::Replace),
-        (true, false) => Some(RenameMode::NoReplace),
-        (false, true) => Some(RenameMode::Exchange),
-        (true, true) => None,
-    }
-}
-
-fn fopen_flags(fast: &FastPaths, opened: &Opened) -> FopenFlags {
-    if fast.keep_cache && opened.keep_cache {
-        FopenFlags::FOPEN_KEEP_CACHE
-    } else {
-        FopenFlags::empty()
-    }
-}
-
-fn owner(req: &Request) -> Owner {
-    Owner { uid: req.uid(), gid: req.gid() }
+/// Answers an operation this filesystem does not implement (`ENOSYS`), through `call`.
+fn not_implemented(op: &'static str) -> Errno {
+    call(op, || Err::<(), _>(Failure::NotImplemented)).err().unwrap_or(Errno::ENOSYS)
 }
 
 /// Directory-stream offsets (the kernel's cookies). A stream is stateless: 0 starts at `.`,
@@ -243,27 +179,6 @@ fn reply_empty(reply: ReplyEmpty, result: Result<(), Errno>) {
     }
 }
 
-/// Placeholder attributes for `.`/`..` in readdirplus (the kernel ignores them).
-fn dot_attr(ino: Ino) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(ino),
-        size: 0,
-        blocks: 0,
-        atime: SystemTime::UNIX_EPOCH,
-        mtime: SystemTime::UNIX_EPOCH,
-        ctime: SystemTime::UNIX_EPOCH,
-        crtime: SystemTime::UNIX_EPOCH,
-        kind: FileType::Directory,
-        perm: 0o755,
-        nlink: 2,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: PREFERRED_IO_SIZE,
-        flags: 0,
-    }
-}
-
 impl Filesystem for ScopeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let mut wanted = vec![
@@ -354,19 +269,9 @@ impl Filesystem for ScopeFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Device nodes are inert: the mount is `nodev`, only their number is kept.
-        let kind = match mode & libc::S_IFMT {
-            libc::S_IFREG => FileKind::File,
-            libc::S_IFIFO => FileKind::Fifo,
-            libc::S_IFSOCK => FileKind::Socket,
-            libc::S_IFCHR => FileKind::CharDevice,
-            libc::S_IFBLK => FileKind::BlockDevice,
-            _ => {
-                reply.error(Errno::EINVAL);
-                return;
-            }
-        };
-        let r = call("mknod", || self.engine.mknod(parent.0, name.as_bytes(), kind, mode & 0o7777, rdev, owner(req)));
+        let r = call("mknod", || -> Result<Attr, Failure> {
+            Ok(self.engine.mknod(parent.0, name.as_bytes(), mknod_kind(mode)?, mode & 0o7777, rdev, owner(req))?)
+        });
         self.reply_entry(reply, r);
     }
 
@@ -400,11 +305,10 @@ impl Filesystem for ScopeFs {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let Some(mode) = rename_mode(flags.bits()) else {
-            reply.error(Errno::EINVAL);
-            return;
-        };
-        let r = call("rename", || self.engine.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), mode));
+        let r = call("rename", || -> Result<(), Failure> {
+            let mode = rename_mode(flags.bits())?;
+            Ok(self.engine.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), mode)?)
+        });
         reply_empty(reply, r);
     }
 
@@ -611,62 +515,84 @@ impl Filesystem for ScopeFs {
     ) {
         self.do_fallocate(ino, fh, offset, length, mode, reply);
     }
+
+    // Operations this filesystem does not implement: `ENOSYS` as fuser's defaults, but counted.
+
+    fn lseek(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _offset: i64, _whence: i32, reply: ReplyLseek) {
+        reply.error(not_implemented("lseek"));
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        reply.error(not_implemented("copy_file_range"));
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(not_implemented("ioctl"));
+    }
+
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: PollNotifier,
+        _events: PollEvents,
+        _flags: PollFlags,
+        reply: ReplyPoll,
+    ) {
+        reply.error(not_implemented("poll"));
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use scopefs::engine::EngineResult;
+
     use super::*;
 
     #[test]
-    fn open_flags_follow_access_mode_and_trunc() {
-        assert_eq!(open_flags(libc::O_RDONLY), OpenFlags::default());
-        assert!(open_flags(libc::O_WRONLY).write);
-        assert!(open_flags(libc::O_RDWR).write);
-        let f = open_flags(libc::O_RDWR | libc::O_TRUNC | libc::O_EXCL);
-        assert!(f.write && f.truncate && f.exclusive);
-    }
-
-    #[test]
-    fn rename_flags_map_to_modes() {
-        assert_eq!(rename_mode(0), Some(RenameMode::Replace));
-        assert_eq!(rename_mode(libc::RENAME_NOREPLACE), Some(RenameMode::NoReplace));
-        assert_eq!(rename_mode(libc::RENAME_EXCHANGE), Some(RenameMode::Exchange));
-        assert_eq!(rename_mode(libc::RENAME_WHITEOUT), None);
-        assert_eq!(rename_mode(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE), None);
-    }
-
-    #[test]
     fn a_panicking_engine_call_answers_eio() {
-        let r: Result<(), Errno> = call("test", || panic!("boom"));
+        let r: Result<(), Errno> = call("test", || -> EngineResult<()> { panic!("boom") });
         assert_eq!(r, Err(Errno::EIO));
-        let r: Result<u32, Errno> = call("test", || Ok(7));
+        let r: Result<u32, Errno> = call("test", || EngineResult::Ok(7));
         assert_eq!(r, Ok(7));
         let r: Result<u32, Errno> = call("test", || Err(scopefs::engine::EngineError::NotEmpty));
         assert_eq!(r, Err(Errno::ENOTEMPTY));
     }
 
     #[test]
-    fn attributes_convert_with_kind_and_blocks() {
-        let now = SystemTime::now();
-        let attr = Attr {
-            ino: 42,
-            kind: FileKind::Symlink,
-            size: 1025,
-            perm: 0o4755,
-            nlink: 1,
-            uid: 7,
-            gid: 8,
-            atime: now,
-            mtime: now,
-            ctime: now,
-            version: 3,
-            rdev: 0,
-        };
-        let fa = file_attr(&attr);
-        assert_eq!(fa.ino, INodeNo(42));
-        assert_eq!(fa.kind, FileType::Symlink);
-        assert_eq!(fa.blocks, 3);
-        assert_eq!(fa.perm, 0o4755);
-        assert_eq!((fa.uid, fa.gid, fa.nlink), (7, 8, 1));
+    fn unsupported_requests_go_through_call_and_are_counted_by_operation() {
+        let count = |op| crate::metrics::unsupported().into_iter().find(|(o, _)| *o == op).map_or(0, |(_, n)| n);
+        let stats =
+            |op| crate::metrics::snapshot().into_iter().find(|(o, _)| *o == op).map(|(_, s)| (s.count, s.errors));
+        assert_eq!(not_implemented("test-unimplemented"), Errno::ENOSYS);
+        let r: Result<(), Errno> = call("test-rename", || rename_mode(libc::RENAME_WHITEOUT).map(drop));
+        assert_eq!(r, Err(Errno::EINVAL));
+        let r: Result<(), Errno> = call("test-engine", || Err(scopefs::engine::EngineError::NotEmpty));
+        assert_eq!(r, Err(Errno::ENOTEMPTY));
+        assert_eq!((count("test-unimplemented"), count("test-rename"), count("test-engine")), (1, 1, 0));
+        assert_eq!(stats("test-unimplemented"), Some((1, 1)), "counted as a failed operation too");
     }
 }

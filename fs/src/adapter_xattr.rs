@@ -1,5 +1,6 @@
 //! The extended-attribute and `fallocate` callbacks of `ScopeFs` (a child module of `adapter`):
-//! flag decoding, `getxattr`/`listxattr` size probing, one engine call each.
+//! flag decoding (unknown flags and modes are unsupported requests), `getxattr`/`listxattr` size
+//! probing, one engine call each.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -8,7 +9,7 @@ use fuser::{FileHandle, INodeNo, ReplyEmpty, ReplyXattr};
 use scopefs::engine::{AllocMode, EngineError, EngineResult, XattrMode};
 
 use super::{call, reply_empty, ScopeFs};
-use crate::errno::to_errno;
+use crate::errno::{to_errno, Failure};
 
 /// `setxattr` flags to a mode (both `XATTR_CREATE` and `XATTR_REPLACE` always fail, as on
 /// Linux); unknown bits are `Invalid`.
@@ -55,7 +56,10 @@ fn reply_sized(reply: ReplyXattr, size: u32, result: Result<Vec<u8>, fuser::Errn
 
 impl ScopeFs {
     pub(crate) fn do_setxattr(&self, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, reply: ReplyEmpty) {
-        let r = call("setxattr", || self.engine.setxattr(ino.0, name.as_bytes(), value, xattr_mode(flags)?));
+        let r = call("setxattr", || -> Result<(), Failure> {
+            let mode = xattr_mode(flags).map_err(Failure::Unsupported)?;
+            Ok(self.engine.setxattr(ino.0, name.as_bytes(), value, mode)?)
+        });
         reply_empty(reply, r);
     }
 
@@ -80,7 +84,10 @@ impl ScopeFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let r = call("fallocate", || self.engine.fallocate(ino.0, fh.0, offset, length, alloc_mode(mode)?));
+        let r = call("fallocate", || -> Result<(), Failure> {
+            let mode = alloc_mode(mode).map_err(Failure::Unsupported)?;
+            Ok(self.engine.fallocate(ino.0, fh.0, offset, length, mode)?)
+        });
         reply_empty(reply, r);
     }
 }

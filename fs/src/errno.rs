@@ -1,4 +1,5 @@
-//! The one mapping from `EngineError` to the errno a FUSE request answers.
+//! The one mapping from a failed FUSE request (an `EngineError`, or a request this filesystem
+//! does not implement) to the errno it answers.
 
 use fuser::Errno;
 use scopefs::engine::EngineError;
@@ -13,7 +14,7 @@ pub fn errno_code(err: &EngineError) -> i32 {
         EngineError::NotEmpty => libc::ENOTEMPTY,
         EngineError::NameTooLong | EngineError::PathTooLong => libc::ENAMETOOLONG,
         EngineError::TooManyEntries => libc::E2BIG,
-        EngineError::InvalidName(_) | EngineError::Invalid(_) => libc::EINVAL,
+        EngineError::InvalidName(_) | EngineError::Invalid(_) | EngineError::BadSymlinkTarget => libc::EINVAL,
         EngineError::NotPermitted(_) => libc::EPERM,
         EngineError::ReadOnly => libc::EROFS,
         // Only path writes that ask for it (never a FUSE operation) fail this way.
@@ -41,6 +42,35 @@ pub fn to_errno(err: &EngineError) -> Errno {
     Errno::from_i32(errno_code(err))
 }
 
+/// Why a FUSE request failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// The engine refused or failed the request.
+    Engine(EngineError),
+    /// A request with a flag, mode or file type this filesystem does not implement (e.g.
+    /// `RENAME_WHITEOUT`): answered with the errno of the engine error it carries.
+    Unsupported(EngineError),
+    /// An operation this filesystem does not implement at all (`lseek`, `ioctl`, ...): `ENOSYS`,
+    /// as fuser's defaults answer; the kernel then stops sending some of them.
+    NotImplemented,
+}
+
+impl From<EngineError> for Failure {
+    fn from(err: EngineError) -> Self {
+        Failure::Engine(err)
+    }
+}
+
+impl Failure {
+    /// The FUSE reply error.
+    pub fn errno(&self) -> Errno {
+        match self {
+            Failure::Engine(err) | Failure::Unsupported(err) => to_errno(err),
+            Failure::NotImplemented => Errno::ENOSYS,
+        }
+    }
+}
+
 /// Whether the error is an internal failure (answered with `EIO`) worth a log line.
 pub fn is_internal(err: &EngineError) -> bool {
     errno_code(err) == libc::EIO
@@ -61,6 +91,7 @@ mod tests {
             (EngineError::NameTooLong, libc::ENAMETOOLONG),
             (EngineError::InvalidName("control character"), libc::EINVAL),
             (EngineError::Invalid("bad offset"), libc::EINVAL),
+            (EngineError::BadSymlinkTarget, libc::EINVAL),
             (EngineError::NotPermitted("hard link"), libc::EPERM),
             (EngineError::ReadOnly, libc::EROFS),
             (EngineError::Changed, libc::EAGAIN),
@@ -78,6 +109,14 @@ mod tests {
             assert_eq!(to_errno(&err).code(), code, "{err:?}");
             assert!(!is_internal(&err), "{err:?}");
         }
+    }
+
+    #[test]
+    fn unsupported_requests_answer_their_errno_and_missing_operations_enosys() {
+        assert_eq!(Failure::from(EngineError::NotFound).errno(), Errno::ENOENT);
+        assert_eq!(Failure::Unsupported(EngineError::Invalid("rename flags")).errno(), Errno::EINVAL);
+        assert_eq!(Failure::Unsupported(EngineError::Unsupported("fallocate mode")).errno(), Errno::EOPNOTSUPP);
+        assert_eq!(Failure::NotImplemented.errno(), Errno::ENOSYS);
     }
 
     #[test]

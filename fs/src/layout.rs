@@ -77,20 +77,46 @@ pub fn lazy_unmount(path: &Path) -> io::Result<()> {
 
 /// The fuse control directory name of the connection mounted at `mountpoint`: the kernel's
 /// encoding of the superblock's device number (`major << 20 | minor`).
-pub fn connection_of(mountpoint: &Path) -> io::Result<String> {
+pub fn connection_of(mountpoint: &Path) -> io::Result<Connection> {
     let dev = std::fs::metadata(mountpoint)?.dev();
-    Ok(((u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev))).to_string())
+    let name = ((u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev))).to_string();
+    let dir_ino = std::fs::metadata(Path::new(FUSECTL).join(&name)).map(|m| m.ino()).ok();
+    Ok(Connection { name, dir_ino })
 }
 
-/// Whether the connection still exists (some mount of it, or an open file on a detached one, survives).
-pub fn connection_alive(conn: &str) -> bool {
-    Path::new(FUSECTL).join(conn).exists()
+/// A FUSE connection as the fuse control filesystem names it. The number is the mount's device
+/// number, which the kernel reuses as soon as the connection ends; the control directory's inode
+/// number is not reused, so it tells this connection from a later one that got the same number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    name: String,
+    /// Inode of `<fusectl>/<name>` when the connection was recorded; `None` if it could not be read.
+    dir_ino: Option<u64>,
 }
 
-/// Aborts a FUSE connection: pending and future requests fail (`ENOTCONN`) in every mount of it,
-/// and the session's reads end, so its thread can be joined.
-pub fn abort_connection(conn: &str) -> io::Result<()> {
-    std::fs::write(Path::new(FUSECTL).join(conn).join("abort"), b"1")
+impl Connection {
+    /// Whether this very connection still exists (some mount of it, or an open file on a detached
+    /// one, survives). A connection whose control directory could not be identified is never
+    /// reported alive, so an unrelated mount is never aborted in its place.
+    pub fn alive(&self) -> bool {
+        self.alive_under(Path::new(FUSECTL))
+    }
+
+    fn alive_under(&self, control: &Path) -> bool {
+        let Some(ino) = self.dir_ino else { return false };
+        std::fs::metadata(control.join(&self.name)).is_ok_and(|m| m.ino() == ino)
+    }
+
+    /// Aborts the connection: pending and future requests fail (`ENOTCONN`) in every mount of it,
+    /// and the session's reads end, so its thread can be joined. Does nothing (`Ok(false)`) when
+    /// the connection has ended, even if a new one now has its number.
+    pub fn abort(&self) -> io::Result<bool> {
+        if !self.alive() {
+            return Ok(false);
+        }
+        std::fs::write(Path::new(FUSECTL).join(&self.name).join("abort"), b"1")?;
+        Ok(true)
+    }
 }
 
 /// Mounts the fuse control filesystem when nothing has (systemd normally does), so a connection
@@ -109,6 +135,24 @@ pub fn ensure_fusectl() -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_is_alive_only_while_its_own_control_directory_exists() {
+        let control = tempfile::tempdir().unwrap();
+        let dir = control.path().join("41");
+        std::fs::create_dir(&dir).unwrap();
+        let ino = std::fs::metadata(&dir).unwrap().ino();
+        let conn = Connection { name: "41".into(), dir_ino: Some(ino) };
+        assert!(conn.alive_under(control.path()));
+        // The connection ends and a new one gets its number: a different directory, not ours.
+        std::fs::rename(&dir, control.path().join("old")).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        assert!(!conn.alive_under(control.path()));
+        std::fs::remove_dir(&dir).unwrap();
+        assert!(!conn.alive_under(control.path()));
+        let unknown = Connection { name: "old".into(), dir_ino: None };
+        assert!(!unknown.alive_under(control.path()), "an unidentified connection is never aborted");
+    }
 
     #[test]
     fn real_root_is_a_hidden_sibling_of_the_mount_root() {

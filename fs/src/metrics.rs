@@ -1,4 +1,5 @@
-//! Process-wide FUSE counters: operations, errors and latency per operation, refused path and symlink attempts.
+//! Process-wide FUSE counters: operations, errors and latency per operation, refused path and
+//! symlink attempts, and requests this filesystem does not implement (per operation).
 //!
 //! Recorded by the adapter's `call` helper (every engine call of every mount) and read by the
 //! daemon's `/metrics`. Counters only ever grow.
@@ -37,6 +38,7 @@ pub struct OpSnapshot {
 static OPS: LazyLock<RwLock<BTreeMap<&'static str, Arc<OpStats>>>> = LazyLock::new(Default::default);
 static REFUSED_PATH: AtomicU64 = AtomicU64::new(0);
 static REFUSED_SYMLINK: AtomicU64 = AtomicU64::new(0);
+static UNSUPPORTED: LazyLock<RwLock<BTreeMap<&'static str, Arc<AtomicU64>>>> = LazyLock::new(Default::default);
 
 fn stats(op: &'static str) -> Arc<OpStats> {
     if let Some(s) = OPS.read().get(op) {
@@ -71,6 +73,19 @@ pub fn note_refusal(err: &EngineError) {
 /// Refused attempts so far: (path, symlink).
 pub fn refused() -> (u64, u64) {
     (REFUSED_PATH.load(Ordering::Relaxed), REFUSED_SYMLINK.load(Ordering::Relaxed))
+}
+
+/// Counts a request of operation `op` this filesystem does not implement (an unknown flag, mode
+/// or file type, or the whole operation): `errno::Failure::{Unsupported, NotImplemented}`.
+pub fn note_unsupported(op: &'static str) {
+    let counter = UNSUPPORTED.read().get(op).cloned();
+    let counter = counter.unwrap_or_else(|| UNSUPPORTED.write().entry(op).or_default().clone());
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Unsupported requests so far, by operation.
+pub fn unsupported() -> Vec<(&'static str, u64)> {
+    UNSUPPORTED.read().iter().map(|(op, n)| (*op, n.load(Ordering::Relaxed))).collect()
 }
 
 /// Every operation seen so far, by name.
@@ -113,9 +128,19 @@ mod tests {
         assert_eq!(*s.cumulative.last().unwrap(), 2); // 10 s is above every bound
         let (p0, s0) = refused();
         note_refusal(&EngineError::InvalidName("reserved"));
-        note_refusal(&EngineError::NotPermitted("absolute symlink targets are refused"));
+        note_refusal(&EngineError::BadSymlinkTarget);
         note_refusal(&EngineError::NotFound);
         let (p1, s1) = refused();
         assert_eq!((p1 - p0, s1 - s0), (1, 1));
+    }
+
+    #[test]
+    fn unsupported_requests_are_counted_per_operation() {
+        let count = |op| unsupported().into_iter().find(|(o, _)| *o == op).map_or(0, |(_, n)| n);
+        let before = count("test-unsupported");
+        note_unsupported("test-unsupported");
+        note_unsupported("test-unsupported");
+        assert_eq!(count("test-unsupported") - before, 2);
+        assert_eq!(count("test-never-unsupported"), 0);
     }
 }

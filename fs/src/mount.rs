@@ -116,7 +116,7 @@ struct Mounted {
     session: PooledSession,
     engine: Arc<ScopeEngine>,
     /// The connection's fuse control directory name, when it could be read.
-    conn: Option<String>,
+    conn: Option<layout::Connection>,
 }
 
 impl MountManager {
@@ -363,11 +363,10 @@ impl MountManager {
             drop(session);
             return;
         }
-        if let Some(conn) = conn.filter(|c| layout::connection_alive(c)) {
-            tracing::warn!(%scope, "the mount survives elsewhere; aborting its FUSE connection");
-            if let Err(e) = layout::abort_connection(&conn) {
-                tracing::warn!(%scope, error = %e, "aborting the FUSE connection failed");
-            }
+        match conn.as_ref().map(layout::Connection::abort) {
+            Some(Ok(true)) => tracing::warn!(%scope, "the mount survived elsewhere; its FUSE connection was aborted"),
+            Some(Err(e)) => tracing::warn!(%scope, error = %e, "aborting the FUSE connection failed"),
+            Some(Ok(false)) | None => {}
         }
         match session.wait(JOIN_TIMEOUT) {
             Some(Ok(())) => tracing::info!(%scope, "scope unmounted"),

@@ -58,14 +58,15 @@ pub fn pause_all(limit: Duration) -> bool {
 /// Name whose lookup the test hook stalls.
 const STALL_NAME: &[u8] = b"stall-me";
 
-/// Test hook, compiled into debug builds only: when `SCOPEFS_TEST_FUSE_STALL` names a marker file
-/// that exists, a lookup of `stall-me` renames the marker to `<marker>.reached` and is never
-/// answered (its thread parks): a request in flight when the process is killed.
+/// Test hook, honoured by test builds only (`scopefs::testhooks`, feature `test-hooks`): when
+/// `SCOPEFS_TEST_FUSE_STALL` names a marker file that exists, a lookup of `stall-me` renames the
+/// marker to `<marker>.reached` and is never answered (its thread parks): a request in flight when
+/// the process is killed.
 pub(crate) fn test_stall(name: &[u8]) {
-    if !cfg!(debug_assertions) || name != STALL_NAME {
+    if name != STALL_NAME {
         return;
     }
-    let Some(marker) = std::env::var_os("SCOPEFS_TEST_FUSE_STALL").filter(|m| !m.is_empty()) else { return };
+    let Some(marker) = scopefs::testhooks::fuse_stall_marker() else { return };
     let mut reached = marker.clone();
     reached.push(".reached");
     if std::fs::rename(&marker, &reached).is_ok() {

@@ -9,7 +9,6 @@ pub mod money;
 pub mod pass;
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -289,19 +288,8 @@ pub fn split_charge(compute_minutes: i64, minutes_remaining: i64, price: Micros)
     Ok(Charge { compute_minutes, free_minutes: free, overtime_minutes: overtime, overtime_amount: amount })
 }
 
-/// Aborts the process (like `kill -9`) when `SCOPEFS_FAILPOINT` equals `name` (crash tests only).
-/// Only debug builds honour it (the integration tests); a release build never aborts here.
-pub fn failpoint(name: &str) {
-    if !cfg!(debug_assertions) {
-        return;
-    }
-    static ARMED: OnceLock<Option<String>> = OnceLock::new();
-    let armed = ARMED.get_or_init(|| std::env::var("SCOPEFS_FAILPOINT").ok().filter(|v| !v.is_empty()));
-    if armed.as_deref() == Some(name) {
-        eprintln!("scopefs: failpoint {name} reached; aborting");
-        std::process::abort();
-    }
-}
+/// Failpoints of the settlement (crash tests only): see [`crate::testhooks`].
+pub use crate::testhooks::failpoint;
 
 /// Start of the calendar month (UTC) containing `ms`, and the start of the next one, in Unix ms.
 pub fn month_period(ms: i64) -> (i64, i64) {

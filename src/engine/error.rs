@@ -26,6 +26,9 @@ pub enum EngineError {
     InvalidName(&'static str),
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
+    /// A symlink target of a size outside 1..4095 bytes (`crate::names::check_symlink_target`).
+    #[error("invalid argument: symlink target must be 1..4095 bytes")]
+    BadSymlinkTarget,
     #[error("operation not permitted: {0}")]
     NotPermitted(&'static str),
     #[error("the file changed since it was read")]
@@ -84,16 +87,39 @@ pub enum Refusal {
 
 impl EngineError {
     /// The rule this error enforces, when it is a refusal of the path or symlink rules; other
-    /// errors (missing files, quotas, store failures) are not refusals.
+    /// errors (missing files, quotas, store failures) are not refusals. Decided by the variant
+    /// alone (no wildcard: a new variant must say whether it is a refusal).
     pub fn refusal(&self) -> Option<Refusal> {
-        let about_symlink = |m: &str| m.contains("symlink");
         match self {
-            EngineError::NotPermitted(m) | EngineError::Invalid(m) if about_symlink(m) => Some(Refusal::Symlink),
             EngineError::InvalidName(_)
             | EngineError::NameTooLong
             | EngineError::PathTooLong
             | EngineError::NotPermitted(_) => Some(Refusal::Path),
-            _ => None,
+            EngineError::BadSymlinkTarget => Some(Refusal::Symlink),
+            EngineError::NotFound
+            | EngineError::Exists
+            | EngineError::NotDir
+            | EngineError::IsDir
+            | EngineError::NotEmpty
+            | EngineError::TooManyEntries
+            | EngineError::Invalid(_)
+            | EngineError::Changed
+            | EngineError::ReadOnly
+            | EngineError::QuotaExceeded(_)
+            | EngineError::TooLarge
+            | EngineError::NoSpace
+            | EngineError::BadHandle
+            | EngineError::Unsupported(_)
+            | EngineError::TooManyLinks
+            | EngineError::NoData
+            | EngineError::Range
+            | EngineError::ValueTooLarge
+            | EngineError::XattrsFull
+            | EngineError::Store(_)
+            | EngineError::Corrupt { .. }
+            | EngineError::Metadata(_)
+            | EngineError::Migration(_)
+            | EngineError::Io(_) => None,
         }
     }
 }
@@ -108,11 +134,16 @@ mod tests {
         assert_eq!(EngineError::NameTooLong.refusal(), Some(Refusal::Path));
         assert_eq!(EngineError::PathTooLong.refusal(), Some(Refusal::Path));
         assert_eq!(EngineError::NotPermitted("hard links").refusal(), Some(Refusal::Path));
-        assert_eq!(EngineError::NotPermitted("absolute symlink targets").refusal(), Some(Refusal::Symlink));
-        assert_eq!(EngineError::Invalid("symlink target leaves the scope").refusal(), Some(Refusal::Symlink));
-        for other in
-            [EngineError::NotFound, EngineError::Invalid("offset"), EngineError::TooLarge, EngineError::ReadOnly]
-        {
+        assert_eq!(EngineError::BadSymlinkTarget.refusal(), Some(Refusal::Symlink));
+        // The words of a message decide nothing: only the variant does.
+        assert_eq!(EngineError::NotPermitted("extended attributes on a symlink").refusal(), Some(Refusal::Path));
+        for other in [
+            EngineError::NotFound,
+            EngineError::Invalid("offset"),
+            EngineError::Invalid("not a symlink"),
+            EngineError::TooLarge,
+            EngineError::ReadOnly,
+        ] {
             assert_eq!(other.refusal(), None, "{other}");
         }
     }

@@ -20,9 +20,6 @@ use super::types::*;
 #[path = "alloc.rs"]
 pub(super) mod alloc;
 
-/// SHA-256 of the empty file.
-const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbfb4c8996fb92427ae41e4649b934ca495991b7852b855";
-
 /// Largest file size: sizes and usage are stored as SQLite integers (`i64`). Larger is `TooLarge`.
 pub(crate) const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
@@ -435,13 +432,14 @@ impl ScopeEngine {
         Ok(())
     }
 
-    /// Seals dirty blocks into the journal and commits the new version; queues new blocks for upload.
-    /// Returns the hashes new to the scope; they are queued for background upload unless `foreground`,
-    /// in which case the caller uploads them (and queues them if that fails).
+    /// Seals dirty blocks into the journal and commits the new version; queues the blocks new to
+    /// the scope for background upload and returns their hashes.
     fn commit_locked(&self, ino: Ino, f: &mut OpenFile) -> EngineResult<Vec<String>> {
         self.commit_with(ino, f, false)
     }
 
+    /// Like `commit_locked`, but with `foreground` the new blocks are not queued: the caller
+    /// uploads them (and queues them if that fails).
     fn commit_with(&self, ino: Ino, f: &mut OpenFile, foreground: bool) -> EngineResult<Vec<String>> {
         if !f.changed {
             return Ok(Vec::new());
@@ -476,11 +474,7 @@ impl ScopeEngine {
             blocks.insert(idx, BlockRef { sha256: sha, len });
         }
         self.note_unsynced(&sealed);
-        let content_sha = match blocks.values().next() {
-            None if f.size == 0 => Some(EMPTY_SHA256.to_string()),
-            Some(b) if blocks.len() == 1 && b.len == f.size && blocks.contains_key(&0) => Some(b.sha256.clone()),
-            _ => None,
-        };
+        let content_sha = content_sha256(&blocks, f.size);
         let new = {
             let mut meta = self.meta.lock()?;
             let new = meta.commit_file(ino, f.size, f.mtime_ns, &blocks, content_sha.as_deref())?;
@@ -673,4 +667,30 @@ fn hash_file(file: &mut File, len: u64) -> std::io::Result<String> {
         left -= n as u64;
     }
     Ok(hex::encode(h.finalize()))
+}
+
+/// The SHA-256 of a whole file's content, when known without reading it: the empty file's, or
+/// its one block's when that block is the whole file; otherwise `None`.
+fn content_sha256(blocks: &BTreeMap<u64, BlockRef>, size: u64) -> Option<String> {
+    match blocks.values().next() {
+        None if size == 0 => Some(hex::encode(Sha256::digest(b""))),
+        Some(b) if blocks.len() == 1 && b.len == size && blocks.contains_key(&0) => Some(b.sha256.clone()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_hash_of_the_empty_file_is_sha256_of_nothing() {
+        let empty = content_sha256(&BTreeMap::new(), 0).unwrap();
+        assert_eq!(empty, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_eq!(empty.len(), 64);
+        let one = BTreeMap::from([(0, BlockRef { sha256: "ab".repeat(32), len: 10 })]);
+        assert_eq!(content_sha256(&one, 10), Some("ab".repeat(32)));
+        assert_eq!(content_sha256(&one, 11), None, "a sparse tail: the block is not the whole file");
+        assert_eq!(content_sha256(&BTreeMap::new(), 5), None, "all holes");
+    }
 }

@@ -8,7 +8,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBe
 
 use super::error::{EngineError, EngineResult};
 use super::paths::WriteMode;
-use super::types::{FileKind, Ino, RenameMode, TimeSet, Usage, ROOT_INO};
+use super::types::{FileKind, Ino, Owner, RenameMode, TimeSet, Usage, ROOT_INO};
 use crate::migrate;
 
 mod blocks;
@@ -30,6 +30,21 @@ pub(crate) use xattr::XattrBounds;
 pub(crate) struct BlockRef {
     pub sha256: String,
     pub len: u64,
+}
+
+/// What a new inode is: its kind, permission bits, a symlink's target, a device node's number.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewNode<'a> {
+    pub kind: FileKind,
+    pub perm: u32,
+    pub target: Option<&'a [u8]>,
+    pub rdev: u32,
+}
+
+impl NewNode<'_> {
+    pub fn plain(kind: FileKind, perm: u32) -> Self {
+        NewNode { kind, perm, target: None, rdev: 0 }
+    }
 }
 
 /// One row of `inodes`.
@@ -112,16 +127,12 @@ pub(crate) fn from_ns(ns: i64) -> SystemTime {
     }
 }
 
-fn kind_from(s: &str) -> FileKind {
-    match s {
-        "dir" => FileKind::Dir,
-        "symlink" => FileKind::Symlink,
-        "fifo" => FileKind::Fifo,
-        "socket" => FileKind::Socket,
-        "char" => FileKind::CharDevice,
-        "block" => FileKind::BlockDevice,
-        _ => FileKind::File,
-    }
+/// The kind stored in column 3; any other text is an error naming it (a damaged or newer database).
+fn kind_from(s: String) -> rusqlite::Result<FileKind> {
+    FileKind::from_name(&s).ok_or_else(|| {
+        let why = format!("unknown inode kind {s:?}");
+        rusqlite::Error::FromSqlConversionFailure(3, rusqlite::types::Type::Text, why.into())
+    })
 }
 
 const INODE_COLS: &str =
@@ -136,7 +147,7 @@ fn row_to_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<InodeRow> {
         ino: r.get::<_, i64>(0)? as Ino,
         parent: r.get::<_, Option<i64>>(1)?.map(|p| p as Ino),
         name: r.get(2)?,
-        kind: kind_from(&r.get::<_, String>(3)?),
+        kind: kind_from(r.get(3)?)?,
         perm: r.get::<_, i64>(4)? as u32,
         uid: r.get::<_, i64>(5)? as u32,
         gid: r.get::<_, i64>(6)? as u32,
@@ -236,19 +247,16 @@ impl MetaDb {
     }
 
     /// Inserts a new inode under `parent`; checks the inode quota and updates the parent's times.
-    #[allow(clippy::too_many_arguments)]
     pub fn insert(
         &mut self,
         parent: Ino,
         name: &[u8],
-        kind: FileKind,
-        perm: u32,
-        uid: u32,
-        gid: u32,
-        target: Option<&[u8]>,
-        rdev: u32,
+        node: NewNode<'_>,
+        owner: Owner,
         max_inodes: u64,
     ) -> EngineResult<InodeRow> {
+        let NewNode { kind, perm, target, rdev } = node;
+        let Owner { uid, gid } = owner;
         let tx = self.tx()?;
         let parent_row = inode_in(&tx, parent)?.ok_or(EngineError::NotFound)?;
         if parent_row.kind != FileKind::Dir || parent_row.parent.is_none() && parent != ROOT_INO {

@@ -10,28 +10,13 @@ use parking_lot::Mutex;
 use super::error::{EngineError, EngineResult};
 use super::fileio::OpenEntry;
 use super::lazy_meta::LazyMeta;
-use super::meta::{from_ns, AttrChanges, Dropped, InodeRow, LinkBounds, MetaDb, Place};
+use super::meta::{from_ns, AttrChanges, Dropped, InodeRow, LinkBounds, MetaDb, NewNode, Place};
 use super::storage::Storage;
 use super::types::*;
 use super::upload::UploadQueue;
 use crate::ids::ScopeId;
 use crate::limits::Bound;
 use crate::names;
-
-/// What a new inode is: its kind, permission bits, a symlink's target, a device node's number.
-#[derive(Debug, Clone, Copy)]
-struct NewNode<'a> {
-    kind: FileKind,
-    perm: u32,
-    target: Option<&'a [u8]>,
-    rdev: u32,
-}
-
-impl NewNode<'_> {
-    fn plain(kind: FileKind, perm: u32) -> Self {
-        NewNode { kind, perm, target: None, rdev: 0 }
-    }
-}
 
 /// A handle returned by open/create.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +50,13 @@ pub struct ScopeEngine {
     pub(crate) commit_each_write: AtomicBool,
     pub(crate) uploads: UploadQueue,
     pub(crate) observer: Mutex<Option<super::paths::ChangeObserver>>,
+}
+
+/// Names the scope only (the engine's state is behind locks).
+impl std::fmt::Debug for ScopeEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScopeEngine").field("scope_id", &self.scope_id).finish_non_exhaustive()
+    }
 }
 
 impl ScopeEngine {
@@ -288,19 +280,18 @@ impl ScopeEngine {
     }
 
     fn insert(&self, parent: Ino, name: &[u8], node: NewNode<'_>, owner: Owner) -> EngineResult<Attr> {
-        let NewNode { kind, perm, target, rdev } = node;
         self.check_writable()?;
         names::check_new_name(name, parent == ROOT_INO)?;
         let max_inodes = self.quota().inodes;
         let mut meta = self.meta.lock()?;
         self.check_placement(&meta, parent, name, None)?;
-        if let Some(t) = target {
+        if let Some(t) = node.target {
             names::check_symlink_target(t)?;
             // The target is charged to the byte quota (committed by `insert` under this lock).
             let committed = meta.usage()?.bytes;
             self.check_bytes(committed, *self.pending_growth.lock(), t.len() as u64)?;
         }
-        let row = meta.insert(parent, name, kind, perm, owner.uid, owner.gid, target, rdev, max_inodes)?;
+        let row = meta.insert(parent, name, node, owner, max_inodes)?;
         drop(meta);
         Ok(self.attr_of(&row, 0))
     }

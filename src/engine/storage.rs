@@ -80,6 +80,20 @@ impl Storage {
         Ok(engine)
     }
 
+    /// Deletes every object of a scope from the store (blocking), each request under the store's
+    /// timeout and retry policy; returns the number of objects deleted. Idempotent.
+    pub fn purge_objects(&self, scope_id: &ScopeId) -> EngineResult<u64> {
+        let prefix = crate::store::scope_prefix(scope_id.as_str());
+        let attempts = self.settings.store_attempts;
+        self.rt.block_on(async {
+            let objects = self.with_retry(attempts, || self.store.list(&prefix)).await?;
+            for obj in &objects {
+                self.with_retry(attempts, || self.store.delete(&obj.key)).await?;
+            }
+            Ok(objects.len() as u64)
+        })
+    }
+
     /// Forgets a closed scope and deletes its local metadata, staging and cache (objects stay in the store).
     pub fn remove_scope_local(&self, scope_id: &ScopeId) -> EngineResult<()> {
         self.scopes.lock().remove(scope_id);

@@ -25,6 +25,22 @@ pub enum FileKind {
 }
 
 impl FileKind {
+    /// Every kind.
+    pub const ALL: [FileKind; 7] = [
+        FileKind::File,
+        FileKind::Dir,
+        FileKind::Symlink,
+        FileKind::Fifo,
+        FileKind::Socket,
+        FileKind::CharDevice,
+        FileKind::BlockDevice,
+    ];
+
+    /// The kind whose `as_str` is `name`; `None` for any other text.
+    pub fn from_name(name: &str) -> Option<FileKind> {
+        FileKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             FileKind::File => "file",

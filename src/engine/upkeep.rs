@@ -10,6 +10,7 @@ use super::scope::ScopeEngine;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcReport {
     pub blocks_deleted: u64,
+    /// Content bytes of the deleted blocks (each counted once, however many copies it had).
     pub bytes_deleted: u64,
 }
 
@@ -39,24 +40,25 @@ impl ScopeEngine {
             if batch.is_empty() {
                 break;
             }
-            for (sha, uploaded) in batch {
-                let staged = self.blocks_dir.join(&sha);
+            for block in batch {
+                let sha = &block.sha256;
+                let staged = self.blocks_dir.join(sha);
                 if let Ok(m) = std::fs::metadata(&staged) {
                     if std::fs::remove_file(&staged).is_ok() {
                         self.staging_sub(m.len());
                     }
                 }
-                self.storage.cache.remove(scope, &sha);
-                if uploaded {
-                    let key = crate::store::block_key(scope, &sha);
+                self.storage.cache.remove(scope, sha);
+                if block.uploaded {
+                    let key = crate::store::block_key(scope, sha);
                     let st = &self.storage;
                     st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&key)))?;
                 }
                 report.blocks_deleted += 1;
+                report.bytes_deleted += block.len;
             }
         }
         drop(meta);
-        report.bytes_deleted = 0;
         Ok(report)
     }
 

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use sha2::{Digest, Sha256};
 
-use super::error::EngineResult;
+use super::error::{EngineError, EngineResult};
 use super::scope::ScopeEngine;
 use crate::store::{block_key, StoreError};
 
@@ -143,26 +143,28 @@ impl ScopeEngine {
         if todo.is_empty() {
             return Ok(());
         }
-        let st = &self.storage;
-        let attempts = st.settings.store_attempts;
-        let results = st.rt.block_on(async {
-            let mut set = Vec::new();
-            for sha in &todo {
-                set.push(async move {
+        // Each upload its own task (hashing and I/O of several blocks at once), each holding
+        // one of the storage's upload slots while it runs: at most `upload_parallelism` at once.
+        let engine = self.self_ref.upgrade().ok_or(EngineError::Invalid("scope engine is closing"))?;
+        self.storage.rt.block_on(async move {
+            let mut set = tokio::task::JoinSet::new();
+            for sha in todo {
+                let engine = engine.clone();
+                set.spawn(async move {
+                    let st = &engine.storage;
                     let _permit = st.upload_slots.acquire().await;
-                    st.with_retry(attempts, || self.upload_one(sha)).await
+                    st.with_retry(st.settings.store_attempts, || engine.upload_one(&sha)).await
                 });
             }
-            let mut out = Vec::new();
-            for f in set {
-                out.push(f.await);
+            let mut first_error = None;
+            while let Some(joined) = set.join_next().await {
+                let result = joined.map_err(|e| EngineError::Io(std::io::Error::other(e)))?;
+                if let Err(e) = result {
+                    first_error.get_or_insert(EngineError::Store(e));
+                }
             }
-            out
-        });
-        for r in results {
-            r?;
-        }
-        Ok(())
+            first_error.map_or(Ok(()), Err)
+        })
     }
 
     /// Records journal files sealed by a commit: the next durability point fsyncs them. Called

@@ -231,6 +231,38 @@ fn get_usage_in(conn: &Connection, usage_id: i64) -> Result<Option<UsageRecord>,
     conn.query_row(&sql, [usage_id], usage_row).optional()?.transpose()
 }
 
+/// The ledger's debit of one settlement's overtime (idempotent on its key); returns its entry id.
+fn insert_overtime_entry_in(
+    tx: &Connection,
+    pricing: &PricingConfig,
+    usage: &UsageRecord,
+    charge: &billing::Charge,
+    cash_after: Micros,
+    snapshot: &str,
+    now: i64,
+) -> Result<i64, BillingError> {
+    let key = format!("compute:{}:{}:{}", usage.user_id, usage.thread_id, usage.environment_id);
+    tx.execute(
+        "INSERT INTO wallet_ledger (user_id, idempotency_key, entry_type, source_type, source_id, direction,
+                                    amount_micros, balance_after_micros, compute_minutes, free_minutes, currency,
+                                    pricing_snapshot, created_at)
+         VALUES (?1, ?2, 'compute_overtime', 'compute_usage', ?3, 'debit', ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![
+            usage.user_id,
+            key,
+            usage.environment_id,
+            charge.overtime_amount.micros(),
+            cash_after.micros(),
+            charge.compute_minutes,
+            charge.free_minutes,
+            pricing.currency,
+            snapshot,
+            now
+        ],
+    )?;
+    Ok(tx.last_insert_rowid())
+}
+
 fn query_usages(
     conn: &Connection,
     where_sql: &str,
@@ -506,26 +538,7 @@ impl Registry {
         )?;
         billing::failpoint("billing_settle_after_charge");
         let snapshot = pricing.snapshot_json(&acc.plan);
-        let key = format!("compute:{}:{}:{}", usage.user_id, usage.thread_id, usage.environment_id);
-        tx.execute(
-            "INSERT INTO wallet_ledger (user_id, idempotency_key, entry_type, source_type, source_id, direction,
-                                        amount_micros, balance_after_micros, compute_minutes, free_minutes, currency,
-                                        pricing_snapshot, created_at)
-             VALUES (?1, ?2, 'compute_overtime', 'compute_usage', ?3, 'debit', ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![
-                acc.user_id,
-                key,
-                usage.environment_id,
-                charge.overtime_amount.micros(),
-                cash_after.micros(),
-                charge.compute_minutes,
-                charge.free_minutes,
-                pricing.currency,
-                snapshot,
-                now
-            ],
-        )?;
-        let entry_id = tx.last_insert_rowid();
+        let entry_id = insert_overtime_entry_in(&tx, pricing, &usage, &charge, cash_after, &snapshot, now)?;
         billing::failpoint("billing_settle_after_ledger");
         let n = tx.execute(
             "UPDATE compute_usage_log

@@ -15,8 +15,8 @@ use std::str::FromStr;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::leases::refuse_if_blocked_in;
-use super::owners::{get_owner_in, insert_owner_in, require_open_scope_in, set_owner_state_in, string_enum};
-use super::{to_i64, to_u64, OwnerState, OwnerType, Registry, RegistryError};
+use super::owners::{get_owner_in, insert_owner_in, require_open_scope_in, set_owner_state_in};
+use super::{to_i64, to_u64, DeploymentRegistry, OwnerState, OwnerType, RegistryError};
 use crate::ids::ScopeId;
 
 string_enum!(
@@ -272,15 +272,15 @@ fn record_pending_usage_in(
     super::billing::record_usage_in(conn, now, &ended.user_id, &ended.thread_id, &ended.environment_id, runtime, &[])
 }
 
-impl Registry {
+impl DeploymentRegistry {
     /// Registers an environment (`creating`) and its `environment` owner (`reserved`) in a draft or
     /// active scope. `Ok(None)` when the scope already has `max_live_per_scope` live environments.
     pub fn create_environment(
         &self,
-        deployment: &str,
         scope: &ScopeId,
         new: &NewEnvironment,
     ) -> Result<Option<EnvironmentRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -330,10 +330,10 @@ impl Registry {
     /// Records the container of a `creating` environment (before it is started, so a crash leaves a trace).
     pub fn attach_container(
         &self,
-        deployment: &str,
         environment_id: &str,
         container_id: &str,
     ) -> Result<EnvironmentRecord, RegistryError> {
+        let deployment = self.id.as_str();
         let conn = self.conn.lock();
         conn.execute(
             "UPDATE environments SET container_id = ?1, revision = revision + 1
@@ -344,11 +344,8 @@ impl Registry {
     }
 
     /// `creating → running` (owner `active`), `started_at` = now. `Ok(None)` if it ended meanwhile.
-    pub fn environment_started(
-        &self,
-        deployment: &str,
-        environment_id: &str,
-    ) -> Result<Option<EnvironmentRecord>, RegistryError> {
+    pub fn environment_started(&self, environment_id: &str) -> Result<Option<EnvironmentRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -372,11 +369,11 @@ impl Registry {
     /// (`false`: it had already ended — nothing changes).
     pub fn end_environment(
         &self,
-        deployment: &str,
         environment_id: &str,
         failed: bool,
         reason: &str,
     ) -> Result<(EnvironmentRecord, bool), RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -420,30 +417,29 @@ impl Registry {
     /// One environment of `scope`; another scope's environment is `None`.
     pub fn environment(
         &self,
-        deployment: &str,
         scope: &ScopeId,
         environment_id: &str,
     ) -> Result<Option<EnvironmentRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         Ok(get_env_in(&self.conn.lock(), deployment, environment_id)?.filter(|e| &e.scope_id == scope))
     }
 
     /// One environment of any scope (startup reconciliation, and telling another scope's id from a
     /// missing one; never returned to a request).
-    pub fn environment_unscoped(
-        &self,
-        deployment: &str,
-        environment_id: &str,
-    ) -> Result<Option<EnvironmentRecord>, RegistryError> {
+    pub fn environment_unscoped(&self, environment_id: &str) -> Result<Option<EnvironmentRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         get_env_in(&self.conn.lock(), deployment, environment_id)
     }
 
     /// Every environment of `scope`, oldest first.
-    pub fn environments(&self, deployment: &str, scope: &ScopeId) -> Result<Vec<EnvironmentRecord>, RegistryError> {
+    pub fn environments(&self, scope: &ScopeId) -> Result<Vec<EnvironmentRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         query_envs(&self.conn.lock(), "deployment_id = ?1 AND scope_id = ?2", &[&deployment, &scope.as_str()])
     }
 
     /// Every live (`creating`/`running`) environment of the deployment (reconciliation and shutdown).
-    pub fn live_environments(&self, deployment: &str) -> Result<Vec<EnvironmentRecord>, RegistryError> {
+    pub fn live_environments(&self) -> Result<Vec<EnvironmentRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         query_envs(&self.conn.lock(), "deployment_id = ?1 AND state IN ('creating', 'running')", &[&deployment])
     }
 
@@ -451,11 +447,11 @@ impl Registry {
     /// the environment's owner. `Ok(None)` unless the environment is `running` in `scope`.
     pub fn create_process(
         &self,
-        deployment: &str,
         scope: &ScopeId,
         environment_id: &str,
         command: &str,
     ) -> Result<Option<ProcessRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -489,12 +485,8 @@ impl Registry {
     }
 
     /// `starting → running` with its exec id (owner `active`). `Ok(None)` if it ended meanwhile.
-    pub fn process_started(
-        &self,
-        deployment: &str,
-        process_id: &str,
-        exec_id: &str,
-    ) -> Result<Option<ProcessRecord>, RegistryError> {
+    pub fn process_started(&self, process_id: &str, exec_id: &str) -> Result<Option<ProcessRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -522,12 +514,12 @@ impl Registry {
     /// record and whether this call ended it.
     pub fn end_process(
         &self,
-        deployment: &str,
         process_id: &str,
         to: ProcessState,
         exit_code: Option<i64>,
         reason: &str,
     ) -> Result<(ProcessRecord, bool), RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -542,28 +534,25 @@ impl Registry {
     }
 
     /// One process of `scope`; another scope's process is `None`.
-    pub fn process(
-        &self,
-        deployment: &str,
-        scope: &ScopeId,
-        process_id: &str,
-    ) -> Result<Option<ProcessRecord>, RegistryError> {
+    pub fn process(&self, scope: &ScopeId, process_id: &str) -> Result<Option<ProcessRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         Ok(get_proc_in(&self.conn.lock(), deployment, process_id)?.filter(|p| &p.scope_id == scope))
     }
 
     /// One process of any scope (to tell another scope's id from a missing one; never returned to a
     /// request).
-    pub fn process_unscoped(&self, deployment: &str, process_id: &str) -> Result<Option<ProcessRecord>, RegistryError> {
+    pub fn process_unscoped(&self, process_id: &str) -> Result<Option<ProcessRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         get_proc_in(&self.conn.lock(), deployment, process_id)
     }
 
     /// The processes of `scope` (optionally of one environment), oldest first.
     pub fn processes(
         &self,
-        deployment: &str,
         scope: &ScopeId,
         environment_id: Option<&str>,
     ) -> Result<Vec<ProcessRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         query_procs(
             &self.conn.lock(),
             "deployment_id = ?1 AND scope_id = ?2 AND (?3 IS NULL OR environment_id = ?3)",
@@ -599,15 +588,18 @@ fn end_process_in(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::ids::ThreadId;
+    use crate::registry::Registry;
 
-    fn setup() -> (Registry, ScopeId) {
-        let reg = Registry::open_in_memory().unwrap();
-        let p = reg.provision("d", "op1", &ThreadId::parse("t1").unwrap(), None).unwrap();
+    fn setup() -> (Arc<Registry>, ScopeId) {
+        let reg = Arc::new(Registry::open_in_memory().unwrap());
+        let p = reg.deployment("d").provision("op1", &ThreadId::parse("t1").unwrap(), None).unwrap();
         let scope = p.scope.scope_id.clone();
         let scope = if p.scope.state == crate::registry::ScopeState::Provisioning {
-            reg.complete_provision("d", &scope).unwrap().scope_id
+            reg.deployment("d").complete_provision(&scope).unwrap().scope_id
         } else {
             scope
         };
@@ -628,52 +620,52 @@ mod tests {
     #[test]
     fn environment_lifecycle_records_runtime_once_and_settles_owners() {
         let (reg, scope) = setup();
-        let env = reg.create_environment("d", &scope, &new_env(2)).unwrap().unwrap();
+        let env = reg.deployment("d").create_environment(&scope, &new_env(2)).unwrap().unwrap();
         assert_eq!(env.state, EnvironmentState::Creating);
-        let owner = reg.owner("d", &scope, &env.owner_id).unwrap();
+        let owner = reg.deployment("d").owner(&scope, &env.owner_id).unwrap();
         assert_eq!((owner.owner_type, owner.state), (OwnerType::Environment, OwnerState::Reserved));
         assert_eq!(owner.resource_id.as_deref(), Some(env.environment_id.as_str()));
-        reg.attach_container("d", &env.environment_id, "c1").unwrap();
-        let running = reg.environment_started("d", &env.environment_id).unwrap().unwrap();
+        reg.deployment("d").attach_container(&env.environment_id, "c1").unwrap();
+        let running = reg.deployment("d").environment_started(&env.environment_id).unwrap().unwrap();
         assert_eq!(running.state, EnvironmentState::Running);
         assert_eq!(running.container_id.as_deref(), Some("c1"));
-        assert_eq!(reg.owner("d", &scope, &env.owner_id).unwrap().state, OwnerState::Active);
+        assert_eq!(reg.deployment("d").owner(&scope, &env.owner_id).unwrap().state, OwnerState::Active);
 
-        let p = reg.create_process("d", &scope, &env.environment_id, "sleep 1").unwrap().unwrap();
-        reg.process_started("d", &p.process_id, "exec1").unwrap().unwrap();
-        let powner = reg.owner("d", &scope, &p.owner_id).unwrap();
+        let p = reg.deployment("d").create_process(&scope, &env.environment_id, "sleep 1").unwrap().unwrap();
+        reg.deployment("d").process_started(&p.process_id, "exec1").unwrap().unwrap();
+        let powner = reg.deployment("d").owner(&scope, &p.owner_id).unwrap();
         assert_eq!(powner.parent_owner_id.as_deref(), Some(env.owner_id.as_str()));
         assert_eq!(powner.state, OwnerState::Active);
 
-        let (ended, changed) = reg.end_environment("d", &env.environment_id, false, "destroyed").unwrap();
+        let (ended, changed) = reg.deployment("d").end_environment(&env.environment_id, false, "destroyed").unwrap();
         assert!(changed);
         assert_eq!(ended.state, EnvironmentState::Ended);
         assert_eq!(ended.end_reason.as_deref(), Some("destroyed"));
         assert!(ended.runtime_seconds.is_some());
-        let (again, changed) = reg.end_environment("d", &env.environment_id, false, "max_runtime").unwrap();
+        let (again, changed) = reg.deployment("d").end_environment(&env.environment_id, false, "max_runtime").unwrap();
         assert!(!changed);
         assert_eq!(again, ended, "a second end changes nothing");
-        assert_eq!(reg.owner("d", &scope, &env.owner_id).unwrap().state, OwnerState::Terminal);
-        let lost = reg.process("d", &scope, &p.process_id).unwrap().unwrap();
+        assert_eq!(reg.deployment("d").owner(&scope, &env.owner_id).unwrap().state, OwnerState::Terminal);
+        let lost = reg.deployment("d").process(&scope, &p.process_id).unwrap().unwrap();
         assert_eq!((lost.state, lost.end_reason.as_deref()), (ProcessState::Lost, Some("environment_ended")));
-        assert_eq!(reg.owner("d", &scope, &p.owner_id).unwrap().state, OwnerState::Terminal);
-        assert!(reg.delete_blockers("d", &scope).unwrap().is_empty());
-        assert!(reg.create_process("d", &scope, &env.environment_id, "x").unwrap().is_none());
+        assert_eq!(reg.deployment("d").owner(&scope, &p.owner_id).unwrap().state, OwnerState::Terminal);
+        assert!(reg.deployment("d").delete_blockers(&scope).unwrap().is_empty());
+        assert!(reg.deployment("d").create_process(&scope, &env.environment_id, "x").unwrap().is_none());
     }
 
     #[test]
     fn limits_and_scoping() {
         let (reg, scope) = setup();
-        let other = reg.provision("d", "op2", &ThreadId::parse("t2").unwrap(), None).unwrap().scope.scope_id;
-        let e1 = reg.create_environment("d", &scope, &new_env(1)).unwrap().unwrap();
-        assert!(reg.create_environment("d", &scope, &new_env(1)).unwrap().is_none(), "capacity");
-        assert!(reg.environment("d", &other, &e1.environment_id).unwrap().is_none());
-        assert!(reg.environments("d", &other).unwrap().is_empty());
-        assert_eq!(reg.live_environments("d").unwrap().len(), 1);
-        let (failed, _) = reg.end_environment("d", &e1.environment_id, true, "create_failed").unwrap();
+        let other = reg.deployment("d").provision("op2", &ThreadId::parse("t2").unwrap(), None).unwrap().scope.scope_id;
+        let e1 = reg.deployment("d").create_environment(&scope, &new_env(1)).unwrap().unwrap();
+        assert!(reg.deployment("d").create_environment(&scope, &new_env(1)).unwrap().is_none(), "capacity");
+        assert!(reg.deployment("d").environment(&other, &e1.environment_id).unwrap().is_none());
+        assert!(reg.deployment("d").environments(&other).unwrap().is_empty());
+        assert_eq!(reg.deployment("d").live_environments().unwrap().len(), 1);
+        let (failed, _) = reg.deployment("d").end_environment(&e1.environment_id, true, "create_failed").unwrap();
         assert_eq!((failed.state, failed.runtime_seconds), (EnvironmentState::Failed, Some(0)));
-        assert_eq!(reg.owner("d", &scope, &e1.owner_id).unwrap().state, OwnerState::Failed);
-        assert!(reg.environment_started("d", &e1.environment_id).unwrap().is_none(), "no way back");
+        assert_eq!(reg.deployment("d").owner(&scope, &e1.owner_id).unwrap().state, OwnerState::Failed);
+        assert!(reg.deployment("d").environment_started(&e1.environment_id).unwrap().is_none(), "no way back");
     }
 
     #[test]

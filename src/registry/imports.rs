@@ -8,7 +8,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
-use super::{to_i64, to_u64, validate_key, Registry, RegistryError};
+use super::{to_i64, to_u64, validate_key, DeploymentRegistry, RegistryError};
 use crate::ids::ScopeId;
 
 /// State of an import record.
@@ -102,14 +102,10 @@ fn get_in(
     conn.query_row(&sql, params![deployment, scope.to_string(), key], from_row).optional()?.transpose()
 }
 
-impl Registry {
+impl DeploymentRegistry {
     /// Reserves an import under its idempotency key (unique per scope); see [`ImportBegin`].
-    pub fn begin_import(
-        &self,
-        deployment: &str,
-        scope: &ScopeId,
-        req: &ImportRequest,
-    ) -> Result<ImportBegin, RegistryError> {
+    pub fn begin_import(&self, scope: &ScopeId, req: &ImportRequest) -> Result<ImportBegin, RegistryError> {
+        let deployment = self.id.as_str();
         validate_key("idempotency_key", &req.idempotency_key)?;
         let now = self.now_ms();
         let mut conn = self.conn.lock();
@@ -145,12 +141,12 @@ impl Registry {
     /// no-op that returns it (two requests with one key may race); different content is a conflict.
     pub fn complete_import(
         &self,
-        deployment: &str,
         scope: &ScopeId,
         key: &str,
         size_bytes: u64,
         sha256: &str,
     ) -> Result<ImportRecord, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -170,7 +166,8 @@ impl Registry {
     }
 
     /// Deletes an `applying` record after a failed copy (a `completed` one is never removed).
-    pub fn abandon_import(&self, deployment: &str, scope: &ScopeId, key: &str) -> Result<(), RegistryError> {
+    pub fn abandon_import(&self, scope: &ScopeId, key: &str) -> Result<(), RegistryError> {
+        let deployment = self.id.as_str();
         let conn = self.conn.lock();
         conn.execute(
             "DELETE FROM import_records
@@ -181,25 +178,24 @@ impl Registry {
     }
 
     /// The import recorded under `key` in `scope`, if any.
-    pub fn get_import(
-        &self,
-        deployment: &str,
-        scope: &ScopeId,
-        key: &str,
-    ) -> Result<Option<ImportRecord>, RegistryError> {
+    pub fn get_import(&self, scope: &ScopeId, key: &str) -> Result<Option<ImportRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         get_in(&self.conn.lock(), deployment, scope, key)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::ids::ThreadId;
+    use crate::registry::Registry;
 
-    fn setup() -> (Registry, ScopeId) {
-        let reg = Registry::open_in_memory().unwrap();
+    fn setup() -> (Arc<Registry>, ScopeId) {
+        let reg = Arc::new(Registry::open_in_memory().unwrap());
         let thread = ThreadId::parse("thread-imports").unwrap();
-        let rec = reg.create_scope("dep", &thread, None).unwrap();
+        let rec = reg.deployment("dep").create_scope(&thread, None).unwrap();
         (reg, rec.scope_id)
     }
 
@@ -216,43 +212,59 @@ mod tests {
     fn same_key_returns_the_recorded_import() {
         let (reg, scope) = setup();
         let r = req("k1", "a.txt");
-        let ImportBegin::Reserved(first) = reg.begin_import("dep", &scope, &r).unwrap() else {
+        let ImportBegin::Reserved(first) = reg.deployment("dep").begin_import(&scope, &r).unwrap() else {
             panic!("first use of a key reserves it")
         };
         assert_eq!(first.state, ImportState::Applying);
-        let done = reg.complete_import("dep", &scope, "k1", 5, "abc").unwrap();
+        let done = reg.deployment("dep").complete_import(&scope, "k1", 5, "abc").unwrap();
         assert_eq!(
             (done.state, done.size_bytes, done.sha256.as_deref()),
             (ImportState::Completed, Some(5), Some("abc"))
         );
         assert!(done.completed_at.is_some());
-        match reg.begin_import("dep", &scope, &r).unwrap() {
+        match reg.deployment("dep").begin_import(&scope, &r).unwrap() {
             ImportBegin::Existing(rec) => assert_eq!(rec, done),
             other => panic!("expected the existing record, got {other:?}"),
         }
         // A racing second completion with the same content returns the record; other content conflicts.
-        assert_eq!(reg.complete_import("dep", &scope, "k1", 5, "abc").unwrap(), done);
-        assert!(matches!(reg.complete_import("dep", &scope, "k1", 6, "def"), Err(RegistryError::OperationConflict)));
+        assert_eq!(reg.deployment("dep").complete_import(&scope, "k1", 5, "abc").unwrap(), done);
+        assert!(matches!(
+            reg.deployment("dep").complete_import(&scope, "k1", 6, "def"),
+            Err(RegistryError::OperationConflict)
+        ));
     }
 
     #[test]
     fn a_key_reused_for_another_request_conflicts() {
         let (reg, scope) = setup();
-        reg.begin_import("dep", &scope, &req("k1", "a.txt")).unwrap();
-        assert!(matches!(reg.begin_import("dep", &scope, &req("k1", "b.txt")), Err(RegistryError::OperationConflict)));
+        reg.deployment("dep").begin_import(&scope, &req("k1", "a.txt")).unwrap();
+        assert!(matches!(
+            reg.deployment("dep").begin_import(&scope, &req("k1", "b.txt")),
+            Err(RegistryError::OperationConflict)
+        ));
         let mut other_mode = req("k1", "a.txt");
         other_mode.overwrite = true;
-        assert!(matches!(reg.begin_import("dep", &scope, &other_mode), Err(RegistryError::OperationConflict)));
+        assert!(matches!(
+            reg.deployment("dep").begin_import(&scope, &other_mode),
+            Err(RegistryError::OperationConflict)
+        ));
     }
 
     #[test]
     fn keys_are_per_scope_and_validated() {
         let (reg, scope) = setup();
-        let other = reg.create_scope("dep", &ThreadId::parse("thread-other").unwrap(), None).unwrap().scope_id;
-        assert!(matches!(reg.begin_import("dep", &scope, &req("k1", "a.txt")).unwrap(), ImportBegin::Reserved(_)));
-        assert!(matches!(reg.begin_import("dep", &other, &req("k1", "b.txt")).unwrap(), ImportBegin::Reserved(_)));
+        let other =
+            reg.deployment("dep").create_scope(&ThreadId::parse("thread-other").unwrap(), None).unwrap().scope_id;
         assert!(matches!(
-            reg.begin_import("dep", &scope, &req("bad key", "a.txt")),
+            reg.deployment("dep").begin_import(&scope, &req("k1", "a.txt")).unwrap(),
+            ImportBegin::Reserved(_)
+        ));
+        assert!(matches!(
+            reg.deployment("dep").begin_import(&other, &req("k1", "b.txt")).unwrap(),
+            ImportBegin::Reserved(_)
+        ));
+        assert!(matches!(
+            reg.deployment("dep").begin_import(&scope, &req("bad key", "a.txt")),
             Err(RegistryError::Invalid { .. })
         ));
     }
@@ -260,18 +272,21 @@ mod tests {
     #[test]
     fn abandoning_frees_the_key_but_never_a_completed_record() {
         let (reg, scope) = setup();
-        reg.begin_import("dep", &scope, &req("k1", "a.txt")).unwrap();
-        reg.abandon_import("dep", &scope, "k1").unwrap();
-        assert_eq!(reg.get_import("dep", &scope, "k1").unwrap(), None);
-        assert!(matches!(reg.begin_import("dep", &scope, &req("k1", "b.txt")).unwrap(), ImportBegin::Reserved(_)));
-        reg.complete_import("dep", &scope, "k1", 1, "x").unwrap();
-        reg.abandon_import("dep", &scope, "k1").unwrap();
-        assert_eq!(reg.get_import("dep", &scope, "k1").unwrap().unwrap().state, ImportState::Completed);
+        reg.deployment("dep").begin_import(&scope, &req("k1", "a.txt")).unwrap();
+        reg.deployment("dep").abandon_import(&scope, "k1").unwrap();
+        assert_eq!(reg.deployment("dep").get_import(&scope, "k1").unwrap(), None);
+        assert!(matches!(
+            reg.deployment("dep").begin_import(&scope, &req("k1", "b.txt")).unwrap(),
+            ImportBegin::Reserved(_)
+        ));
+        reg.deployment("dep").complete_import(&scope, "k1", 1, "x").unwrap();
+        reg.deployment("dep").abandon_import(&scope, "k1").unwrap();
+        assert_eq!(reg.deployment("dep").get_import(&scope, "k1").unwrap().unwrap().state, ImportState::Completed);
     }
 
     #[test]
     fn unknown_scope_is_refused_by_the_foreign_key() {
         let (reg, _) = setup();
-        assert!(reg.begin_import("dep", &ScopeId::generate(), &req("k1", "a.txt")).is_err());
+        assert!(reg.deployment("dep").begin_import(&ScopeId::generate(), &req("k1", "a.txt")).is_err());
     }
 }

@@ -2,7 +2,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use super::{validate_key, Registry, RegistryError};
+use super::{validate_key, DeploymentRegistry, RegistryError};
 
 /// Leases that, while held and unexpired, refuse new scopes, owners and run reservations.
 pub const BLOCKING_LEASES: [&str; 2] = ["workspace-cutover", "maintenance"];
@@ -67,16 +67,11 @@ fn get_in(conn: &Connection, deployment: &str, name: &str) -> Result<Option<Leas
         .optional()?)
 }
 
-impl Registry {
+impl DeploymentRegistry {
     /// Takes the lease `name` for `operation_id` for `ttl_ms`: granted if it is free, expired, or
     /// already held by the same operation (then it is extended); else `LeaseHeld`.
-    pub fn acquire_lease(
-        &self,
-        deployment: &str,
-        name: &str,
-        operation_id: &str,
-        ttl_ms: i64,
-    ) -> Result<Lease, RegistryError> {
+    pub fn acquire_lease(&self, name: &str, operation_id: &str, ttl_ms: i64) -> Result<Lease, RegistryError> {
+        let deployment = self.id.as_str();
         validate_lock_name(name)?;
         validate_key("operation_id", operation_id)?;
         validate_ttl(ttl_ms)?;
@@ -103,13 +98,8 @@ impl Registry {
     }
 
     /// Extends the lease by `ttl_ms` from now; only its holder may, and only before it expired.
-    pub fn renew_lease(
-        &self,
-        deployment: &str,
-        name: &str,
-        operation_id: &str,
-        ttl_ms: i64,
-    ) -> Result<Lease, RegistryError> {
+    pub fn renew_lease(&self, name: &str, operation_id: &str, ttl_ms: i64) -> Result<Lease, RegistryError> {
+        let deployment = self.id.as_str();
         validate_lock_name(name)?;
         validate_key("operation_id", operation_id)?;
         validate_ttl(ttl_ms)?;
@@ -131,7 +121,8 @@ impl Registry {
 
     /// Releases the lease held by `operation_id` (expired or not). Releasing a lease that is not
     /// there is a no-op (`Ok(false)`); one held by another operation is `LeaseNotHeld`.
-    pub fn release_lease(&self, deployment: &str, name: &str, operation_id: &str) -> Result<bool, RegistryError> {
+    pub fn release_lease(&self, name: &str, operation_id: &str) -> Result<bool, RegistryError> {
+        let deployment = self.id.as_str();
         validate_lock_name(name)?;
         validate_key("operation_id", operation_id)?;
         let mut conn = self.conn.lock();
@@ -151,13 +142,15 @@ impl Registry {
     }
 
     /// The lease `name` if it is held and unexpired.
-    pub fn lease(&self, deployment: &str, name: &str) -> Result<Option<Lease>, RegistryError> {
+    pub fn lease(&self, name: &str) -> Result<Option<Lease>, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         Ok(get_in(&self.conn.lock(), deployment, name)?.filter(|l| l.expires_at > now))
     }
 
     /// `CutoverInProgress` while a blocking lease is held.
-    pub fn refuse_if_blocked(&self, deployment: &str) -> Result<(), RegistryError> {
+    pub fn refuse_if_blocked(&self) -> Result<(), RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         refuse_if_blocked_in(&self.conn.lock(), deployment, now)
     }

@@ -12,7 +12,7 @@ use rusqlite::{params, Connection, TransactionBehavior};
 use super::operations::{record_op_in, set_ops_in};
 use super::owners::{owners_of_in, set_owner_state_in, OwnerState, OwnerType};
 use super::scopes::{from_row, get_in, transition_in, COLUMNS};
-use super::{OperationState, Registry, RegistryError, ScopeRecord, ScopeState};
+use super::{DeploymentRegistry, OperationState, RegistryError, ScopeRecord, ScopeState};
 use crate::ids::ScopeId;
 
 /// `scope_operations.kind` of a delete (user-requested or draft expiry).
@@ -73,15 +73,11 @@ fn begin_delete_in(
     Ok(rec)
 }
 
-impl Registry {
+impl DeploymentRegistry {
     /// Starts deleting a draft or active scope (revision CAS): the scope becomes `deleting`, which
     /// freezes owner creation and run reservations; live owners are moved to `draining`.
-    pub fn begin_delete(
-        &self,
-        deployment: &str,
-        scope: &ScopeId,
-        expected_revision: u64,
-    ) -> Result<ScopeRecord, RegistryError> {
+    pub fn begin_delete(&self, scope: &ScopeId, expected_revision: u64) -> Result<ScopeRecord, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -92,7 +88,8 @@ impl Registry {
 
     /// Finishes a delete if nothing blocks it: the primary owner becomes terminal, the scope
     /// `deleted` and the delete operation `completed`, in one transaction. Idempotent on a deleted scope.
-    pub fn complete_delete(&self, deployment: &str, scope: &ScopeId) -> Result<DeleteStep, RegistryError> {
+    pub fn complete_delete(&self, scope: &ScopeId) -> Result<DeleteStep, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -119,12 +116,8 @@ impl Registry {
 
     /// Records why a `deleting` scope cannot finish (the unsettled owners) on the scope and fails
     /// its delete operation with `owners_not_settled` (a later retry moves it on).
-    pub fn record_delete_blocked(
-        &self,
-        deployment: &str,
-        scope: &ScopeId,
-        blockers: &[String],
-    ) -> Result<(), RegistryError> {
+    pub fn record_delete_blocked(&self, scope: &ScopeId, blockers: &[String]) -> Result<(), RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let json = serde_json::to_string(blockers).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
         let mut conn = self.conn.lock();
@@ -140,7 +133,8 @@ impl Registry {
     }
 
     /// Drafts created at or before `cutoff` (Unix ms) that have no unsettled owner besides the primary thread.
-    pub fn expired_drafts(&self, deployment: &str, cutoff: i64) -> Result<Vec<ScopeRecord>, RegistryError> {
+    pub fn expired_drafts(&self, cutoff: i64) -> Result<Vec<ScopeRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         let conn = self.conn.lock();
         let sql = format!(
             "SELECT {COLUMNS} FROM scopes WHERE deployment_id = ?1 AND state = 'draft' AND created_at <= ?2
@@ -160,12 +154,8 @@ impl Registry {
 
     /// Starts deleting an expired draft, re-checking in the same transaction that it is still a
     /// draft created at or before `cutoff` with no other live owner (`Ok(None)` when it no longer is).
-    pub fn begin_draft_expiry(
-        &self,
-        deployment: &str,
-        scope: &ScopeId,
-        cutoff: i64,
-    ) -> Result<Option<ScopeRecord>, RegistryError> {
+    pub fn begin_draft_expiry(&self, scope: &ScopeId, cutoff: i64) -> Result<Option<ScopeRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -180,7 +170,8 @@ impl Registry {
     }
 
     /// Deleted scopes whose deletion is at or before `cutoff` and that are not purged yet.
-    pub fn purge_due(&self, deployment: &str, cutoff: i64) -> Result<Vec<ScopeRecord>, RegistryError> {
+    pub fn purge_due(&self, cutoff: i64) -> Result<Vec<ScopeRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         let conn = self.conn.lock();
         let sql = format!(
             "SELECT {COLUMNS} FROM scopes
@@ -197,7 +188,8 @@ impl Registry {
     }
 
     /// Records the purge operation of a deleted scope (`applying`; a second call changes nothing).
-    pub fn begin_purge(&self, deployment: &str, scope: &ScopeId) -> Result<(), RegistryError> {
+    pub fn begin_purge(&self, scope: &ScopeId) -> Result<(), RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -211,7 +203,8 @@ impl Registry {
     }
 
     /// Marks a deleted scope purged and completes its purge operation.
-    pub fn complete_purge(&self, deployment: &str, scope: &ScopeId) -> Result<ScopeRecord, RegistryError> {
+    pub fn complete_purge(&self, scope: &ScopeId) -> Result<ScopeRecord, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -227,9 +220,10 @@ impl Registry {
     }
 }
 
-impl Registry {
+impl DeploymentRegistry {
     /// The owners (other than the primary thread) of `scope` that are not settled.
-    pub fn delete_blockers(&self, deployment: &str, scope: &ScopeId) -> Result<Vec<String>, RegistryError> {
+    pub fn delete_blockers(&self, scope: &ScopeId) -> Result<Vec<String>, RegistryError> {
+        let deployment = self.id.as_str();
         blockers_in(&self.conn.lock(), deployment, scope)
     }
 }

@@ -7,6 +7,41 @@
 //! machines are data, not code. All SQL of the registry lives in this module.
 //! Time comes from an injectable [`Clock`].
 
+/// An enum stored as text: `as_str`, `Display`, a strict `FromStr` (an unknown value is
+/// `Corrupt`), serde in snake_case and `ALL`.
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident, $what:literal, { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = RegistryError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $name::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| RegistryError::Corrupt(format!(concat!("unknown ", $what, " {:?}"), s)))
+            }
+        }
+    };
+}
+
 pub mod billing;
 pub mod environments;
 pub mod imports;
@@ -108,50 +143,20 @@ impl RegistryError {
     }
 }
 
-/// Lifecycle state of a scope: `provisioning → draft → active → deleting → deleted`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ScopeState {
-    Provisioning,
-    Draft,
-    Active,
-    Deleting,
-    Deleted,
-}
+string_enum!(
+    /// Lifecycle state of a scope: `provisioning → draft → active → deleting → deleted`.
+    ScopeState, "scope state", {
+    Provisioning => "provisioning",
+    Draft => "draft",
+    Active => "active",
+    Deleting => "deleting",
+    Deleted => "deleted",
+});
 
 impl ScopeState {
-    pub const ALL: [ScopeState; 5] =
-        [ScopeState::Provisioning, ScopeState::Draft, ScopeState::Active, ScopeState::Deleting, ScopeState::Deleted];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ScopeState::Provisioning => "provisioning",
-            ScopeState::Draft => "draft",
-            ScopeState::Active => "active",
-            ScopeState::Deleting => "deleting",
-            ScopeState::Deleted => "deleted",
-        }
-    }
-
     /// Whether a scope in this state has a filesystem that should be mounted.
     pub fn is_mountable(self) -> bool {
         matches!(self, ScopeState::Draft | ScopeState::Active)
-    }
-}
-
-impl fmt::Display for ScopeState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.as_str())
-    }
-}
-
-impl FromStr for ScopeState {
-    type Err = RegistryError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ScopeState::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| RegistryError::Corrupt(format!("unknown scope state {s:?}")))
     }
 }
 
@@ -188,7 +193,41 @@ pub struct Registry {
     clock: Arc<dyn Clock>,
 }
 
+/// The registry as one deployment sees it: every scope, owner, run, lease, operation, import,
+/// nonce, environment and process method of this handle acts in deployment `id` only. Methods that
+/// are not per deployment (billing, clock, schema) are the [`Registry`]'s, reached through `Deref`.
+#[derive(Clone)]
+pub struct DeploymentRegistry {
+    registry: Arc<Registry>,
+    id: String,
+}
+
+impl DeploymentRegistry {
+    /// The deployment this handle acts in.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The whole registry (for another deployment's handle, or to share it).
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+}
+
+impl std::ops::Deref for DeploymentRegistry {
+    type Target = Registry;
+
+    fn deref(&self) -> &Registry {
+        &self.registry
+    }
+}
+
 impl Registry {
+    /// The handle of deployment `id` (see [`DeploymentRegistry`]).
+    pub fn deployment(self: &Arc<Self>, id: &str) -> DeploymentRegistry {
+        DeploymentRegistry { registry: self.clone(), id: id.to_string() }
+    }
+
     /// Opens (creating if needed) the registry at `path`: missing parent directories 0700, file 0600,
     /// WAL, `foreign_keys`, `busy_timeout`, `synchronous=FULL`, migrations applied; refuses a newer schema.
     pub fn open(path: &Path) -> Result<Registry, RegistryError> {
@@ -236,9 +275,9 @@ impl Registry {
 
 /// Validates an identifier from a request: 1-128 characters of `[A-Za-z0-9_.:-]`.
 pub fn validate_key(field: &'static str, value: &str) -> Result<(), RegistryError> {
-    let ok = (1..=128).contains(&value.len())
-        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
-    ok.then_some(()).ok_or(RegistryError::Invalid { field, reason: "must be 1-128 characters of [A-Za-z0-9_.:-]" })
+    crate::ids::is_token(value)
+        .then_some(())
+        .ok_or(RegistryError::Invalid { field, reason: "must be 1-128 characters of [A-Za-z0-9_.:-]" })
 }
 
 /// Validates an external resource id: 1-256 printable ASCII characters, no `/`.

@@ -15,7 +15,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use super::leases::refuse_if_blocked_in;
 use super::owners::insert_primary_owner_in;
 use super::scopes::{find_by_thread_in, get_in, insert_in, transition_in};
-use super::{Registry, RegistryError, ScopeRecord, ScopeState};
+use super::{DeploymentRegistry, RegistryError, ScopeRecord, ScopeState};
 use crate::engine::Quota;
 use crate::ids::{ScopeId, ThreadId};
 
@@ -141,18 +141,18 @@ pub(super) fn record_op_in(
     Ok(n == 1)
 }
 
-impl Registry {
+impl DeploymentRegistry {
     /// Idempotent provisioning: the same `operation_id` always yields the same scope (a different
     /// thread under a used `operation_id` is `OperationConflict`); a thread that already has a scope
     /// yields that scope. A new scope starts in `provisioning` with an `applying` operation and an
     /// active `primary_thread` owner. Refused with `CutoverInProgress` while a blocking lease is held.
     pub fn provision(
         &self,
-        deployment: &str,
         operation_id: &str,
         thread: &ThreadId,
         quota: Option<Quota>,
     ) -> Result<Provisioned, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -196,7 +196,8 @@ impl Registry {
     /// Finishes provisioning: a `provisioning` scope becomes `draft` and its open provision
     /// operations `completed`, in one transaction. A scope already past `provisioning` is returned
     /// as is (its open operations are completed too), so finishing twice is harmless.
-    pub fn complete_provision(&self, deployment: &str, scope: &ScopeId) -> Result<ScopeRecord, RegistryError> {
+    pub fn complete_provision(&self, scope: &ScopeId) -> Result<ScopeRecord, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -214,7 +215,8 @@ impl Registry {
 
     /// Records that finishing a scope's provisioning failed (`error_code` is a snake_case code);
     /// the scope stays `provisioning` and is retried later.
-    pub fn fail_provision(&self, deployment: &str, scope: &ScopeId, error_code: &str) -> Result<(), RegistryError> {
+    pub fn fail_provision(&self, scope: &ScopeId, error_code: &str) -> Result<(), RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -224,7 +226,8 @@ impl Registry {
     }
 
     /// Operations of the deployment that are not terminal (`completed`/`compensated`), oldest first.
-    pub fn open_operations(&self, deployment: &str) -> Result<Vec<OperationRecord>, RegistryError> {
+    pub fn open_operations(&self) -> Result<Vec<OperationRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         let conn = self.conn.lock();
         let mut stmt = conn.prepare(
             "SELECT operation_id, scope_id, kind, state, last_error_code FROM scope_operations

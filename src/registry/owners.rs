@@ -7,42 +7,8 @@ use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::leases::refuse_if_blocked_in;
 use super::scopes::get_in as get_scope_in;
-use super::{is_constraint, to_i64, to_u64, validate_resource_id, Registry, RegistryError, ScopeState};
+use super::{is_constraint, to_i64, to_u64, validate_resource_id, DeploymentRegistry, RegistryError, ScopeState};
 use crate::ids::{ScopeId, ThreadId};
-
-macro_rules! string_enum {
-    ($(#[$m:meta])* $name:ident, $what:literal, { $($variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-        #[serde(rename_all = "snake_case")]
-        pub enum $name { $($variant),+ }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.pad(self.as_str())
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = RegistryError;
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                $name::ALL
-                    .iter()
-                    .copied()
-                    .find(|v| v.as_str() == s)
-                    .ok_or_else(|| RegistryError::Corrupt(format!(concat!("unknown ", $what, " {:?}"), s)))
-            }
-        }
-    };
-}
-pub(super) use string_enum;
 
 string_enum!(
     /// What kind of actor an owner is.
@@ -109,27 +75,48 @@ pub struct OwnerUpdate {
 const COLUMNS: &str = "owner_id, scope_id, owner_type, resource_id, parent_owner_id, state, revision, \
                        created_at, updated_at, terminal_at";
 
-fn from_row(r: &Row<'_>) -> rusqlite::Result<RawOwner> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?, r.get(9)?))
+/// An `scope_owners` row as stored, read by column name (see [`COLUMNS`]).
+struct RawOwner {
+    owner_id: String,
+    scope_id: String,
+    owner_type: String,
+    resource_id: Option<String>,
+    parent_owner_id: Option<String>,
+    state: String,
+    revision: i64,
+    created_at: i64,
+    updated_at: i64,
+    terminal_at: Option<i64>,
 }
 
-type RawOwner = (String, String, String, Option<String>, Option<String>, String, i64, i64, i64, Option<i64>);
+fn from_row(r: &Row<'_>) -> rusqlite::Result<RawOwner> {
+    Ok(RawOwner {
+        owner_id: r.get("owner_id")?,
+        scope_id: r.get("scope_id")?,
+        owner_type: r.get("owner_type")?,
+        resource_id: r.get("resource_id")?,
+        parent_owner_id: r.get("parent_owner_id")?,
+        state: r.get("state")?,
+        revision: r.get("revision")?,
+        created_at: r.get("created_at")?,
+        updated_at: r.get("updated_at")?,
+        terminal_at: r.get("terminal_at")?,
+    })
+}
 
-fn validate(
-    (owner_id, scope_id, ty, resource_id, parent, state, revision, created_at, updated_at, terminal_at): RawOwner,
-) -> Result<OwnerRecord, RegistryError> {
+fn validate(raw: RawOwner) -> Result<OwnerRecord, RegistryError> {
     Ok(OwnerRecord {
-        owner_id,
-        scope_id: ScopeId::parse(&scope_id)
+        owner_id: raw.owner_id,
+        scope_id: ScopeId::parse(&raw.scope_id)
             .map_err(|_| RegistryError::Corrupt("invalid scope_id in scope_owners".into()))?,
-        owner_type: ty.parse()?,
-        resource_id,
-        parent_owner_id: parent,
-        state: state.parse()?,
-        revision: to_u64(revision, "owner revision")?,
-        created_at,
-        updated_at,
-        terminal_at,
+        owner_type: raw.owner_type.parse()?,
+        resource_id: raw.resource_id,
+        parent_owner_id: raw.parent_owner_id,
+        state: raw.state.parse()?,
+        revision: to_u64(raw.revision, "owner revision")?,
+        created_at: raw.created_at,
+        updated_at: raw.updated_at,
+        terminal_at: raw.terminal_at,
     })
 }
 
@@ -291,16 +278,12 @@ pub(super) fn require_open_scope_in(
     }
 }
 
-impl Registry {
+impl DeploymentRegistry {
     /// Registers an owner in a draft or active scope (never while a blocking lease is held, never in
     /// a deleting/deleted scope). Registering the same resource of the same type in the same scope
     /// again returns the existing owner (`created = false`); in another scope it is `ResourceOwned`.
-    pub fn create_owner(
-        &self,
-        deployment: &str,
-        scope: &ScopeId,
-        new: &NewOwner,
-    ) -> Result<(OwnerRecord, bool), RegistryError> {
+    pub fn create_owner(&self, scope: &ScopeId, new: &NewOwner) -> Result<(OwnerRecord, bool), RegistryError> {
+        let deployment = self.id.as_str();
         if let Some(r) = &new.resource_id {
             validate_resource_id(r)?;
         }
@@ -347,11 +330,11 @@ impl Registry {
     /// refused unless the scope is draft or active; `terminal`/`quarantined` never become `active`.
     pub fn update_owner(
         &self,
-        deployment: &str,
         scope: &ScopeId,
         owner_id: &str,
         update: &OwnerUpdate,
     ) -> Result<OwnerRecord, RegistryError> {
+        let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -385,11 +368,11 @@ impl Registry {
     /// not found; several types holding the same id without `owner_type` is `AmbiguousResource`.
     pub fn owner_by_resource(
         &self,
-        deployment: &str,
         scope: &ScopeId,
         resource_id: &str,
         owner_type: Option<OwnerType>,
     ) -> Result<OwnerRecord, RegistryError> {
+        let deployment = self.id.as_str();
         validate_resource_id(resource_id)?;
         let conn = self.conn.lock();
         let sql = format!(
@@ -412,14 +395,16 @@ impl Registry {
     }
 
     /// One owner of `scope`.
-    pub fn owner(&self, deployment: &str, scope: &ScopeId, owner_id: &str) -> Result<OwnerRecord, RegistryError> {
+    pub fn owner(&self, scope: &ScopeId, owner_id: &str) -> Result<OwnerRecord, RegistryError> {
+        let deployment = self.id.as_str();
         get_owner_in(&self.conn.lock(), deployment, owner_id)?
             .filter(|o| &o.scope_id == scope)
             .ok_or(RegistryError::OwnerNotFound)
     }
 
     /// Every owner of a scope, oldest first.
-    pub fn owners(&self, deployment: &str, scope: &ScopeId) -> Result<Vec<OwnerRecord>, RegistryError> {
+    pub fn owners(&self, scope: &ScopeId) -> Result<Vec<OwnerRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         owners_of_in(&self.conn.lock(), deployment, scope)
     }
 }

@@ -4,11 +4,12 @@ use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::leases::refuse_if_blocked_in;
 use super::owners::{
-    attach_resource_in, get_owner_in, insert_owner_in, require_open_scope_in, set_owner_state_in, string_enum,
-    OwnerState, OwnerType,
+    attach_resource_in, get_owner_in, insert_owner_in, require_open_scope_in, set_owner_state_in, OwnerState, OwnerType,
 };
 use super::scopes::{get_in as get_scope_in, transition_in};
-use super::{is_constraint, validate_key, validate_resource_id, Registry, RegistryError, ScopeRecord, ScopeState};
+use super::{
+    is_constraint, validate_key, validate_resource_id, DeploymentRegistry, RegistryError, ScopeRecord, ScopeState,
+};
 use crate::ids::ScopeId;
 
 use std::fmt;
@@ -81,38 +82,48 @@ pub struct RunUpdate {
 const COLUMNS: &str = "scope_id, run_request_id, turn_id, interrupt_key, request_hash, run_owner_id, run_id, state, \
                        created_at, updated_at";
 
-type RawRun = (String, String, String, Option<String>, String, String, Option<String>, String, i64, i64);
-
-fn from_row(r: &Row<'_>) -> rusqlite::Result<RawRun> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?, r.get(9)?))
+/// A `scope_run_requests` row as stored, read by column name (see [`COLUMNS`]).
+struct RawRun {
+    scope_id: String,
+    run_request_id: String,
+    turn_id: String,
+    interrupt_key: Option<String>,
+    request_hash: String,
+    run_owner_id: String,
+    run_id: Option<String>,
+    state: String,
+    created_at: i64,
+    updated_at: i64,
 }
 
-fn validate(
-    (
-        scope_id,
-        run_request_id,
-        turn_id,
-        interrupt_key,
-        request_hash,
-        run_owner_id,
-        run_id,
-        state,
-        created_at,
-        updated_at,
-    ): RawRun,
-) -> Result<RunRequestRecord, RegistryError> {
+fn from_row(r: &Row<'_>) -> rusqlite::Result<RawRun> {
+    Ok(RawRun {
+        scope_id: r.get("scope_id")?,
+        run_request_id: r.get("run_request_id")?,
+        turn_id: r.get("turn_id")?,
+        interrupt_key: r.get("interrupt_key")?,
+        request_hash: r.get("request_hash")?,
+        run_owner_id: r.get("run_owner_id")?,
+        run_id: r.get("run_id")?,
+        state: r.get("state")?,
+        created_at: r.get("created_at")?,
+        updated_at: r.get("updated_at")?,
+    })
+}
+
+fn validate(raw: RawRun) -> Result<RunRequestRecord, RegistryError> {
     Ok(RunRequestRecord {
-        scope_id: ScopeId::parse(&scope_id)
+        scope_id: ScopeId::parse(&raw.scope_id)
             .map_err(|_| RegistryError::Corrupt("invalid scope_id in scope_run_requests".into()))?,
-        run_request_id,
-        turn_id,
-        interrupt_key,
-        request_hash,
-        run_owner_id,
-        run_id,
-        state: state.parse()?,
-        created_at,
-        updated_at,
+        run_request_id: raw.run_request_id,
+        turn_id: raw.turn_id,
+        interrupt_key: raw.interrupt_key,
+        request_hash: raw.request_hash,
+        run_owner_id: raw.run_owner_id,
+        run_id: raw.run_id,
+        state: raw.state.parse()?,
+        created_at: raw.created_at,
+        updated_at: raw.updated_at,
     })
 }
 
@@ -131,18 +142,14 @@ fn get_run_in(
         .transpose()
 }
 
-impl Registry {
+impl DeploymentRegistry {
     /// Idempotent run reservation in a draft or active scope: the same `run_request_id` with the same
     /// `request_hash` returns the existing reservation; with another hash it is `OperationConflict`
     /// (`idempotency_key_conflict`); a used `interrupt_key` is `InterruptAlreadyResolved`; a new
     /// `run_request_id` for a known `turn_id` is a new reservation. Each reservation registers a
     /// `run` owner; the first one activates a draft scope. Refused while a blocking lease is held.
-    pub fn reserve_run(
-        &self,
-        deployment: &str,
-        scope: &ScopeId,
-        req: &RunReserve,
-    ) -> Result<Reservation, RegistryError> {
+    pub fn reserve_run(&self, scope: &ScopeId, req: &RunReserve) -> Result<Reservation, RegistryError> {
+        let deployment = self.id.as_str();
         validate_key("run_request_id", &req.run_request_id)?;
         validate_key("turn_id", &req.turn_id)?;
         validate_key("request_hash", &req.request_hash)?;
@@ -196,11 +203,11 @@ impl Registry {
     /// Starting a run is refused unless the scope is draft or active.
     pub fn update_run(
         &self,
-        deployment: &str,
         scope: &ScopeId,
         run_request_id: &str,
         update: &RunUpdate,
     ) -> Result<RunRequestRecord, RegistryError> {
+        let deployment = self.id.as_str();
         if let Some(r) = &update.run_id {
             validate_resource_id(r)?;
         }
@@ -248,12 +255,8 @@ impl Registry {
     }
 
     /// One run request of `scope`.
-    pub fn run_request(
-        &self,
-        deployment: &str,
-        scope: &ScopeId,
-        run_request_id: &str,
-    ) -> Result<RunRequestRecord, RegistryError> {
+    pub fn run_request(&self, scope: &ScopeId, run_request_id: &str) -> Result<RunRequestRecord, RegistryError> {
+        let deployment = self.id.as_str();
         get_run_in(&self.conn.lock(), deployment, scope, run_request_id)?.ok_or(RegistryError::RunRequestNotFound)
     }
 }

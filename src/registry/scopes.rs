@@ -2,7 +2,7 @@
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
 
-use super::{to_i64, to_u64, Registry, RegistryError, ScopeRecord, ScopeState};
+use super::{to_i64, to_u64, DeploymentRegistry, RegistryError, ScopeRecord, ScopeState};
 use crate::engine::Quota;
 use crate::ids::{ScopeId, ThreadId};
 
@@ -160,14 +160,10 @@ pub(super) fn transition_in(
     Ok(current)
 }
 
-impl Registry {
+impl DeploymentRegistry {
     /// Creates a scope for `thread` in state `provisioning` (revision 1).
-    pub fn create_scope(
-        &self,
-        deployment: &str,
-        thread: &ThreadId,
-        quota: Option<Quota>,
-    ) -> Result<ScopeRecord, RegistryError> {
+    pub fn create_scope(&self, thread: &ThreadId, quota: Option<Quota>) -> Result<ScopeRecord, RegistryError> {
+        let deployment = self.id.as_str();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = self.now_ms();
@@ -178,17 +174,20 @@ impl Registry {
     }
 
     /// The scope bound to `thread`, if any.
-    pub fn find_by_thread(&self, deployment: &str, thread: &ThreadId) -> Result<Option<ScopeRecord>, RegistryError> {
+    pub fn find_by_thread(&self, thread: &ThreadId) -> Result<Option<ScopeRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         find_by_thread_in(&self.conn.lock(), deployment, thread)
     }
 
     /// The scope with id `scope`, if any.
-    pub fn get(&self, deployment: &str, scope: &ScopeId) -> Result<Option<ScopeRecord>, RegistryError> {
+    pub fn get(&self, scope: &ScopeId) -> Result<Option<ScopeRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         get_in(&self.conn.lock(), deployment, scope)
     }
 
     /// Every scope of the deployment, oldest first.
-    pub fn list(&self, deployment: &str) -> Result<Vec<ScopeRecord>, RegistryError> {
+    pub fn list(&self) -> Result<Vec<ScopeRecord>, RegistryError> {
+        let deployment = self.id.as_str();
         let conn = self.conn.lock();
         let sql = format!("SELECT {COLUMNS} FROM scopes WHERE deployment_id = ?1 ORDER BY created_at, scope_id");
         let mut stmt = conn.prepare(&sql)?;
@@ -204,18 +203,21 @@ impl Registry {
     /// `current → to` is an allowed transition; then the revision is incremented.
     pub fn transition(
         &self,
-        deployment: &str,
         scope: &ScopeId,
         expected_revision: u64,
         to: ScopeState,
     ) -> Result<ScopeRecord, RegistryError> {
+        let deployment = self.id.as_str();
         let mut conn = self.conn.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let rec = transition_in(&tx, deployment, scope, expected_revision, to, self.now_ms())?;
         tx.commit()?;
         Ok(rec)
     }
+}
 
+#[cfg(test)]
+impl super::Registry {
     /// Whether `from → to` is in the transition table.
     pub fn transition_allowed(&self, from: ScopeState, to: ScopeState) -> Result<bool, RegistryError> {
         let conn = self.conn.lock();

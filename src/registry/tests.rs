@@ -20,9 +20,9 @@ fn allowed(from: ScopeState, to: ScopeState) -> bool {
 }
 
 /// Brings a fresh scope to `state` along allowed transitions.
-fn scope_in(reg: &Registry, name: &str, state: ScopeState) -> ScopeRecord {
+fn scope_in(reg: &Arc<Registry>, name: &str, state: ScopeState) -> ScopeRecord {
     use ScopeState::*;
-    let mut rec = reg.create_scope(DEP, &thread(name), None).unwrap();
+    let mut rec = reg.deployment(DEP).create_scope(&thread(name), None).unwrap();
     let path: &[ScopeState] = match state {
         Provisioning => &[],
         Draft => &[Draft],
@@ -31,7 +31,7 @@ fn scope_in(reg: &Registry, name: &str, state: ScopeState) -> ScopeRecord {
         Deleted => &[Draft, Active, Deleting, Deleted],
     };
     for &to in path {
-        rec = reg.transition(DEP, &rec.scope_id, rec.revision, to).unwrap();
+        rec = reg.deployment(DEP).transition(&rec.scope_id, rec.revision, to).unwrap();
     }
     assert_eq!(rec.state, state);
     rec
@@ -41,17 +41,17 @@ fn scope_in(reg: &Registry, name: &str, state: ScopeState) -> ScopeRecord {
 fn open_creates_private_dir_and_file_and_reopens() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("control/registry.sqlite3");
-    let reg = Registry::open(&path).unwrap();
+    let reg = Arc::new(Registry::open(&path).unwrap());
     assert_eq!(reg.schema_version(), crate::migrate::REGISTRY.last().unwrap().version);
     assert!(reg.schema_version() >= 2);
     let dir_mode = std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777;
     let file_mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(dir_mode, 0o700);
     assert_eq!(file_mode, 0o600);
-    let rec = reg.create_scope(DEP, &thread("t1"), None).unwrap();
+    let rec = reg.deployment(DEP).create_scope(&thread("t1"), None).unwrap();
     drop(reg);
-    let reg = Registry::open(&path).unwrap();
-    assert_eq!(reg.get(DEP, &rec.scope_id).unwrap(), Some(rec));
+    let reg = Arc::new(Registry::open(&path).unwrap());
+    assert_eq!(reg.deployment(DEP).get(&rec.scope_id).unwrap(), Some(rec));
     let conn = reg.conn.lock();
     let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     let fk: i64 = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0)).unwrap();
@@ -63,7 +63,7 @@ fn open_creates_private_dir_and_file_and_reopens() {
 fn refuses_a_newer_database() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("registry.sqlite3");
-    drop(Registry::open(&path).unwrap());
+    drop(Arc::new(Registry::open(&path).unwrap()));
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.pragma_update(None, "user_version", 99).unwrap();
     drop(conn);
@@ -76,46 +76,46 @@ fn refuses_a_newer_database() {
 
 #[test]
 fn create_find_get_list() {
-    let reg = Registry::open_in_memory().unwrap();
+    let reg = Arc::new(Registry::open_in_memory().unwrap());
     let q = Quota { bytes: 1 << 20, inodes: 100 };
-    let a = reg.create_scope(DEP, &thread("thread-a"), Some(q)).unwrap();
-    let b = reg.create_scope(DEP, &thread("thread-b"), None).unwrap();
+    let a = reg.deployment(DEP).create_scope(&thread("thread-a"), Some(q)).unwrap();
+    let b = reg.deployment(DEP).create_scope(&thread("thread-b"), None).unwrap();
     assert_eq!((a.state, a.revision, a.quota), (ScopeState::Provisioning, 1, Some(q)));
     assert_eq!(b.quota, None);
     assert_eq!(b.quota_or(q), q);
-    assert_eq!(reg.find_by_thread(DEP, &thread("thread-a")).unwrap(), Some(a.clone()));
-    assert_eq!(reg.find_by_thread(DEP, &thread("nobody")).unwrap(), None);
-    assert_eq!(reg.find_by_thread("other-dep", &thread("thread-a")).unwrap(), None);
-    assert_eq!(reg.get(DEP, &b.scope_id).unwrap(), Some(b.clone()));
-    assert_eq!(reg.get("other-dep", &b.scope_id).unwrap(), None);
-    assert_eq!(reg.list(DEP).unwrap(), vec![a, b]);
-    assert!(reg.list("other-dep").unwrap().is_empty());
+    assert_eq!(reg.deployment(DEP).find_by_thread(&thread("thread-a")).unwrap(), Some(a.clone()));
+    assert_eq!(reg.deployment(DEP).find_by_thread(&thread("nobody")).unwrap(), None);
+    assert_eq!(reg.deployment("other-dep").find_by_thread(&thread("thread-a")).unwrap(), None);
+    assert_eq!(reg.deployment(DEP).get(&b.scope_id).unwrap(), Some(b.clone()));
+    assert_eq!(reg.deployment("other-dep").get(&b.scope_id).unwrap(), None);
+    assert_eq!(reg.deployment(DEP).list().unwrap(), vec![a, b]);
+    assert!(reg.deployment("other-dep").list().unwrap().is_empty());
 }
 
 #[test]
 fn one_scope_per_thread_per_deployment() {
-    let reg = Registry::open_in_memory().unwrap();
-    let a = reg.create_scope(DEP, &thread("t"), None).unwrap();
-    match reg.create_scope(DEP, &thread("t"), None) {
+    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let a = reg.deployment(DEP).create_scope(&thread("t"), None).unwrap();
+    match reg.deployment(DEP).create_scope(&thread("t"), None) {
         Err(RegistryError::ThreadAlreadyBound(id)) => assert_eq!(id, a.scope_id),
         other => panic!("expected ThreadAlreadyBound, got {other:?}"),
     }
-    let other = reg.create_scope("dep-b", &thread("t"), None).unwrap();
+    let other = reg.deployment("dep-b").create_scope(&thread("t"), None).unwrap();
     assert_ne!(other.scope_id, a.scope_id);
-    assert_eq!(reg.list(DEP).unwrap().len(), 1);
+    assert_eq!(reg.deployment(DEP).list().unwrap().len(), 1);
 }
 
 #[test]
 fn every_transition_is_allowed_or_refused_as_specified() {
-    let reg = Registry::open_in_memory().unwrap();
+    let reg = Arc::new(Registry::open_in_memory().unwrap());
     let mut n = 0;
-    for from in ScopeState::ALL {
-        for to in ScopeState::ALL {
+    for &from in ScopeState::ALL {
+        for &to in ScopeState::ALL {
             n += 1;
             let rec = scope_in(&reg, &format!("t{n}"), from);
             assert_eq!(reg.transition_allowed(from, to).unwrap(), allowed(from, to), "{from} -> {to}");
-            let result = reg.transition(DEP, &rec.scope_id, rec.revision, to);
-            let after = reg.get(DEP, &rec.scope_id).unwrap().unwrap();
+            let result = reg.deployment(DEP).transition(&rec.scope_id, rec.revision, to);
+            let after = reg.deployment(DEP).get(&rec.scope_id).unwrap().unwrap();
             if allowed(from, to) {
                 let new = result.unwrap_or_else(|e| panic!("{from} -> {to} refused: {e}"));
                 assert_eq!((new.state, new.revision), (to, rec.revision + 1), "{from} -> {to}");
@@ -134,9 +134,9 @@ fn every_transition_is_allowed_or_refused_as_specified() {
 
 #[test]
 fn stale_revision_is_a_conflict_and_changes_nothing() {
-    let reg = Registry::open_in_memory().unwrap();
+    let reg = Arc::new(Registry::open_in_memory().unwrap());
     let rec = scope_in(&reg, "t", ScopeState::Draft);
-    let err = reg.transition(DEP, &rec.scope_id, rec.revision - 1, ScopeState::Active).unwrap_err();
+    let err = reg.deployment(DEP).transition(&rec.scope_id, rec.revision - 1, ScopeState::Active).unwrap_err();
     match &err {
         RegistryError::Conflict { expected_revision, current_revision, current_state, requested } => {
             assert_eq!(*expected_revision, rec.revision - 1);
@@ -147,69 +147,69 @@ fn stale_revision_is_a_conflict_and_changes_nothing() {
         other => panic!("expected Conflict, got {other:?}"),
     }
     assert!(err.is_stale_revision());
-    assert_eq!(reg.get(DEP, &rec.scope_id).unwrap(), Some(rec.clone()));
+    assert_eq!(reg.deployment(DEP).get(&rec.scope_id).unwrap(), Some(rec.clone()));
     // The same CAS with the right revision succeeds exactly once.
-    reg.transition(DEP, &rec.scope_id, rec.revision, ScopeState::Active).unwrap();
-    assert!(reg.transition(DEP, &rec.scope_id, rec.revision, ScopeState::Active).is_err());
+    reg.deployment(DEP).transition(&rec.scope_id, rec.revision, ScopeState::Active).unwrap();
+    assert!(reg.deployment(DEP).transition(&rec.scope_id, rec.revision, ScopeState::Active).is_err());
 }
 
 #[test]
 fn transition_of_unknown_scope_is_not_found() {
-    let reg = Registry::open_in_memory().unwrap();
+    let reg = Arc::new(Registry::open_in_memory().unwrap());
     let rec = scope_in(&reg, "t", ScopeState::Draft);
     let missing = ScopeId::generate();
-    assert!(matches!(reg.transition(DEP, &missing, 1, ScopeState::Active), Err(RegistryError::NotFound)));
+    assert!(matches!(reg.deployment(DEP).transition(&missing, 1, ScopeState::Active), Err(RegistryError::NotFound)));
     assert!(matches!(
-        reg.transition("other-dep", &rec.scope_id, rec.revision, ScopeState::Active),
+        reg.deployment("other-dep").transition(&rec.scope_id, rec.revision, ScopeState::Active),
         Err(RegistryError::NotFound)
     ));
 }
 
 #[test]
 fn provision_is_idempotent_on_operation_and_thread() {
-    let reg = Registry::open_in_memory().unwrap();
-    let first = reg.provision(DEP, "op-1", &thread("t"), None).unwrap();
+    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let first = reg.deployment(DEP).provision("op-1", &thread("t"), None).unwrap();
     assert!(first.created);
     assert_eq!(first.scope.state, ScopeState::Provisioning);
-    let again = reg.provision(DEP, "op-1", &thread("t"), None).unwrap();
+    let again = reg.deployment(DEP).provision("op-1", &thread("t"), None).unwrap();
     assert_eq!((again.scope.scope_id.clone(), again.created), (first.scope.scope_id.clone(), false));
-    let other_op = reg.provision(DEP, "op-2", &thread("t"), None).unwrap();
+    let other_op = reg.deployment(DEP).provision("op-2", &thread("t"), None).unwrap();
     assert_eq!((other_op.scope.scope_id.clone(), other_op.created), (first.scope.scope_id.clone(), false));
-    assert!(matches!(reg.provision(DEP, "op-1", &thread("u"), None), Err(RegistryError::OperationConflict)));
-    let open = reg.open_operations(DEP).unwrap();
+    assert!(matches!(reg.deployment(DEP).provision("op-1", &thread("u"), None), Err(RegistryError::OperationConflict)));
+    let open = reg.deployment(DEP).open_operations().unwrap();
     let ids: Vec<_> = open.iter().map(|o| o.operation_id.as_str()).collect();
     assert_eq!(ids, ["op-1", "op-2"]);
     assert!(open.iter().all(|o| o.state == OperationState::Applying && o.scope_id == first.scope.scope_id));
 
-    let done = reg.complete_provision(DEP, &first.scope.scope_id).unwrap();
+    let done = reg.deployment(DEP).complete_provision(&first.scope.scope_id).unwrap();
     assert_eq!((done.state, done.revision), (ScopeState::Draft, 2));
-    assert!(reg.open_operations(DEP).unwrap().is_empty());
+    assert!(reg.deployment(DEP).open_operations().unwrap().is_empty());
     // Finishing twice is harmless; later provisions of the thread are recorded as completed at once.
-    assert_eq!(reg.complete_provision(DEP, &first.scope.scope_id).unwrap(), done);
-    let late = reg.provision(DEP, "op-3", &thread("t"), None).unwrap();
+    assert_eq!(reg.deployment(DEP).complete_provision(&first.scope.scope_id).unwrap(), done);
+    let late = reg.deployment(DEP).provision("op-3", &thread("t"), None).unwrap();
     assert_eq!((late.scope, late.created), (done, false));
-    assert!(reg.open_operations(DEP).unwrap().is_empty());
+    assert!(reg.deployment(DEP).open_operations().unwrap().is_empty());
     // Operation ids are per deployment.
-    let elsewhere = reg.provision("dep-b", "op-1", &thread("u"), None).unwrap();
+    let elsewhere = reg.deployment("dep-b").provision("op-1", &thread("u"), None).unwrap();
     assert!(elsewhere.created);
 }
 
 #[test]
 fn failed_provision_stays_open_and_can_be_completed() {
-    let reg = Registry::open_in_memory().unwrap();
-    let p = reg.provision(DEP, "op-1", &thread("t"), None).unwrap();
-    reg.fail_provision(DEP, &p.scope.scope_id, "mount_failed").unwrap();
-    let open = reg.open_operations(DEP).unwrap();
+    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let p = reg.deployment(DEP).provision("op-1", &thread("t"), None).unwrap();
+    reg.deployment(DEP).fail_provision(&p.scope.scope_id, "mount_failed").unwrap();
+    let open = reg.deployment(DEP).open_operations().unwrap();
     assert_eq!(open.len(), 1);
     assert_eq!((open[0].state, open[0].last_error_code.as_deref()), (OperationState::Failed, Some("mount_failed")));
-    assert_eq!(reg.get(DEP, &p.scope.scope_id).unwrap().unwrap().state, ScopeState::Provisioning);
-    let done = reg.complete_provision(DEP, &p.scope.scope_id).unwrap();
+    assert_eq!(reg.deployment(DEP).get(&p.scope.scope_id).unwrap().unwrap().state, ScopeState::Provisioning);
+    let done = reg.deployment(DEP).complete_provision(&p.scope.scope_id).unwrap();
     assert_eq!(done.state, ScopeState::Draft);
-    assert!(reg.open_operations(DEP).unwrap().is_empty());
+    assert!(reg.deployment(DEP).open_operations().unwrap().is_empty());
 }
 
 #[test]
 fn complete_provision_of_unknown_scope_is_not_found() {
-    let reg = Registry::open_in_memory().unwrap();
-    assert!(matches!(reg.complete_provision(DEP, &ScopeId::generate()), Err(RegistryError::NotFound)));
+    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    assert!(matches!(reg.deployment(DEP).complete_provision(&ScopeId::generate()), Err(RegistryError::NotFound)));
 }

@@ -12,23 +12,23 @@ fn thread(s: &str) -> ThreadId {
     ThreadId::parse(s).unwrap()
 }
 
-fn registry() -> (Registry, Arc<ManualClock>) {
+fn registry() -> (Arc<Registry>, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-    (Registry::open_in_memory().unwrap().with_clock(clock.clone()), clock)
+    (Arc::new(Registry::open_in_memory().unwrap().with_clock(clock.clone())), clock)
 }
 
 /// A provisioned draft scope of `name`.
-fn draft(reg: &Registry, name: &str) -> ScopeRecord {
-    let p = reg.provision(DEP, &format!("op-{name}"), &thread(name), None).unwrap();
-    reg.complete_provision(DEP, &p.scope.scope_id).unwrap()
+fn draft(reg: &Arc<Registry>, name: &str) -> ScopeRecord {
+    let p = reg.deployment(DEP).provision(&format!("op-{name}"), &thread(name), None).unwrap();
+    reg.deployment(DEP).complete_provision(&p.scope.scope_id).unwrap()
 }
 
 fn owner(ty: OwnerType, resource: Option<&str>) -> NewOwner {
     NewOwner { owner_type: ty, resource_id: resource.map(str::to_owned), parent_owner_id: None }
 }
 
-fn set_state(reg: &Registry, scope: &ScopeId, owner: &str, to: OwnerState) -> Result<OwnerRecord, RegistryError> {
-    reg.update_owner(DEP, scope, owner, &OwnerUpdate { state: Some(to), ..Default::default() })
+fn set_state(reg: &Arc<Registry>, scope: &ScopeId, owner: &str, to: OwnerState) -> Result<OwnerRecord, RegistryError> {
+    reg.deployment(DEP).update_owner(scope, owner, &OwnerUpdate { state: Some(to), ..Default::default() })
 }
 
 fn reserve(id: &str, turn: &str, interrupt: Option<&str>, hash: &str) -> RunReserve {
@@ -57,11 +57,14 @@ fn owner_allowed(from: OwnerState, to: OwnerState) -> bool {
 fn provision_registers_the_primary_thread_owner() {
     let (reg, _) = registry();
     let s = draft(&reg, "t1");
-    let owners = reg.owners(DEP, &s.scope_id).unwrap();
+    let owners = reg.deployment(DEP).owners(&s.scope_id).unwrap();
     assert_eq!(owners.len(), 1);
     assert_eq!((owners[0].owner_type, owners[0].state), (OwnerType::PrimaryThread, OwnerState::Active));
     assert_eq!(owners[0].resource_id.as_deref(), Some("t1"));
-    assert!(reg.delete_blockers(DEP, &s.scope_id).unwrap().is_empty(), "the primary thread never blocks a delete");
+    assert!(
+        reg.deployment(DEP).delete_blockers(&s.scope_id).unwrap().is_empty(),
+        "the primary thread never blocks a delete"
+    );
 }
 
 #[test]
@@ -81,14 +84,14 @@ fn every_owner_transition_is_allowed_or_refused_as_specified() {
     };
     for &from in OwnerState::ALL {
         for &to in OwnerState::ALL.iter().filter(|&&t| t != from) {
-            let (o, _) = reg.create_owner(DEP, &s.scope_id, &owner(OwnerType::Cron, None)).unwrap();
+            let (o, _) = reg.deployment(DEP).create_owner(&s.scope_id, &owner(OwnerType::Cron, None)).unwrap();
             for st in path_to(from) {
                 set_state(&reg, &s.scope_id, &o.owner_id, st).unwrap();
             }
-            let before = reg.owner(DEP, &s.scope_id, &o.owner_id).unwrap();
+            let before = reg.deployment(DEP).owner(&s.scope_id, &o.owner_id).unwrap();
             assert_eq!(before.state, from);
             let result = set_state(&reg, &s.scope_id, &o.owner_id, to);
-            let after = reg.owner(DEP, &s.scope_id, &o.owner_id).unwrap();
+            let after = reg.deployment(DEP).owner(&s.scope_id, &o.owner_id).unwrap();
             if owner_allowed(from, to) {
                 let new = result.unwrap_or_else(|e| panic!("{from} -> {to} refused: {e}"));
                 assert_eq!((new.state, new.revision), (to, before.revision + 1));
@@ -112,13 +115,13 @@ fn owner_revision_cas_and_resource_attachment() {
     let (reg, _) = registry();
     let a = draft(&reg, "ta");
     let b = draft(&reg, "tb");
-    let (o, created) = reg.create_owner(DEP, &a.scope_id, &owner(OwnerType::AsyncThread, None)).unwrap();
+    let (o, created) = reg.deployment(DEP).create_owner(&a.scope_id, &owner(OwnerType::AsyncThread, None)).unwrap();
     assert!(created);
     assert_eq!((o.state, o.revision, o.resource_id.clone()), (OwnerState::Reserved, 1, None));
     // Stale revision: conflict, nothing changes.
     let stale = OwnerUpdate { expected_revision: Some(7), state: Some(OwnerState::Active), ..Default::default() };
     assert!(matches!(
-        reg.update_owner(DEP, &a.scope_id, &o.owner_id, &stale),
+        reg.deployment(DEP).update_owner(&a.scope_id, &o.owner_id, &stale),
         Err(RegistryError::OwnerConflict { stale_revision: true, .. })
     ));
     // Attach a resource and activate in one CAS.
@@ -127,29 +130,36 @@ fn owner_revision_cas_and_resource_attachment() {
         resource_id: Some("child-1".into()),
         state: Some(OwnerState::Active),
     };
-    let o = reg.update_owner(DEP, &a.scope_id, &o.owner_id, &up).unwrap();
+    let o = reg.deployment(DEP).update_owner(&a.scope_id, &o.owner_id, &up).unwrap();
     assert_eq!((o.state, o.resource_id.as_deref(), o.revision), (OwnerState::Active, Some("child-1"), 3));
     // Same resource again: no-op; a different one: refused.
     let same = OwnerUpdate { resource_id: Some("child-1".into()), ..Default::default() };
-    assert_eq!(reg.update_owner(DEP, &a.scope_id, &o.owner_id, &same).unwrap(), o);
+    assert_eq!(reg.deployment(DEP).update_owner(&a.scope_id, &o.owner_id, &same).unwrap(), o);
     let other = OwnerUpdate { resource_id: Some("child-2".into()), ..Default::default() };
     assert!(matches!(
-        reg.update_owner(DEP, &a.scope_id, &o.owner_id, &other),
+        reg.deployment(DEP).update_owner(&a.scope_id, &o.owner_id, &other),
         Err(RegistryError::ResourceIdAlreadySet)
     ));
     // The resource registered again in the same scope returns that owner; in another scope it is refused.
-    let (again, created) = reg.create_owner(DEP, &a.scope_id, &owner(OwnerType::AsyncThread, Some("child-1"))).unwrap();
+    let (again, created) =
+        reg.deployment(DEP).create_owner(&a.scope_id, &owner(OwnerType::AsyncThread, Some("child-1"))).unwrap();
     assert_eq!((again.owner_id.as_str(), created), (o.owner_id.as_str(), false));
     assert!(matches!(
-        reg.create_owner(DEP, &b.scope_id, &owner(OwnerType::AsyncThread, Some("child-1"))),
+        reg.deployment(DEP).create_owner(&b.scope_id, &owner(OwnerType::AsyncThread, Some("child-1"))),
         Err(RegistryError::ResourceOwned)
     ));
-    let (ob, _) = reg.create_owner(DEP, &b.scope_id, &owner(OwnerType::AsyncThread, None)).unwrap();
+    let (ob, _) = reg.deployment(DEP).create_owner(&b.scope_id, &owner(OwnerType::AsyncThread, None)).unwrap();
     let steal = OwnerUpdate { resource_id: Some("child-1".into()), ..Default::default() };
-    assert!(matches!(reg.update_owner(DEP, &b.scope_id, &ob.owner_id, &steal), Err(RegistryError::ResourceOwned)));
+    assert!(matches!(
+        reg.deployment(DEP).update_owner(&b.scope_id, &ob.owner_id, &steal),
+        Err(RegistryError::ResourceOwned)
+    ));
     // Lookup by resource is per scope.
-    assert_eq!(reg.owner_by_resource(DEP, &a.scope_id, "child-1", None).unwrap().owner_id, o.owner_id);
-    assert!(matches!(reg.owner_by_resource(DEP, &b.scope_id, "child-1", None), Err(RegistryError::OwnerNotFound)));
+    assert_eq!(reg.deployment(DEP).owner_by_resource(&a.scope_id, "child-1", None).unwrap().owner_id, o.owner_id);
+    assert!(matches!(
+        reg.deployment(DEP).owner_by_resource(&b.scope_id, "child-1", None),
+        Err(RegistryError::OwnerNotFound)
+    ));
     // An owner of another scope is not found through this one.
     assert!(matches!(
         set_state(&reg, &b.scope_id, &o.owner_id, OwnerState::Terminal),
@@ -157,7 +167,7 @@ fn owner_revision_cas_and_resource_attachment() {
     ));
     // The primary thread owner is made by provision only.
     assert!(matches!(
-        reg.create_owner(DEP, &a.scope_id, &owner(OwnerType::PrimaryThread, None)),
+        reg.deployment(DEP).create_owner(&a.scope_id, &owner(OwnerType::PrimaryThread, None)),
         Err(RegistryError::Invalid { .. })
     ));
 }
@@ -166,7 +176,7 @@ fn owner_revision_cas_and_resource_attachment() {
 fn run_reservations_are_idempotent_and_activate_drafts() {
     let (reg, _) = registry();
     let s = draft(&reg, "t1");
-    let r1 = reg.reserve_run(DEP, &s.scope_id, &reserve("rr-1", "turn-1", None, "h1")).unwrap();
+    let r1 = reg.deployment(DEP).reserve_run(&s.scope_id, &reserve("rr-1", "turn-1", None, "h1")).unwrap();
     assert!(r1.created);
     assert_eq!(
         (r1.scope.state, r1.scope.revision),
@@ -174,40 +184,43 @@ fn run_reservations_are_idempotent_and_activate_drafts() {
         "first reservation activates"
     );
     assert_eq!(r1.run.state, RunRequestState::Reserved);
-    let again = reg.reserve_run(DEP, &s.scope_id, &reserve("rr-1", "turn-1", None, "h1")).unwrap();
+    let again = reg.deployment(DEP).reserve_run(&s.scope_id, &reserve("rr-1", "turn-1", None, "h1")).unwrap();
     assert_eq!((again.run.clone(), again.created), (r1.run.clone(), false));
     assert!(matches!(
-        reg.reserve_run(DEP, &s.scope_id, &reserve("rr-1", "turn-1", None, "h2")),
+        reg.deployment(DEP).reserve_run(&s.scope_id, &reserve("rr-1", "turn-1", None, "h2")),
         Err(RegistryError::OperationConflict)
     ));
     // Same turn, new request id: a new reservation (approval/follow-up resume).
-    let r2 = reg.reserve_run(DEP, &s.scope_id, &reserve("rr-2", "turn-1", Some("int-1"), "h3")).unwrap();
+    let r2 = reg.deployment(DEP).reserve_run(&s.scope_id, &reserve("rr-2", "turn-1", Some("int-1"), "h3")).unwrap();
     assert!(r2.created);
     assert_ne!(r2.run.run_owner_id, r1.run.run_owner_id);
     assert_eq!(r2.scope.revision, r1.scope.revision, "an active scope is not changed");
     assert!(matches!(
-        reg.reserve_run(DEP, &s.scope_id, &reserve("rr-3", "turn-1", Some("int-1"), "h4")),
+        reg.deployment(DEP).reserve_run(&s.scope_id, &reserve("rr-3", "turn-1", Some("int-1"), "h4")),
         Err(RegistryError::InterruptAlreadyResolved)
     ));
     // The run owner follows the run: attach run_id, start, complete.
     let up = RunUpdate { run_id: Some("run-abc".into()), state: Some(RunRequestState::Started) };
-    let run = reg.update_run(DEP, &s.scope_id, "rr-1", &up).unwrap();
+    let run = reg.deployment(DEP).update_run(&s.scope_id, "rr-1", &up).unwrap();
     assert_eq!((run.state, run.run_id.as_deref()), (RunRequestState::Started, Some("run-abc")));
-    let o = reg.owner(DEP, &s.scope_id, &run.run_owner_id).unwrap();
+    let o = reg.deployment(DEP).owner(&s.scope_id, &run.run_owner_id).unwrap();
     assert_eq!((o.state, o.resource_id.as_deref()), (OwnerState::Active, Some("run-abc")));
     let other = RunUpdate { run_id: Some("run-xyz".into()), state: None };
-    assert!(matches!(reg.update_run(DEP, &s.scope_id, "rr-1", &other), Err(RegistryError::RunIdAlreadySet)));
+    assert!(matches!(reg.deployment(DEP).update_run(&s.scope_id, "rr-1", &other), Err(RegistryError::RunIdAlreadySet)));
     let done = RunUpdate { run_id: None, state: Some(RunRequestState::Completed) };
-    reg.update_run(DEP, &s.scope_id, "rr-1", &done).unwrap();
-    assert_eq!(reg.owner(DEP, &s.scope_id, &run.run_owner_id).unwrap().state, OwnerState::Terminal);
+    reg.deployment(DEP).update_run(&s.scope_id, "rr-1", &done).unwrap();
+    assert_eq!(reg.deployment(DEP).owner(&s.scope_id, &run.run_owner_id).unwrap().state, OwnerState::Terminal);
     let restart = RunUpdate { run_id: None, state: Some(RunRequestState::Started) };
     assert!(matches!(
-        reg.update_run(DEP, &s.scope_id, "rr-1", &restart),
+        reg.deployment(DEP).update_run(&s.scope_id, "rr-1", &restart),
         Err(RegistryError::RunRequestConflict { .. })
     ));
-    assert!(matches!(reg.update_run(DEP, &s.scope_id, "nope", &done), Err(RegistryError::RunRequestNotFound)));
     assert!(matches!(
-        reg.reserve_run(DEP, &s.scope_id, &reserve("bad id", "turn-1", None, "h")),
+        reg.deployment(DEP).update_run(&s.scope_id, "nope", &done),
+        Err(RegistryError::RunRequestNotFound)
+    ));
+    assert!(matches!(
+        reg.deployment(DEP).reserve_run(&s.scope_id, &reserve("bad id", "turn-1", None, "h")),
         Err(RegistryError::Invalid { field: "run_request_id", .. })
     ));
 }
@@ -216,61 +229,83 @@ fn run_reservations_are_idempotent_and_activate_drafts() {
 fn leases_expire_renew_only_by_holder_and_block_creation() {
     let (reg, clock) = registry();
     let s = draft(&reg, "t1");
-    let l = reg.acquire_lease(DEP, "workspace-cutover", "cut-1", 60_000).unwrap();
+    let l = reg.deployment(DEP).acquire_lease("workspace-cutover", "cut-1", 60_000).unwrap();
     assert_eq!(l.expires_at, clock.now_ms() + 60_000);
-    assert!(matches!(reg.acquire_lease(DEP, "workspace-cutover", "cut-2", 60_000), Err(RegistryError::LeaseHeld)));
-    assert!(matches!(reg.renew_lease(DEP, "workspace-cutover", "cut-2", 60_000), Err(RegistryError::LeaseNotHeld)));
-    // While held: no provision, no owner, no reservation.
-    assert!(matches!(reg.provision(DEP, "op-x", &thread("t2"), None), Err(RegistryError::CutoverInProgress(_))));
     assert!(matches!(
-        reg.create_owner(DEP, &s.scope_id, &owner(OwnerType::Cron, None)),
+        reg.deployment(DEP).acquire_lease("workspace-cutover", "cut-2", 60_000),
+        Err(RegistryError::LeaseHeld)
+    ));
+    assert!(matches!(
+        reg.deployment(DEP).renew_lease("workspace-cutover", "cut-2", 60_000),
+        Err(RegistryError::LeaseNotHeld)
+    ));
+    // While held: no provision, no owner, no reservation.
+    assert!(matches!(
+        reg.deployment(DEP).provision("op-x", &thread("t2"), None),
         Err(RegistryError::CutoverInProgress(_))
     ));
     assert!(matches!(
-        reg.reserve_run(DEP, &s.scope_id, &reserve("rr-1", "turn", None, "h")),
+        reg.deployment(DEP).create_owner(&s.scope_id, &owner(OwnerType::Cron, None)),
+        Err(RegistryError::CutoverInProgress(_))
+    ));
+    assert!(matches!(
+        reg.deployment(DEP).reserve_run(&s.scope_id, &reserve("rr-1", "turn", None, "h")),
         Err(RegistryError::CutoverInProgress(_))
     ));
     // Renewal by the holder extends it.
     clock.advance_ms(30_000);
-    let l = reg.renew_lease(DEP, "workspace-cutover", "cut-1", 60_000).unwrap();
+    let l = reg.deployment(DEP).renew_lease("workspace-cutover", "cut-1", 60_000).unwrap();
     assert_eq!(l.expires_at, clock.now_ms() + 60_000);
     // Expired: the holder can no longer renew; another operation can take it; creation is allowed again.
     clock.advance_ms(60_001);
-    assert!(matches!(reg.renew_lease(DEP, "workspace-cutover", "cut-1", 60_000), Err(RegistryError::LeaseNotHeld)));
-    assert!(reg.lease(DEP, "workspace-cutover").unwrap().is_none());
-    reg.create_owner(DEP, &s.scope_id, &owner(OwnerType::Cron, None)).unwrap();
-    let l2 = reg.acquire_lease(DEP, "workspace-cutover", "cut-2", 1_000).unwrap();
+    assert!(matches!(
+        reg.deployment(DEP).renew_lease("workspace-cutover", "cut-1", 60_000),
+        Err(RegistryError::LeaseNotHeld)
+    ));
+    assert!(reg.deployment(DEP).lease("workspace-cutover").unwrap().is_none());
+    reg.deployment(DEP).create_owner(&s.scope_id, &owner(OwnerType::Cron, None)).unwrap();
+    let l2 = reg.deployment(DEP).acquire_lease("workspace-cutover", "cut-2", 1_000).unwrap();
     assert_eq!(l2.operation_id, "cut-2");
-    assert!(matches!(reg.release_lease(DEP, "workspace-cutover", "cut-1"), Err(RegistryError::LeaseNotHeld)));
-    assert!(reg.release_lease(DEP, "workspace-cutover", "cut-2").unwrap());
-    assert!(!reg.release_lease(DEP, "workspace-cutover", "cut-2").unwrap());
+    assert!(matches!(
+        reg.deployment(DEP).release_lease("workspace-cutover", "cut-1"),
+        Err(RegistryError::LeaseNotHeld)
+    ));
+    assert!(reg.deployment(DEP).release_lease("workspace-cutover", "cut-2").unwrap());
+    assert!(!reg.deployment(DEP).release_lease("workspace-cutover", "cut-2").unwrap());
     // Other lock names do not block creation; `maintenance` does.
-    reg.acquire_lease(DEP, "reindex", "op-r", 60_000).unwrap();
-    reg.create_owner(DEP, &s.scope_id, &owner(OwnerType::Cron, None)).unwrap();
-    reg.acquire_lease(DEP, "maintenance", "op-m", 60_000).unwrap();
-    assert!(matches!(reg.provision(DEP, "op-y", &thread("t3"), None), Err(RegistryError::CutoverInProgress(_))));
-    assert!(matches!(reg.acquire_lease(DEP, "Bad Name", "op", 1_000), Err(RegistryError::Invalid { .. })));
-    assert!(matches!(reg.acquire_lease(DEP, "x", "op", 0), Err(RegistryError::Invalid { .. })));
+    reg.deployment(DEP).acquire_lease("reindex", "op-r", 60_000).unwrap();
+    reg.deployment(DEP).create_owner(&s.scope_id, &owner(OwnerType::Cron, None)).unwrap();
+    reg.deployment(DEP).acquire_lease("maintenance", "op-m", 60_000).unwrap();
+    assert!(matches!(
+        reg.deployment(DEP).provision("op-y", &thread("t3"), None),
+        Err(RegistryError::CutoverInProgress(_))
+    ));
+    assert!(matches!(reg.deployment(DEP).acquire_lease("Bad Name", "op", 1_000), Err(RegistryError::Invalid { .. })));
+    assert!(matches!(reg.deployment(DEP).acquire_lease("x", "op", 0), Err(RegistryError::Invalid { .. })));
 }
 
 #[test]
 fn delete_waits_for_owners_and_freezes_the_scope() {
     let (reg, _) = registry();
     let s = draft(&reg, "t1");
-    let (o, _) = reg.create_owner(DEP, &s.scope_id, &owner(OwnerType::BackgroundProcess, Some("pid-1"))).unwrap();
+    let (o, _) =
+        reg.deployment(DEP).create_owner(&s.scope_id, &owner(OwnerType::BackgroundProcess, Some("pid-1"))).unwrap();
     set_state(&reg, &s.scope_id, &o.owner_id, OwnerState::Active).unwrap();
     // Stale revision: refused.
-    assert!(matches!(reg.begin_delete(DEP, &s.scope_id, s.revision + 5), Err(RegistryError::Conflict { .. })));
-    let d = reg.begin_delete(DEP, &s.scope_id, s.revision).unwrap();
+    assert!(matches!(
+        reg.deployment(DEP).begin_delete(&s.scope_id, s.revision + 5),
+        Err(RegistryError::Conflict { .. })
+    ));
+    let d = reg.deployment(DEP).begin_delete(&s.scope_id, s.revision).unwrap();
     assert_eq!((d.state, d.revision), (ScopeState::Deleting, s.revision + 1));
     // Live owners were asked to drain; nothing new may start.
-    assert_eq!(reg.owner(DEP, &s.scope_id, &o.owner_id).unwrap().state, OwnerState::Draining);
+    assert_eq!(reg.deployment(DEP).owner(&s.scope_id, &o.owner_id).unwrap().state, OwnerState::Draining);
     assert!(matches!(
-        reg.create_owner(DEP, &s.scope_id, &owner(OwnerType::Cron, None)),
+        reg.deployment(DEP).create_owner(&s.scope_id, &owner(OwnerType::Cron, None)),
         Err(RegistryError::ScopeUnavailable(ScopeState::Deleting))
     ));
     assert!(matches!(
-        reg.reserve_run(DEP, &s.scope_id, &reserve("rr-1", "turn", None, "h")),
+        reg.deployment(DEP).reserve_run(&s.scope_id, &reserve("rr-1", "turn", None, "h")),
         Err(RegistryError::ScopeUnavailable(ScopeState::Deleting))
     ));
     assert!(matches!(
@@ -278,31 +313,33 @@ fn delete_waits_for_owners_and_freezes_the_scope() {
         Err(RegistryError::ScopeUnavailable(ScopeState::Deleting))
     ));
     // Blocked: the reason is recorded and the operation failed.
-    let step = reg.complete_delete(DEP, &s.scope_id).unwrap();
+    let step = reg.deployment(DEP).complete_delete(&s.scope_id).unwrap();
     assert_eq!(step, DeleteStep::Blocked(vec![o.owner_id.clone()]));
-    reg.record_delete_blocked(DEP, &s.scope_id, std::slice::from_ref(&o.owner_id)).unwrap();
-    let rec = reg.get(DEP, &s.scope_id).unwrap().unwrap();
+    reg.deployment(DEP).record_delete_blocked(&s.scope_id, std::slice::from_ref(&o.owner_id)).unwrap();
+    let rec = reg.deployment(DEP).get(&s.scope_id).unwrap().unwrap();
     assert_eq!((rec.state, rec.delete_blocked_by.clone()), (ScopeState::Deleting, vec![o.owner_id.clone()]));
-    let open = reg.open_operations(DEP).unwrap();
+    let open = reg.deployment(DEP).open_operations().unwrap();
     assert_eq!(open.len(), 1);
     assert_eq!((open[0].kind.as_str(), open[0].state), (DELETE_KIND, OperationState::Failed));
     // Once the owner settles the delete completes; the primary owner is terminal.
     set_state(&reg, &s.scope_id, &o.owner_id, OwnerState::Terminal).unwrap();
-    let DeleteStep::Deleted(rec) = reg.complete_delete(DEP, &s.scope_id).unwrap() else { panic!("not deleted") };
+    let DeleteStep::Deleted(rec) = reg.deployment(DEP).complete_delete(&s.scope_id).unwrap() else {
+        panic!("not deleted")
+    };
     assert_eq!(rec.state, ScopeState::Deleted);
     assert!(rec.deleted_at.is_some() && rec.delete_blocked_by.is_empty());
-    assert!(reg.open_operations(DEP).unwrap().is_empty());
-    assert!(reg.owners(DEP, &s.scope_id).unwrap().iter().all(|o| o.state.is_settled()));
+    assert!(reg.deployment(DEP).open_operations().unwrap().is_empty());
+    assert!(reg.deployment(DEP).owners(&s.scope_id).unwrap().iter().all(|o| o.state.is_settled()));
     // Idempotent; and no owner in a deleted scope.
-    assert!(matches!(reg.complete_delete(DEP, &s.scope_id).unwrap(), DeleteStep::Deleted(_)));
+    assert!(matches!(reg.deployment(DEP).complete_delete(&s.scope_id).unwrap(), DeleteStep::Deleted(_)));
     assert!(matches!(
-        reg.create_owner(DEP, &s.scope_id, &owner(OwnerType::Cron, None)),
+        reg.deployment(DEP).create_owner(&s.scope_id, &owner(OwnerType::Cron, None)),
         Err(RegistryError::ScopeUnavailable(ScopeState::Deleted))
     ));
     // complete_delete of a scope that is not deleting is refused.
     let other = draft(&reg, "t2");
     assert!(matches!(
-        reg.complete_delete(DEP, &other.scope_id),
+        reg.deployment(DEP).complete_delete(&other.scope_id),
         Err(RegistryError::ScopeUnavailable(ScopeState::Draft))
     ));
 }
@@ -312,23 +349,23 @@ fn only_old_idle_drafts_expire() {
     let (reg, clock) = registry();
     let old = draft(&reg, "old");
     let busy = draft(&reg, "busy");
-    let (o, _) = reg.create_owner(DEP, &busy.scope_id, &owner(OwnerType::MemoryWorker, None)).unwrap();
+    let (o, _) = reg.deployment(DEP).create_owner(&busy.scope_id, &owner(OwnerType::MemoryWorker, None)).unwrap();
     let active = draft(&reg, "active");
-    reg.reserve_run(DEP, &active.scope_id, &reserve("rr", "turn", None, "h")).unwrap();
+    reg.deployment(DEP).reserve_run(&active.scope_id, &reserve("rr", "turn", None, "h")).unwrap();
     clock.advance_ms(25 * HOUR);
     let young = draft(&reg, "young");
     let cutoff = clock.now_ms() - 24 * HOUR;
-    let due: Vec<_> = reg.expired_drafts(DEP, cutoff).unwrap().into_iter().map(|r| r.scope_id).collect();
+    let due: Vec<_> = reg.deployment(DEP).expired_drafts(cutoff).unwrap().into_iter().map(|r| r.scope_id).collect();
     assert_eq!(due, vec![old.scope_id.clone()]);
-    assert!(reg.begin_draft_expiry(DEP, &young.scope_id, cutoff).unwrap().is_none());
-    assert!(reg.begin_draft_expiry(DEP, &busy.scope_id, cutoff).unwrap().is_none());
-    assert!(reg.begin_draft_expiry(DEP, &active.scope_id, cutoff).unwrap().is_none());
-    let rec = reg.begin_draft_expiry(DEP, &old.scope_id, cutoff).unwrap().unwrap();
+    assert!(reg.deployment(DEP).begin_draft_expiry(&young.scope_id, cutoff).unwrap().is_none());
+    assert!(reg.deployment(DEP).begin_draft_expiry(&busy.scope_id, cutoff).unwrap().is_none());
+    assert!(reg.deployment(DEP).begin_draft_expiry(&active.scope_id, cutoff).unwrap().is_none());
+    let rec = reg.deployment(DEP).begin_draft_expiry(&old.scope_id, cutoff).unwrap().unwrap();
     assert_eq!(rec.state, ScopeState::Deleting);
-    assert!(matches!(reg.complete_delete(DEP, &old.scope_id).unwrap(), DeleteStep::Deleted(_)));
+    assert!(matches!(reg.deployment(DEP).complete_delete(&old.scope_id).unwrap(), DeleteStep::Deleted(_)));
     // Once its owner settles, the busy draft is due too.
     set_state(&reg, &busy.scope_id, &o.owner_id, OwnerState::Terminal).unwrap();
-    let due: Vec<_> = reg.expired_drafts(DEP, cutoff).unwrap().into_iter().map(|r| r.scope_id).collect();
+    let due: Vec<_> = reg.deployment(DEP).expired_drafts(cutoff).unwrap().into_iter().map(|r| r.scope_id).collect();
     assert_eq!(due, vec![busy.scope_id]);
 }
 
@@ -336,19 +373,22 @@ fn only_old_idle_drafts_expire() {
 fn purge_is_due_after_retention_and_recorded() {
     let (reg, clock) = registry();
     let s = draft(&reg, "t1");
-    reg.begin_delete(DEP, &s.scope_id, s.revision).unwrap();
-    reg.complete_delete(DEP, &s.scope_id).unwrap();
+    reg.deployment(DEP).begin_delete(&s.scope_id, s.revision).unwrap();
+    reg.deployment(DEP).complete_delete(&s.scope_id).unwrap();
     let week = 7 * 24 * HOUR;
-    assert!(reg.purge_due(DEP, clock.now_ms() - week).unwrap().is_empty());
+    assert!(reg.deployment(DEP).purge_due(clock.now_ms() - week).unwrap().is_empty());
     clock.advance_ms(week);
-    assert_eq!(reg.purge_due(DEP, clock.now_ms() - week).unwrap().len(), 1);
-    reg.begin_purge(DEP, &s.scope_id).unwrap();
-    reg.begin_purge(DEP, &s.scope_id).unwrap();
-    assert_eq!(reg.open_operations(DEP).unwrap().len(), 1, "one purge operation per scope");
-    let rec = reg.complete_purge(DEP, &s.scope_id).unwrap();
+    assert_eq!(reg.deployment(DEP).purge_due(clock.now_ms() - week).unwrap().len(), 1);
+    reg.deployment(DEP).begin_purge(&s.scope_id).unwrap();
+    reg.deployment(DEP).begin_purge(&s.scope_id).unwrap();
+    assert_eq!(reg.deployment(DEP).open_operations().unwrap().len(), 1, "one purge operation per scope");
+    let rec = reg.deployment(DEP).complete_purge(&s.scope_id).unwrap();
     assert_eq!(rec.purged_at, Some(clock.now_ms()));
-    assert!(reg.purge_due(DEP, clock.now_ms()).unwrap().is_empty());
-    assert!(reg.open_operations(DEP).unwrap().is_empty());
+    assert!(reg.deployment(DEP).purge_due(clock.now_ms()).unwrap().is_empty());
+    assert!(reg.deployment(DEP).open_operations().unwrap().is_empty());
     let live = draft(&reg, "t2");
-    assert!(matches!(reg.begin_purge(DEP, &live.scope_id), Err(RegistryError::ScopeUnavailable(ScopeState::Draft))));
+    assert!(matches!(
+        reg.deployment(DEP).begin_purge(&live.scope_id),
+        Err(RegistryError::ScopeUnavailable(ScopeState::Draft))
+    ));
 }

@@ -1,8 +1,13 @@
-//! `MemoryStore`: an in-memory object store for tests that can inject failures, stalls and corruption.
+//! `MemoryStore`: an in-memory object store for tests that can inject failures, stalls and corruption
+//! (the fault switches exist only with the `test-hooks` feature, see `crate::testhooks`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(any(test, feature = "test-hooks"))]
+use std::{
+    sync::atomic::{AtomicBool, AtomicUsize},
+    time::Duration,
+};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -10,17 +15,25 @@ use parking_lot::Mutex;
 
 use super::{ObjectInfo, ObjectStore, StoreError};
 
-/// Objects in a `BTreeMap` behind a mutex, with switches that make calls fail,
-/// stall or return damaged bytes.
+/// Objects in a `BTreeMap` behind a mutex, with switches (feature `test-hooks`) that make calls
+/// fail, stall or return damaged bytes.
 #[derive(Default)]
 pub struct MemoryStore {
     objects: Mutex<BTreeMap<String, Bytes>>,
+    #[cfg(any(test, feature = "test-hooks"))]
+    faults: Faults,
+    puts: AtomicU64,
+    gets: AtomicU64,
+}
+
+/// The fault switches of a `MemoryStore`.
+#[cfg(any(test, feature = "test-hooks"))]
+#[derive(Default)]
+struct Faults {
     unavailable: AtomicBool,
     stall: Mutex<Option<Duration>>,
     fail_puts: AtomicUsize,
     fail_gets: AtomicUsize,
-    puts: AtomicU64,
-    gets: AtomicU64,
 }
 
 impl MemoryStore {
@@ -28,24 +41,83 @@ impl MemoryStore {
         MemoryStore::default()
     }
 
+    /// Every stored key, sorted.
+    pub fn keys(&self) -> Vec<String> {
+        self.objects.lock().keys().cloned().collect()
+    }
+
+    /// Number of `put` calls made (failed ones included).
+    pub fn put_count(&self) -> u64 {
+        self.puts.load(Ordering::SeqCst)
+    }
+
+    /// Number of `get` calls made (failed ones included).
+    pub fn get_count(&self) -> u64 {
+        self.gets.load(Ordering::SeqCst)
+    }
+
+    /// Applies the stall and the global outage switch common to every call.
+    #[cfg(any(test, feature = "test-hooks"))]
+    async fn before_call(&self) -> Result<(), StoreError> {
+        let stall = *self.faults.stall.lock();
+        if let Some(stall) = stall {
+            tokio::time::sleep(stall).await;
+        }
+        if self.faults.unavailable.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("memory store switched off".into()));
+        }
+        Ok(())
+    }
+
+    #[cfg(not(any(test, feature = "test-hooks")))]
+    async fn before_call(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Whether an injected put failure is due (decrements the budget).
+    #[cfg(any(test, feature = "test-hooks"))]
+    fn put_fails(&self) -> bool {
+        take_failure(&self.faults.fail_puts)
+    }
+
+    /// Whether an injected get failure is due (decrements the budget).
+    #[cfg(any(test, feature = "test-hooks"))]
+    fn get_fails(&self) -> bool {
+        take_failure(&self.faults.fail_gets)
+    }
+
+    #[cfg(not(any(test, feature = "test-hooks")))]
+    fn put_fails(&self) -> bool {
+        false
+    }
+
+    #[cfg(not(any(test, feature = "test-hooks")))]
+    fn get_fails(&self) -> bool {
+        false
+    }
+}
+
+/// The fault switches (feature `test-hooks`).
+#[cfg(any(test, feature = "test-hooks"))]
+impl MemoryStore {
     /// While set, every call fails with `StoreError::Unavailable`.
     pub fn set_unavailable(&self, unavailable: bool) {
-        self.unavailable.store(unavailable, Ordering::SeqCst);
+        self.faults.unavailable.store(unavailable, Ordering::SeqCst);
     }
 
     /// While set, every call first sleeps this long (a `tokio` sleep, so callers' timeouts fire).
     pub fn set_stall(&self, stall: Option<Duration>) {
-        *self.stall.lock() = stall;
+        *self.faults.stall.lock() = stall;
     }
 
     /// The next `n` puts fail with `StoreError::Unavailable` (nothing is stored).
     pub fn fail_next_puts(&self, n: usize) {
-        self.fail_puts.store(n, Ordering::SeqCst);
+        self.faults.fail_puts.store(n, Ordering::SeqCst);
     }
 
     /// The next `n` gets fail with `StoreError::Unavailable`.
     pub fn fail_next_gets(&self, n: usize) {
-        self.fail_gets.store(n, Ordering::SeqCst);
+        self.faults.fail_gets.store(n, Ordering::SeqCst);
     }
 
     /// Flips one byte of a stored object; returns whether the object existed (and was not empty).
@@ -67,36 +139,10 @@ impl MemoryStore {
     pub fn remove_object(&self, key: &str) -> bool {
         self.objects.lock().remove(key).is_some()
     }
-
-    /// Every stored key, sorted.
-    pub fn keys(&self) -> Vec<String> {
-        self.objects.lock().keys().cloned().collect()
-    }
-
-    /// Number of `put` calls made (failed ones included).
-    pub fn put_count(&self) -> u64 {
-        self.puts.load(Ordering::SeqCst)
-    }
-
-    /// Number of `get` calls made (failed ones included).
-    pub fn get_count(&self) -> u64 {
-        self.gets.load(Ordering::SeqCst)
-    }
-
-    /// Applies the stall and the global outage switch common to every call.
-    async fn before_call(&self) -> Result<(), StoreError> {
-        let stall = *self.stall.lock();
-        if let Some(stall) = stall {
-            tokio::time::sleep(stall).await;
-        }
-        if self.unavailable.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("memory store switched off".into()));
-        }
-        Ok(())
-    }
 }
 
 /// Decrements a failure budget; true when this call should fail.
+#[cfg(any(test, feature = "test-hooks"))]
 fn take_failure(budget: &AtomicUsize) -> bool {
     budget.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
 }
@@ -106,7 +152,7 @@ impl ObjectStore for MemoryStore {
     async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError> {
         self.puts.fetch_add(1, Ordering::SeqCst);
         self.before_call().await?;
-        if take_failure(&self.fail_puts) {
+        if self.put_fails() {
             return Err(StoreError::Unavailable("injected put failure".into()));
         }
         self.objects.lock().insert(key.to_string(), data);
@@ -116,7 +162,7 @@ impl ObjectStore for MemoryStore {
     async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
         self.gets.fetch_add(1, Ordering::SeqCst);
         self.before_call().await?;
-        if take_failure(&self.fail_gets) {
+        if self.get_fails() {
             return Err(StoreError::Unavailable("injected get failure".into()));
         }
         self.objects.lock().get(key).cloned().ok_or_else(|| StoreError::NotFound { key: key.to_string() })

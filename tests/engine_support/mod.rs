@@ -1,5 +1,4 @@
 //! Shared helpers of the engine-level tests: a storage over an in-memory store, path resolution, whole-file I/O.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -2,8 +2,6 @@
 //! a raw HTTP/1.1 client (so malformed request lines, bad UTF-8 and traversal bytes reach the
 //! server unnormalized), a deterministic PRNG, latency statistics and daemon-health probes.
 
-#![allow(dead_code)]
-
 pub mod attacks;
 pub mod fuzz;
 
@@ -146,7 +144,7 @@ impl Hostile {
 }
 
 #[path = "../signing_support/mod.rs"]
-mod signing_support;
+pub mod signing_support;
 pub use signing_support::{fresh_nonce, now_secs, signed_body_with};
 
 pub fn process_alive(pid: u32) -> bool {
@@ -186,7 +184,7 @@ impl Rng {
         Rng((z ^ (z >> 31)) | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -194,12 +192,12 @@ impl Rng {
     }
 
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 
     /// True with probability `permille`/1000.
     pub fn chance(&mut self, permille: u64) -> bool {
-        self.next() % 1000 < permille
+        self.next_u64() % 1000 < permille
     }
 
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {

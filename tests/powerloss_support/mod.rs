@@ -5,7 +5,6 @@
 //! at once (the lenient side of the model); file data counts only once fsynced (the strict side,
 //! which is what a filesystem's durability contract is about). It also counts the flushes it
 //! receives, so a test can assert that a path issues none.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};

@@ -2,8 +2,6 @@
 //! environment, polling `/ready`, stopping (SIGTERM with a bounded wait, or SIGKILL), its log, and
 //! on drop killing it and detaching any FUSE mount it left behind.
 
-#![allow(dead_code)]
-
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -87,11 +85,35 @@ impl ServeProcess {
         env: &[(&str, &str)],
         fds: &[(String, std::os::fd::OwnedFd)],
     ) -> ServeProcess {
+        Self::launch(Path::new(BIN), dir, config, port, log_name, env, fds)
+    }
+
+    /// `start` with another `scopefs` binary than this build's (e.g. the installed release build).
+    pub fn start_binary(
+        bin: &Path,
+        dir: &Path,
+        config: &Path,
+        port: u16,
+        log_name: &str,
+        env: &[(&str, &str)],
+    ) -> ServeProcess {
+        Self::launch(bin, dir, config, port, log_name, env, &[])
+    }
+
+    fn launch(
+        bin: &Path,
+        dir: &Path,
+        config: &Path,
+        port: u16,
+        log_name: &str,
+        env: &[(&str, &str)],
+        fds: &[(String, std::os::fd::OwnedFd)],
+    ) -> ServeProcess {
         use std::os::fd::AsRawFd;
         use std::os::unix::process::CommandExt;
         let log = dir.join(log_name);
         let supervised = !env.iter().any(|(k, _)| *k == "NOTIFY_SOCKET");
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin);
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("SCOPEFS_") {
                 cmd.env_remove(k);

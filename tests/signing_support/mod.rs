@@ -1,8 +1,6 @@
 //! Signed `/tools/*` bodies for integration tests: fresh nonces and bodies signed as seed 003 §4.3
 //! describes, through `scopefs::signing` (shared by `tools_support` and `hostile_support`).
 
-#![allow(dead_code)]
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -1,5 +1,4 @@
 //! Test harness for real FUSE mounts: a local-directory object store, a `Storage` and a `MountManager` in a temp dir.
-#![allow(dead_code)]
 
 use std::ffi::CString;
 use std::io;

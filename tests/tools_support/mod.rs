@@ -1,8 +1,6 @@
 //! Signed `/tools/*` calls for the tool tests: a daemon with a known HMAC secret, bodies signed as
 //! seed 003 §4.3 describes (through `scopefs::signing`), and raw posts.
 
-#![allow(dead_code)]
-
 use serde_json::Value;
 
 use crate::workspace_support::{Answer, Daemon};
@@ -11,7 +9,7 @@ use crate::workspace_support::{Answer, Daemon};
 pub const SECRET: &str = "tools-test-hmac-secret-0123456789abcdef";
 
 #[path = "../signing_support/mod.rs"]
-mod signing_support;
+pub mod signing_support;
 pub use signing_support::{fresh_nonce, now_secs, signed_body_with};
 
 pub fn signed_body(path: &str, thread: &str, params: &Value, issued_at: i64, nonce: &str) -> String {

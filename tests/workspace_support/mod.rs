@@ -2,10 +2,8 @@
 //! limit and quota, production kernel-cache TTL), a blocking HTTP client with the service token, and
 //! a check that no response names a physical path.
 
-#![allow(dead_code)]
-
 #[path = "../serve_process/mod.rs"]
-mod serve_process;
+pub mod serve_process;
 
 use std::io::Read;
 use std::ops::Deref;

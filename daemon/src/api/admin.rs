@@ -3,16 +3,17 @@
 //! Authenticated by `X-Admin-Token` (constant-time compare, see `require_admin_token`). Money is a
 //! decimal string both ways (`"10.000000"`); a JSON number is refused.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::Json;
 use scopefs::billing::{BillingError, Micros};
 use scopefs::registry::billing::{Account, LedgerEntry, SettleStatus, UsageRecord};
 use serde::{Deserialize, Serialize};
 
+use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::routes::{Auth, RouteTable};
-use super::{ApiError, AppState};
+use super::{blocking, ApiError, AppState};
+use crate::pools::RouteClass::Internal;
 
 /// Most records one admin request lists or changes.
 const MAX_BATCH: usize = 500;
@@ -78,18 +79,6 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
         )
 }
 
-/// Runs billing work on a blocking thread and maps its error.
-async fn run<T, F>(f: F) -> Result<T, ApiError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T, BillingError> + Send + 'static,
-{
-    match crate::pools::spawn(crate::pools::RouteClass::Internal, f).await {
-        Ok(result) => result.map_err(ApiError::from),
-        Err(join) => Err(ApiError::internal("task_failed", &join)),
-    }
-}
-
 fn check_batch(ids: &[i64]) -> Result<(), ApiError> {
     if ids.is_empty() || ids.len() > MAX_BATCH {
         return Err(ApiError::from(BillingError::Invalid { field: "usage_ids", reason: "must list 1-500 ids".into() }));
@@ -112,15 +101,14 @@ struct PendingView {
 
 async fn pending_usage(
     State(st): State<AppState>,
-    body: Result<Json<PendingRequest>, JsonRejection>,
+    ApiJson(req): ApiJson<PendingRequest>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let Json(req) = body?;
     let limit = req.limit.unwrap_or(50);
     if !(1..=MAX_BATCH).contains(&limit) {
         return Err(BillingError::Invalid { field: "limit", reason: "must be 1-500".into() }.into());
     }
     let billing = st.billing.clone();
-    let views = run(move || {
+    let views = blocking(Internal, move || {
         let records = billing.registry.pending_usage(limit, false)?;
         records
             .into_iter()
@@ -139,12 +127,11 @@ struct UsageIds {
 
 async fn mark_settled(
     State(st): State<AppState>,
-    body: Result<Json<UsageIds>, JsonRejection>,
+    ApiJson(req): ApiJson<UsageIds>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let Json(req) = body?;
     check_batch(&req.usage_ids)?;
     let billing = st.billing.clone();
-    let results = run(move || {
+    let results = blocking(Internal, move || {
         let mut out = Vec::with_capacity(req.usage_ids.len());
         for id in req.usage_ids {
             let status = match billing.registry.settle_usage(&billing.pricing, id) {
@@ -165,22 +152,17 @@ async fn mark_settled(
 
 async fn mark_artifacts_registered(
     State(st): State<AppState>,
-    body: Result<Json<UsageIds>, JsonRejection>,
+    ApiJson(req): ApiJson<UsageIds>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let Json(req) = body?;
     check_batch(&req.usage_ids)?;
     let billing = st.billing.clone();
-    let updated = run(move || billing.registry.mark_artifacts_registered(&req.usage_ids)).await?;
+    let updated = blocking(Internal, move || billing.registry.mark_artifacts_registered(&req.usage_ids)).await?;
     Ok(Json(serde_json::json!({ "updated": updated })))
 }
 
-async fn read_account(
-    State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-) -> Result<Json<Account>, ApiError> {
-    let Path(user) = path?;
+async fn read_account(State(st): State<AppState>, ApiPath(user): ApiPath<String>) -> Result<Json<Account>, ApiError> {
     let billing = st.billing.clone();
-    Ok(Json(run(move || billing.registry.account(&user)?.ok_or(BillingError::AccountNotFound)).await?))
+    Ok(Json(blocking(Internal, move || billing.registry.account(&user)?.ok_or(BillingError::AccountNotFound)).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -199,13 +181,11 @@ struct CreditView {
 
 async fn credit(
     State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    body: Result<Json<CreditRequest>, JsonRejection>,
+    ApiPath(user): ApiPath<String>,
+    ApiJson(req): ApiJson<CreditRequest>,
 ) -> Result<Json<CreditView>, ApiError> {
-    let Path(user) = path?;
-    let Json(req) = body?;
     let billing = st.billing.clone();
-    let (account, entry) = run(move || {
+    let (account, entry) = blocking(Internal, move || {
         billing.registry.credit_cash(&billing.pricing, &user, req.amount, &req.idempotency_key, req.note.as_deref())
     })
     .await?;
@@ -220,13 +200,11 @@ struct PlanRequest {
 
 async fn set_plan(
     State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    body: Result<Json<PlanRequest>, JsonRejection>,
+    ApiPath(user): ApiPath<String>,
+    ApiJson(req): ApiJson<PlanRequest>,
 ) -> Result<Json<Account>, ApiError> {
-    let Path(user) = path?;
-    let Json(req) = body?;
     let billing = st.billing.clone();
-    Ok(Json(run(move || billing.registry.set_plan(&billing.pricing, &user, &req.plan)).await?))
+    Ok(Json(blocking(Internal, move || billing.registry.set_plan(&billing.pricing, &user, &req.plan)).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -238,16 +216,14 @@ struct LedgerQuery {
 
 async fn ledger(
     State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    query: Result<Query<LedgerQuery>, QueryRejection>,
+    ApiPath(user): ApiPath<String>,
+    ApiQuery(q): ApiQuery<LedgerQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let Path(user) = path?;
-    let Query(q) = query?;
     let limit = q.limit.unwrap_or(100);
     if !(1..=MAX_BATCH).contains(&limit) {
         return Err(BillingError::Invalid { field: "limit", reason: "must be 1-500".into() }.into());
     }
     let billing = st.billing.clone();
-    let entries = run(move || billing.registry.ledger(&user, limit, q.before)).await?;
+    let entries = blocking(Internal, move || billing.registry.ledger(&user, limit, q.before)).await?;
     Ok(Json(serde_json::json!({ "entries": entries })))
 }

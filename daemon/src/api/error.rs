@@ -5,13 +5,13 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use scopefs::engine::EngineError;
+use scopefs::engine::{EngineError, Refusal};
 use scopefs::ids::IdError;
 use scopefs::registry::{RegistryError, ScopeState};
 use scopefs::signing::SigningError;
 use scopefs::vpath::PathError;
 
-use crate::service::ServiceError;
+use crate::services::ServiceError;
 
 /// An HTTP error answer. 5xx details are logged, never returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,11 +19,19 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// The path or symlink rule this answer refuses a request for, if any: counted for
+    /// `scopefs_refused_total{via="api"}` once, when the answer is sent (`into_response`).
+    refusal: Option<Refusal>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into() }
+        ApiError { status, code, message: message.into(), refusal: None }
+    }
+
+    /// The same answer, marked as a refusal of `kind` (see the `refusal` field).
+    fn refusing(self, kind: Option<Refusal>) -> ApiError {
+        ApiError { refusal: kind, ..self }
     }
 
     pub fn unauthorized() -> ApiError {
@@ -121,8 +129,7 @@ impl From<JsonRejection> for ApiError {
 
 impl From<PathError> for ApiError {
     fn from(e: PathError) -> ApiError {
-        crate::metrics::note_api_refusal(scopefs::engine::Refusal::Path);
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.to_string())
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.to_string()).refusing(Some(Refusal::Path))
     }
 }
 
@@ -174,9 +181,10 @@ impl From<SigningError> for ApiError {
 }
 
 fn from_engine(e: &EngineError) -> ApiError {
-    if let Some(kind) = e.refusal() {
-        crate::metrics::note_api_refusal(kind);
-    }
+    engine_answer(e).refusing(e.refusal())
+}
+
+fn engine_answer(e: &EngineError) -> ApiError {
     let conflict = |code| ApiError::new(StatusCode::CONFLICT, code, e.to_string());
     match e {
         EngineError::NotFound => ApiError::workspace_not_found(),
@@ -192,7 +200,9 @@ fn from_engine(e: &EngineError) -> ApiError {
         EngineError::NameTooLong | EngineError::PathTooLong | EngineError::InvalidName(_) => {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.to_string())
         }
-        EngineError::Invalid(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()),
+        EngineError::Invalid(_) | EngineError::BadSymlinkTarget => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string())
+        }
         EngineError::NotPermitted(_) => ApiError::new(StatusCode::FORBIDDEN, "not_permitted", e.to_string()),
         EngineError::TooLarge => ApiError::too_large(),
         EngineError::NoSpace => ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", e.to_string()),
@@ -289,11 +299,11 @@ impl From<crate::pools::ScopeBusy> for ApiError {
     }
 }
 
-impl From<crate::executor::ComputeError> for ApiError {
+impl From<crate::services::compute::ComputeError> for ApiError {
     /// Compute tools (seed 003 §4.7): 503 unavailable, 404 environment/process missing (another
     /// scope's ids alike), 409 not running, 429 capacity, 400 validation.
-    fn from(e: crate::executor::ComputeError) -> ApiError {
-        use crate::executor::ComputeError as C;
+    fn from(e: crate::services::compute::ComputeError) -> ApiError {
+        use crate::services::compute::ComputeError as C;
         match e {
             C::Unavailable(detail) => {
                 tracing::warn!(error = %detail, "compute unavailable");
@@ -343,7 +353,11 @@ impl From<scopefs::billing::BillingError> for ApiError {
 }
 
 impl IntoResponse for ApiError {
+    /// The one place every refusal passes: it is counted here, once per answer.
     fn into_response(self) -> Response {
+        if let Some(kind) = self.refusal {
+            crate::metrics::note_api_refusal(kind);
+        }
         let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
         let mut resp = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
@@ -461,6 +475,20 @@ mod tests {
         assert_eq!(status_code(B::UnknownPlan("x".into())), (400, "unknown_plan"));
         assert_eq!(status_code(B::CreditConflict), (409, "idempotency_key_conflict"));
         assert_eq!(status_code(B::Registry(RegistryError::Corrupt("x".into()))).0, 500);
+    }
+
+    /// Refusals are marked where they are mapped and counted only when answered (`into_response`).
+    #[test]
+    fn path_and_symlink_refusals_are_marked_for_counting() {
+        assert_eq!(ApiError::from(PathError::Traversal).refusal, Some(Refusal::Path));
+        let symlink = ServiceError::Engine(EngineError::BadSymlinkTarget);
+        assert_eq!(ApiError::tools(symlink).refusal, Some(Refusal::Symlink));
+        let reserved = ServiceError::Engine(EngineError::InvalidName("reserved"));
+        assert_eq!(ApiError::workspace(reserved).refusal, Some(Refusal::Path));
+        for other in [ServiceError::Engine(EngineError::NotFound), ServiceError::Engine(EngineError::TooLarge)] {
+            assert_eq!(ApiError::from(other).refusal, None);
+        }
+        assert_eq!(ApiError::from(IdError::BadThreadId).refusal, None);
     }
 
     #[test]

@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, patch, post};
 use axum::Json;
@@ -17,8 +16,10 @@ use scopefs::registry::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::extract::{ApiJson, ApiPath, ApiQuery, ScopePath};
 use super::routes::{Auth, RouteTable};
 use super::{blocking, ApiError, AppState};
+use crate::pools::RouteClass::Internal;
 
 /// Adds the `/internal` routes to the table.
 pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
@@ -101,14 +102,14 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             Auth::Service,
             "Acquire a lease: body {operation_id, ttl_seconds}; granted if free, expired or already ours, \
              else 409 lease_held. Returns {lock_name, operation_id, expires_at, created_at}",
-            post(acquire_lease),
+            post(change_lease::<ACQUIRE>),
         )
         .add(
             "PATCH",
             "/internal/leases/{lock_name}",
             Auth::Service,
             "Renew a lease: body {operation_id, ttl_seconds}; only its holder, before expiry (else 409 lease_not_held)",
-            patch(renew_lease),
+            patch(change_lease::<RENEW>),
         )
         .add(
             "DELETE",
@@ -158,11 +159,6 @@ impl ScopeView {
     }
 }
 
-fn scope_param(path: Result<Path<String>, PathRejection>) -> Result<ScopeId, ApiError> {
-    let Path(raw) = path?;
-    Ok(ScopeId::parse(&raw)?)
-}
-
 fn created_status(created: bool) -> StatusCode {
     if created {
         StatusCode::CREATED
@@ -179,23 +175,16 @@ struct ProvisionRequest {
 
 async fn provision(
     State(st): State<AppState>,
-    body: Result<Json<ProvisionRequest>, JsonRejection>,
+    ApiJson(req): ApiJson<ProvisionRequest>,
 ) -> Result<(StatusCode, Json<ScopeView>), ApiError> {
-    let Json(req) = body?;
     let thread = ThreadId::parse(&req.primary_thread_id)?;
-    let service = st.service.clone();
-    let (rec, created) = blocking(move || service.provision(&req.operation_id, &thread)).await?;
+    let (rec, created) = blocking(Internal, move || st.scopes.provision(&req.operation_id, &thread)).await?;
     Ok((created_status(created), Json(ScopeView { created: Some(created), ..ScopeView::of(rec) })))
 }
 
-async fn by_thread(
-    State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-) -> Result<Json<ScopeView>, ApiError> {
-    let Path(raw) = path?;
+async fn by_thread(State(st): State<AppState>, ApiPath(raw): ApiPath<String>) -> Result<Json<ScopeView>, ApiError> {
     let thread = ThreadId::parse(&raw)?;
-    let service = st.service.clone();
-    let status = blocking(move || service.by_thread(&thread)).await?;
+    let status = blocking(Internal, move || st.scopes.by_thread(&thread)).await?;
     let status =
         status.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "scope_not_found", "no scope for this thread"))?;
     Ok(Json(ScopeView { usage: Some(status.usage), ..ScopeView::of(status.record) }))
@@ -209,13 +198,10 @@ struct PatchScopeRequest {
 
 async fn patch_scope(
     State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    body: Result<Json<PatchScopeRequest>, JsonRejection>,
+    ScopePath(scope, ()): ScopePath,
+    ApiJson(req): ApiJson<PatchScopeRequest>,
 ) -> Result<Json<ScopeView>, ApiError> {
-    let scope = scope_param(path)?;
-    let Json(req) = body?;
-    let service = st.service.clone();
-    let rec = blocking(move || service.request_state(&scope, req.expected_revision, req.state)).await?;
+    let rec = blocking(Internal, move || st.scopes.request_state(&scope, req.expected_revision, req.state)).await?;
     Ok(Json(ScopeView::of(rec)))
 }
 
@@ -230,19 +216,15 @@ struct MountView {
 }
 
 /// The one route that returns host paths: for the orchestrator that bind-mounts a scope into a container.
-async fn mount(
-    State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-) -> Result<Json<MountView>, ApiError> {
-    let scope = scope_param(path)?;
-    let service = st.service.clone();
-    let (rec, bind_source) = blocking(move || service.mount(&scope)).await?;
+async fn mount(State(st): State<AppState>, ScopePath(scope, ()): ScopePath) -> Result<Json<MountView>, ApiError> {
+    let service = st.scopes.clone();
+    let (rec, bind_source) = blocking(Internal, move || service.mount(&scope)).await?;
     let utf8 = |p: std::path::PathBuf| {
         p.into_os_string()
             .into_string()
             .map_err(|_| ApiError::internal("mount_failed", &"mountpoint is not valid UTF-8"))
     };
-    let mountpoint = utf8(st.service.mounts.mountpoint(&rec.scope_id))?;
+    let mountpoint = utf8(st.scopes.open_scopes().mounter().view(&rec.scope_id))?;
     let bind_source = utf8(bind_source)?;
     Ok(Json(MountView { scope_id: rec.scope_id, mountpoint, bind_source }))
 }
@@ -264,15 +246,12 @@ struct OwnerView {
 
 async fn create_owner(
     State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    body: Result<Json<CreateOwnerRequest>, JsonRejection>,
+    ScopePath(scope, ()): ScopePath,
+    ApiJson(req): ApiJson<CreateOwnerRequest>,
 ) -> Result<(StatusCode, Json<OwnerView>), ApiError> {
-    let scope = scope_param(path)?;
-    let Json(req) = body?;
     let new =
         NewOwner { owner_type: req.owner_type, resource_id: req.resource_id, parent_owner_id: req.parent_owner_id };
-    let service = st.service.clone();
-    let (owner, created) = blocking(move || service.create_owner(&scope, &new)).await?;
+    let (owner, created) = blocking(Internal, move || st.scopes.create_owner(&scope, &new)).await?;
     Ok((created_status(created), Json(OwnerView { owner, created: Some(created) })))
 }
 
@@ -285,16 +264,12 @@ struct UpdateOwnerRequest {
 
 async fn update_owner(
     State(st): State<AppState>,
-    path: Result<Path<(String, String)>, PathRejection>,
-    body: Result<Json<UpdateOwnerRequest>, JsonRejection>,
+    ScopePath(scope, owner): ScopePath<String>,
+    ApiJson(req): ApiJson<UpdateOwnerRequest>,
 ) -> Result<Json<OwnerView>, ApiError> {
-    let Path((scope, owner)) = path?;
-    let scope = ScopeId::parse(&scope)?;
-    let Json(req) = body?;
     let update =
         OwnerUpdate { expected_revision: req.expected_revision, resource_id: req.resource_id, state: req.state };
-    let service = st.service.clone();
-    let owner = blocking(move || service.update_owner(&scope, &owner, &update)).await?;
+    let owner = blocking(Internal, move || st.scopes.update_owner(&scope, &owner, &update)).await?;
     Ok(Json(OwnerView { owner, created: None }))
 }
 
@@ -305,14 +280,10 @@ struct ByResourceQuery {
 
 async fn owner_by_resource(
     State(st): State<AppState>,
-    path: Result<Path<(String, String)>, PathRejection>,
-    query: Result<Query<ByResourceQuery>, QueryRejection>,
+    ScopePath(scope, resource): ScopePath<String>,
+    ApiQuery(q): ApiQuery<ByResourceQuery>,
 ) -> Result<Json<OwnerView>, ApiError> {
-    let Path((scope, resource)) = path?;
-    let scope = ScopeId::parse(&scope)?;
-    let Query(q) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
-    let service = st.service.clone();
-    let owner = blocking(move || service.owner_by_resource(&scope, &resource, q.owner_type)).await?;
+    let owner = blocking(Internal, move || st.scopes.owner_by_resource(&scope, &resource, q.owner_type)).await?;
     Ok(Json(OwnerView { owner, created: None }))
 }
 
@@ -338,19 +309,16 @@ struct ReservationView {
 
 async fn reserve_run(
     State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    body: Result<Json<ReserveRequest>, JsonRejection>,
+    ScopePath(scope, ()): ScopePath,
+    ApiJson(req): ApiJson<ReserveRequest>,
 ) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
-    let scope = scope_param(path)?;
-    let Json(req) = body?;
     let req = RunReserve {
         run_request_id: req.run_request_id,
         turn_id: req.turn_id,
         interrupt_key: req.interrupt_key,
         request_hash: req.request_hash,
     };
-    let service = st.service.clone();
-    let r = blocking(move || service.reserve_run(&scope, &req)).await?;
+    let r = blocking(Internal, move || st.scopes.reserve_run(&scope, &req)).await?;
     let view = ReservationView {
         run: r.run,
         created: Some(r.created),
@@ -368,15 +336,11 @@ struct UpdateRunRequest {
 
 async fn update_run(
     State(st): State<AppState>,
-    path: Result<Path<(String, String)>, PathRejection>,
-    body: Result<Json<UpdateRunRequest>, JsonRejection>,
+    ScopePath(scope, run): ScopePath<String>,
+    ApiJson(req): ApiJson<UpdateRunRequest>,
 ) -> Result<Json<ReservationView>, ApiError> {
-    let Path((scope, run)) = path?;
-    let scope = ScopeId::parse(&scope)?;
-    let Json(req) = body?;
     let update = RunUpdate { run_id: req.run_id, state: req.state };
-    let service = st.service.clone();
-    let run = blocking(move || service.update_run(&scope, &run, &update)).await?;
+    let run = blocking(Internal, move || st.scopes.update_run(&scope, &run, &update)).await?;
     Ok(Json(ReservationView { run, created: None, scope_state: None, scope_revision: None }))
 }
 
@@ -391,38 +355,39 @@ struct ReleaseQuery {
     operation_id: String,
 }
 
-async fn acquire_lease(
+/// `change_lease::<ACQUIRE>`: take a free, expired or already held lease.
+const ACQUIRE: bool = false;
+/// `change_lease::<RENEW>`: extend a lease its holder still holds.
+const RENEW: bool = true;
+
+/// Acquires (`POST`) or renews (`PATCH`) a lease: the same request and answer.
+async fn change_lease<const RENEWAL: bool>(
     State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    body: Result<Json<LeaseRequest>, JsonRejection>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(req): ApiJson<LeaseRequest>,
 ) -> Result<Json<Lease>, ApiError> {
-    let Path(name) = path?;
-    let Json(req) = body?;
-    let service = st.service.clone();
     let ttl = Duration::from_secs(req.ttl_seconds);
-    Ok(Json(blocking(move || service.acquire_lease(&name, &req.operation_id, ttl)).await?))
+    let lease = blocking(Internal, move || {
+        if RENEWAL {
+            st.scopes.renew_lease(&name, &req.operation_id, ttl)
+        } else {
+            st.scopes.acquire_lease(&name, &req.operation_id, ttl)
+        }
+    })
+    .await?;
+    Ok(Json(lease))
 }
 
-async fn renew_lease(
-    State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    body: Result<Json<LeaseRequest>, JsonRejection>,
-) -> Result<Json<Lease>, ApiError> {
-    let Path(name) = path?;
-    let Json(req) = body?;
-    let service = st.service.clone();
-    let ttl = Duration::from_secs(req.ttl_seconds);
-    Ok(Json(blocking(move || service.renew_lease(&name, &req.operation_id, ttl)).await?))
+#[derive(Debug, Serialize)]
+struct ReleasedView {
+    released: bool,
 }
 
 async fn release_lease(
     State(st): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    query: Result<Query<ReleaseQuery>, QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let Path(name) = path?;
-    let Query(q) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
-    let service = st.service.clone();
-    let released = blocking(move || service.release_lease(&name, &q.operation_id)).await?;
-    Ok(Json(serde_json::json!({ "released": released })))
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ReleaseQuery>,
+) -> Result<Json<ReleasedView>, ApiError> {
+    let released = blocking(Internal, move || st.scopes.release_lease(&name, &q.operation_id)).await?;
+    Ok(Json(ReleasedView { released }))
 }

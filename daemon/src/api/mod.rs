@@ -2,6 +2,7 @@
 
 mod admin;
 mod error;
+mod extract;
 mod internal;
 pub mod routes;
 mod tools;
@@ -20,15 +21,19 @@ use axum::{Json, Router};
 
 pub use error::ApiError;
 use routes::{Auth, RouteTable};
-pub use tools::ToolsAuth;
+use scopefs::engine::FileKind;
+pub use tools::{SignedRequest, ToolsAuth};
 
-use crate::service::{ScopeService, ServiceError};
+use crate::pools::RouteClass;
+use crate::services::{ComputeService, Scopes, ServiceError, WorkspaceFiles};
 use crate::tokens::Token;
 
 /// Shared state of every handler.
 #[derive(Clone)]
 pub struct AppState {
-    pub service: Arc<ScopeService>,
+    pub scopes: Arc<Scopes>,
+    pub files: Arc<WorkspaceFiles>,
+    pub compute: Arc<ComputeService>,
     pub service_token: Arc<Token>,
     /// Secret, window and limits of the signed `/tools/*` routes.
     pub tools: Arc<ToolsAuth>,
@@ -44,7 +49,7 @@ pub fn route_table() -> RouteTable<AppState> {
         .add("GET", "/health", Auth::Public, "Liveness", get(health))
         .add("GET", "/ready", Auth::Public, "Readiness: mounts and recovery done", get(ready))
         .add("GET", "/openapi.json", Auth::Public, "This document", get(openapi_json))
-        .add("GET", "/metrics", Auth::Service, "Prometheus metrics (counts and ids only)", get(crate::metrics::handler))
+        .add("GET", "/metrics", Auth::Service, "Prometheus metrics (counts and ids only)", get(metrics))
         .merge_from(internal::add_routes)
         .merge_from(workspace::add_routes)
         .merge_from(tools::add_routes)
@@ -118,15 +123,30 @@ async fn openapi_json() -> Json<serde_json::Value> {
     Json(routes::openapi(&route_table().specs))
 }
 
-/// Runs synchronous engine/registry work on a blocking thread.
-async fn blocking<T, F>(f: F) -> Result<T, ApiError>
+/// Runs a handler's blocking service work on the bounded pool of its route `class` (never on
+/// tokio's shared blocking pool, see `crate::pools`). `f`'s error becomes an [`ApiError`] through
+/// its `From` impl (`ServiceError`, `BillingError`, or an `ApiError` already mapped by the caller);
+/// a task that panicked is 500 `task_failed`.
+pub(crate) async fn blocking<T, E, F>(class: RouteClass, f: F) -> Result<T, ApiError>
 where
     T: Send + 'static,
-    F: FnOnce() -> Result<T, ServiceError> + Send + 'static,
+    E: Into<ApiError> + Send + 'static,
+    F: FnOnce() -> Result<T, E> + Send + 'static,
 {
-    match crate::pools::spawn(crate::pools::RouteClass::Internal, f).await {
-        Ok(result) => result.map_err(ApiError::from),
+    match crate::pools::spawn(class, f).await {
+        Ok(result) => result.map_err(Into::into),
         Err(join) => Err(ApiError::internal("task_failed", &join)),
+    }
+}
+
+/// The name of a file kind in API answers: [`FileKind::as_str`], with `directory`, `char_device`
+/// and `block_device` spelled out (the one map for `/api/workspace` and the file tools).
+pub(crate) fn file_kind_name(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::Dir => "directory",
+        FileKind::CharDevice => "char_device",
+        FileKind::BlockDevice => "block_device",
+        other => other.as_str(),
     }
 }
 
@@ -137,7 +157,7 @@ async fn require_service_token(State(st): State<AppState>, req: Request, next: N
     if !presented.is_some_and(|t| st.service_token.matches(t.trim())) {
         return ApiError::unauthorized().into_response();
     }
-    if !st.service.is_ready() {
+    if !st.scopes.is_ready() {
         return ApiError::not_ready().into_response();
     }
     next.run(req).await
@@ -148,11 +168,21 @@ async fn health() -> Json<serde_json::Value> {
 }
 
 async fn ready(State(st): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
-    if st.service.is_ready() {
+    if st.scopes.is_ready() {
         Ok(Json(serde_json::json!({ "status": "ready" })))
     } else {
         Err(ApiError::not_ready())
     }
+}
+
+/// `GET /metrics` (service token: counts and ids, no secrets, but every scope's id and size).
+async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let text = blocking(RouteClass::Internal, move || {
+        let open = st.scopes.open_scopes();
+        crate::metrics::render(st.scopes.registry(), &open.engines(), open.storage()).map_err(ServiceError::Registry)
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
 #[cfg(test)]

@@ -77,6 +77,12 @@ impl<S: Clone + Send + Sync + 'static> RouteTable<S> {
     }
 }
 
+impl<S: Clone + Send + Sync + 'static> Default for RouteTable<S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// An OpenAPI 3.1 document of the table.
 pub fn openapi(specs: &[RouteSpec]) -> Value {
     let mut paths = Map::new();

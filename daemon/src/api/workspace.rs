@@ -24,8 +24,8 @@ use std::time::UNIX_EPOCH;
 
 use axum::body::{Body, Bytes};
 use axum::extract::multipart::MultipartRejection;
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Multipart, Query, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Multipart, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -42,9 +42,12 @@ use tokio::sync::mpsc;
 mod headers;
 mod zipstream;
 
+use super::extract::{ApiJson, ApiQuery};
 use super::routes::{Auth, RouteTable};
-use super::{ApiError, AppState};
-use crate::service::{api_owner, EngineFileReader, ServiceError};
+use super::{blocking, file_kind_name, ApiError, AppState};
+use crate::pools::RouteClass;
+use crate::services::files::{write_creating_parents, EngineFileReader};
+use crate::services::ServiceError;
 use headers::{content_type, disposition, parse_range, RangeAsk};
 use zipstream::{write_zip, ChannelWriter};
 
@@ -117,13 +120,26 @@ struct WsQuery {
 }
 
 impl WsQuery {
-    fn thread(&self) -> Result<ThreadId, ApiError> {
-        Ok(ThreadId::parse(self.thread_id.as_deref().unwrap_or(""))?)
-    }
-
     /// A required file path.
     fn file_path(&self) -> Result<String, ApiError> {
         Ok(vpath::normalize(self.path.as_deref().unwrap_or(""))?)
+    }
+}
+
+/// The arguments of every workspace route: the query, and its `threadId` validated (400
+/// `invalid_thread_id`) before anything else of the request is looked at.
+struct WsArgs {
+    thread: ThreadId,
+    q: WsQuery,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for WsArgs {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let ApiQuery(q) = ApiQuery::<WsQuery>::from_request_parts(parts, state).await?;
+        let thread = ThreadId::parse(q.thread_id.as_deref().unwrap_or(""))?;
+        Ok(WsArgs { thread, q })
     }
 }
 
@@ -131,20 +147,17 @@ fn flag(v: &Option<String>) -> bool {
     matches!(v.as_deref(), Some("1" | "true" | "yes"))
 }
 
-/// Runs engine/registry work on a blocking thread; failures map as workspace errors.
+/// [`blocking`] on the `/api` pool, failures mapped as workspace errors (`ApiError::workspace`).
 async fn run<T, F>(f: F) -> Result<T, ApiError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, ServiceError> + Send + 'static,
 {
-    match crate::pools::spawn(crate::pools::RouteClass::Api, f).await {
-        Ok(result) => result.map_err(ApiError::workspace),
-        Err(join) => Err(ApiError::internal("task_failed", &join)),
-    }
+    blocking(RouteClass::Api, move || f().map_err(ApiError::workspace)).await
 }
 
 async fn scope_engine(st: &AppState, thread: ThreadId) -> Result<(ScopeRecord, Arc<ScopeEngine>), ApiError> {
-    let service = st.service.clone();
+    let service = st.files.clone();
     run(move || service.engine_for_thread(&thread)).await
 }
 
@@ -152,11 +165,10 @@ fn millis(attr: &Attr) -> i64 {
     attr.mtime.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
+/// The kinds the workspace API shows; any other is `"other"`.
 fn kind_name(kind: FileKind) -> &'static str {
     match kind {
-        FileKind::File => "file",
-        FileKind::Dir => "directory",
-        FileKind::Symlink => "symlink",
+        FileKind::File | FileKind::Dir | FileKind::Symlink => file_kind_name(kind),
         _ => "other",
     }
 }
@@ -200,15 +212,10 @@ struct ListView {
     entries: Vec<EntryView>,
 }
 
-async fn list(
-    State(st): State<AppState>,
-    q: Result<Query<WsQuery>, QueryRejection>,
-) -> Result<Json<ListView>, ApiError> {
-    let Query(q) = q?;
-    let thread = q.thread()?;
+async fn list(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -> Result<Json<ListView>, ApiError> {
     let dir = vpath::normalize_dir(q.path.as_deref().unwrap_or(""))?;
     let recursive = flag(&q.recursive);
-    let service = st.service.clone();
+    let service = st.files.clone();
     let listed = dir.clone();
     let (rec, entries): (ScopeRecord, Vec<PathEntry>) = run(move || {
         let (rec, engine) = service.engine_for_thread(&thread)?;
@@ -219,6 +226,21 @@ async fn list(
         path: dir,
         scope: ScopeBrief { scope_id: rec.scope_id, state: rec.state },
         entries: entries.iter().map(|e| EntryView::of(&e.path, &e.attr)).collect(),
+    }))
+}
+
+/// Runs `f`, the blocking half of a streamed body, on a thread of its own that holds one of the
+/// scope's `max_inflight_per_scope` slots for the stream's whole length (429 `scope_busy` when none
+/// is free). Streams are bounded per scope rather than by the `/api` class pool, where one slow
+/// client would hold a class worker for as long as it reads.
+fn spawn_stream<T: Send + 'static>(
+    scope: &ScopeId,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<tokio::task::JoinHandle<T>, ApiError> {
+    let slot = crate::pools::scope_slot(scope.as_str())?;
+    Ok(tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        f()
     }))
 }
 
@@ -256,18 +278,12 @@ async fn write_from_stream<S, E>(
 where
     S: Stream<Item = Result<Bytes, E>>,
 {
-    // A stream holds a blocking thread for its whole length: one of the scope's in-flight slots.
-    let slot = crate::pools::scope_slot(engine.scope_id().as_str())?;
     let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(CHANNEL_DEPTH);
-    let task = tokio::task::spawn_blocking(move || -> Result<Attr, ServiceError> {
-        let _slot = slot;
-        let owner = api_owner(&engine)?;
-        if let Some((parent, _)) = path.rsplit_once('/') {
-            engine.make_dirs(parent, owner)?;
-        }
+    let scope = engine.scope_id().clone();
+    let task = spawn_stream(&scope, move || -> Result<Attr, ServiceError> {
         let mut reader = ChannelReader { rx, current: Bytes::new() };
-        Ok(engine.write_path(&path, &mut reader, max_len, mode, owner)?)
-    });
+        Ok(write_creating_parents(&engine, &path, &mut reader, max_len, mode)?)
+    })?;
     let mut stream = std::pin::pin!(stream);
     let mut failed_stream = None;
     // Once the engine has stopped reading (limit, quota, ...) the rest of the body is left to the
@@ -307,16 +323,14 @@ struct UploadView {
 
 async fn upload(
     State(st): State<AppState>,
-    q: Result<Query<WsQuery>, QueryRejection>,
+    WsArgs { thread, q }: WsArgs,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<(StatusCode, Json<UploadView>), ApiError> {
-    let Query(q) = q?;
-    let thread = q.thread()?;
     let mut dir = vpath::normalize_dir(q.dir.as_deref().unwrap_or(""))?;
     let mode = if flag(&q.overwrite) { WriteMode::Replace } else { WriteMode::CreateNew };
     let mut multipart = multipart?;
     let (_, engine) = scope_engine(&st, thread).await?;
-    let max_len = st.service.workspace_settings().max_upload_bytes;
+    let max_len = st.files.settings().max_upload_bytes;
     let mut files = Vec::new();
     while let Some(field) = multipart.next_field().await? {
         let Some(file_name) = field.file_name().map(str::to_owned) else {
@@ -337,14 +351,12 @@ async fn upload(
 
 async fn write_file(
     State(st): State<AppState>,
-    q: Result<Query<WsQuery>, QueryRejection>,
+    WsArgs { thread, q }: WsArgs,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<EntryView>, ApiError> {
-    let Query(q) = q?;
-    let thread = q.thread()?;
     let path = q.file_path()?;
-    let max_len = st.service.workspace_settings().max_upload_bytes;
+    let max_len = st.files.settings().max_upload_bytes;
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max_len) {
@@ -358,15 +370,10 @@ async fn write_file(
     Ok(Json(EntryView::of(&path, &attr)))
 }
 
-async fn delete_file(
-    State(st): State<AppState>,
-    q: Result<Query<WsQuery>, QueryRejection>,
-) -> Result<StatusCode, ApiError> {
-    let Query(q) = q?;
-    let thread = q.thread()?;
+async fn delete_file(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -> Result<StatusCode, ApiError> {
     let path = q.file_path()?;
     let recursive = flag(&q.recursive);
-    let service = st.service.clone();
+    let service = st.files.clone();
     run(move || {
         let (_, engine) = service.engine_for_thread(&thread)?;
         Ok(engine.remove_path(&path, recursive)?)
@@ -382,11 +389,8 @@ fn channel_body(rx: mpsc::Receiver<io::Result<Bytes>>) -> Body {
 
 /// Streams `reader` into a channel on a blocking thread (stops when the client goes away).
 fn spawn_reader(mut reader: EngineFileReader, scope: ScopeId) -> Result<Body, ApiError> {
-    // A stream holds a blocking thread for its whole length: one of the scope's in-flight slots.
-    let slot = crate::pools::scope_slot(scope.as_str())?;
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-    tokio::task::spawn_blocking(move || {
-        let _slot = slot;
+    spawn_stream(&scope.clone(), move || {
         let mut buf = vec![0u8; CHUNK];
         loop {
             match reader.read(&mut buf) {
@@ -403,7 +407,7 @@ fn spawn_reader(mut reader: EngineFileReader, scope: ScopeId) -> Result<Body, Ap
                 }
             }
         }
-    });
+    })?;
     Ok(channel_body(rx))
 }
 
@@ -417,14 +421,12 @@ struct ReadPlan {
 
 async fn read_file(
     State(st): State<AppState>,
-    q: Result<Query<WsQuery>, QueryRejection>,
+    WsArgs { thread, q }: WsArgs,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let Query(q) = q?;
-    let thread = q.thread()?;
     let path = q.file_path()?;
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let service = st.service.clone();
+    let service = st.files.clone();
     let lookup = path.clone();
     let plan = run(move || {
         let (rec, engine) = service.engine_for_thread(&thread)?;
@@ -481,10 +483,8 @@ async fn read_file(
     Ok(resp)
 }
 
-async fn download(State(st): State<AppState>, q: Result<Query<WsQuery>, QueryRejection>) -> Result<Response, ApiError> {
-    let Query(q) = q?;
-    let thread = q.thread()?;
-    let service = st.service.clone();
+async fn download(State(st): State<AppState>, WsArgs { thread, .. }: WsArgs) -> Result<Response, ApiError> {
+    let service = st.files.clone();
     let name = format!("workspace-{}.zip", thread.as_str());
     let (rec, engine, entries) = run(move || {
         let (rec, engine) = service.engine_for_thread(&thread)?;
@@ -494,10 +494,7 @@ async fn download(State(st): State<AppState>, q: Result<Query<WsQuery>, QueryRej
     .await?;
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
     let scope = rec.scope_id;
-    // A stream holds a blocking thread for its whole length: one of the scope's in-flight slots.
-    let slot = crate::pools::scope_slot(scope.as_str())?;
-    tokio::task::spawn_blocking(move || {
-        let _slot = slot;
+    spawn_stream(&scope.clone(), move || {
         let writer = ChannelWriter { tx: tx.clone(), buf: Vec::with_capacity(CHUNK) };
         if let Err(e) = write_zip(&engine, &entries, writer) {
             if e.kind() != io::ErrorKind::BrokenPipe {
@@ -505,7 +502,7 @@ async fn download(State(st): State<AppState>, q: Result<Query<WsQuery>, QueryRej
                 let _ = tx.blocking_send(Err(e));
             }
         }
-    });
+    })?;
     let mut resp = Response::new(channel_body(rx));
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/zip"));
@@ -528,13 +525,8 @@ struct UsageView {
     quota: QuotaView,
 }
 
-async fn usage(
-    State(st): State<AppState>,
-    q: Result<Query<WsQuery>, QueryRejection>,
-) -> Result<Json<UsageView>, ApiError> {
-    let Query(q) = q?;
-    let thread = q.thread()?;
-    let service = st.service.clone();
+async fn usage(State(st): State<AppState>, WsArgs { thread, .. }: WsArgs) -> Result<Json<UsageView>, ApiError> {
+    let service = st.files.clone();
     let (usage, quota) = run(move || {
         let (_, engine) = service.engine_for_thread(&thread)?;
         Ok((engine.usage()?, engine.quota()))
@@ -577,15 +569,12 @@ struct ImportView {
 
 async fn import(
     State(st): State<AppState>,
-    q: Result<Query<WsQuery>, QueryRejection>,
-    body: Result<Json<ImportBody>, JsonRejection>,
+    WsArgs { thread, .. }: WsArgs,
+    ApiJson(body): ApiJson<ImportBody>,
 ) -> Result<(StatusCode, Json<ImportView>), ApiError> {
-    let Query(q) = q?;
-    let thread = q.thread()?;
-    let Json(body) = body?;
     let source = vpath::normalize(&body.source_path)?;
     let target = vpath::normalize(body.target_path.as_deref().unwrap_or(&source))?;
-    if st.service.workspace_settings().legacy_root.is_none() {
+    if st.files.settings().legacy_root.is_none() {
         return Err(ApiError::legacy_unavailable());
     }
     if LEGACY_HIDDEN.iter().any(|h| source.split('/').next() == Some(*h)) {
@@ -597,7 +586,7 @@ async fn import(
         target_path: target,
         overwrite: body.overwrite,
     };
-    let service = st.service.clone();
+    let service = st.files.clone();
     let outcome = run(move || service.import_legacy(&thread, req)).await?;
     let rec = outcome.record;
     let view = ImportView {

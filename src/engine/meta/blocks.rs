@@ -40,23 +40,34 @@ impl MetaDb {
         Ok(rows.map(|r| r.map(|i| i as Ino)).collect::<Result<Vec<_>, _>>()?)
     }
 
-    /// Blocks with no reference since before `cutoff_unix`: returns (sha, was uploaded) and deletes their rows.
-    pub fn take_unreferenced(&mut self, cutoff_unix: i64, limit: usize) -> EngineResult<Vec<(String, bool)>> {
+    /// Blocks with no reference since before `cutoff_unix` (at most `limit`): deletes their rows
+    /// and returns them.
+    pub fn take_unreferenced(&mut self, cutoff_unix: i64, limit: usize) -> EngineResult<Vec<Unreferenced>> {
         let tx = self.tx()?;
         let found = {
             let mut st = tx.prepare(
-                "SELECT sha256, state = 'uploaded' FROM blocks
+                "SELECT sha256, len, state = 'uploaded' FROM blocks
                  WHERE refcount = 0 AND unreferenced_since <= ?1 LIMIT ?2",
             )?;
-            let rows = st.query_map(params![cutoff_unix, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect::<Result<Vec<(String, bool)>, _>>()?
+            let rows = st.query_map(params![cutoff_unix, limit as i64], |r| {
+                Ok(Unreferenced { sha256: r.get(0)?, len: r.get::<_, i64>(1)? as u64, uploaded: r.get(2)? })
+            })?;
+            rows.collect::<Result<Vec<_>, _>>()?
         };
-        for (sha, _) in &found {
-            exec(&tx, "DELETE FROM blocks WHERE sha256 = ?1 AND refcount = 0", [sha])?;
+        for b in &found {
+            exec(&tx, "DELETE FROM blocks WHERE sha256 = ?1 AND refcount = 0", [&b.sha256])?;
         }
         tx.commit()?;
         Ok(found)
     }
+}
+
+/// A block row gc took: no file references it any more.
+pub(crate) struct Unreferenced {
+    pub sha256: String,
+    pub len: u64,
+    /// Whether the object store holds it (it must be deleted there too).
+    pub uploaded: bool,
 }
 
 /// Adds a reference to a block; returns true when the block is new to the scope (must be uploaded).

@@ -59,3 +59,20 @@ impl MetaDb {
         Ok(problems)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::FileKind;
+
+    #[test]
+    fn an_unknown_inode_kind_is_an_error_naming_it() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let sql = "SELECT 5, 1, X'78', 'weird', 420, 0, 0, 0, 0, 0, 0, NULL, 1, 1, 0, NULL";
+        let err = conn.query_row(sql, [], super::super::row_to_inode).unwrap_err();
+        assert!(err.to_string().contains("unknown inode kind \"weird\""), "{err}");
+        for kind in FileKind::ALL {
+            let row = conn.query_row(&sql.replace("weird", kind.as_str()), [], super::super::row_to_inode).unwrap();
+            assert_eq!(row.kind, kind);
+        }
+    }
+}

@@ -150,8 +150,9 @@ pub(super) fn move_aside(conn: &Connection, row: &InodeRow) -> EngineResult<()> 
 
 #[cfg(test)]
 mod tests {
-    use super::super::MetaDb;
+    use super::super::{MetaDb, NewNode};
     use crate::engine::ROOT_INO;
+    use crate::engine::{FileKind, Owner};
     use crate::migrate;
 
     /// A scope database written by a binary before hard links (schema 3) opens with every inode,
@@ -185,7 +186,7 @@ mod tests {
         assert_eq!(meta.inode(3).unwrap().nlink, 0, "a detached inode has no names");
         assert_eq!(meta.blocks_of(2).unwrap().len(), 1, "dropping the old table cascaded nothing");
         assert!(meta.consistency_problems().unwrap().is_empty(), "{:?}", meta.consistency_problems());
-        let row = meta.insert(ROOT_INO, b"new", crate::engine::FileKind::File, 0o644, 0, 0, None, 0, 100).unwrap();
+        let row = meta.insert(ROOT_INO, b"new", NewNode::plain(FileKind::File, 0o644), Owner::default(), 100).unwrap();
         assert!(row.ino > 9, "inode {} reuses a number", row.ino);
         let bounds = super::LinkBounds { max_names: 100, max_links: 10 };
         let linked = meta.link(2, ROOT_INO, b"b", bounds, false).unwrap();

@@ -40,7 +40,8 @@ use scopefs::signing::{self, SigningError};
 use serde::de::DeserializeOwned;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::super::{ApiError, AppState};
+use super::super::{blocking, ApiError, AppState};
+use crate::pools::RouteClass;
 use crate::tokens::Token;
 
 /// Largest file content the file tools move in one request (seed 003 §6: `max_input_bytes`), and
@@ -102,8 +103,7 @@ impl ToolsAuth {
 /// - `role`: `Primary`, or `Owner { owner_id, owner_type }` for a registered thread owner;
 /// - `engine`: the scope's open file engine (path API in `scopefs::engine::paths`).
 ///
-/// For the mountpoint (containers) call `ScopeService::mount(&req.scope.scope_id)`.
-#[allow(dead_code)] // Fields for the compute tools and billing.
+/// For the mountpoint (containers) call `Scopes::mount(&req.scope.scope_id)`.
 pub struct SignedRequest<T> {
     pub body: T,
     pub user_id: String,
@@ -195,7 +195,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
     type Rejection = ApiError;
 
     async fn from_request(req: Request, st: &AppState) -> Result<Self, ApiError> {
-        if !st.service.is_ready() {
+        if !st.scopes.is_ready() {
             return Err(ApiError::not_ready());
         }
         let method = req.method().as_str().to_owned();
@@ -211,7 +211,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
         let bytes = tokio::time::timeout(deadline, read_body(req, limit)).await.map_err(|_| {
             ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", "the request body did not arrive in time")
         })??;
-        let service = st.service.clone();
+        let service = st.files.clone();
         let work = move || -> Result<SignedRequest<T>, ApiError> {
             let now_ms = service.now_ms();
             let verified = verify_body::<T>(&auth, &method, &path, &bytes, now_ms.div_euclid(1000));
@@ -246,22 +246,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
                 _inflight: inflight,
             })
         };
-        match crate::pools::spawn(crate::pools::RouteClass::Tools, work).await {
-            Ok(result) => result,
-            Err(join) => Err(ApiError::internal("task_failed", &join)),
-        }
-    }
-}
-
-/// Runs engine work of a tool on a blocking thread; failures map as tool errors.
-pub async fn run_tool<R, F>(f: F) -> Result<R, ApiError>
-where
-    R: Send + 'static,
-    F: FnOnce() -> Result<R, ApiError> + Send + 'static,
-{
-    match crate::pools::spawn(crate::pools::RouteClass::Tools, f).await {
-        Ok(result) => result,
-        Err(join) => Err(ApiError::internal("task_failed", &join)),
+        blocking(RouteClass::Tools, work).await
     }
 }
 

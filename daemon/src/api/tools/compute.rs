@@ -1,6 +1,6 @@
 //! `/tools/*` compute routes (seed 003 §4.5–4.7, seed 000 §9.6): environments, commands and
 //! background processes of the scope the signed thread acts in. Thin handlers: parse, one
-//! `ScopeService` call on a blocking thread, map the result (errors in `api::error`).
+//! `ComputeService` call on a blocking thread, map the result (errors in `api::error`).
 //!
 //! Ids of another scope's environments and processes answer 404 exactly like unknown ids; there
 //! is no listing across scopes.
@@ -16,15 +16,17 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Json;
+use scopefs::executor::ExecOutput;
+use scopefs::ids::ScopeId;
 use scopefs::registry::environments::{EnvironmentRecord, EnvironmentState, ProcessRecord};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use super::super::routes::{Auth, RouteTable};
-use super::super::{ApiError, AppState};
-use super::auth::{run_tool, SignedRequest};
-use crate::executor::{Caller, CreateEnvironment};
-use crate::service::{ScopeService, ServiceError};
+use super::super::{blocking, ApiError, AppState};
+use super::auth::SignedRequest;
+use crate::pools::RouteClass::Tools;
+use crate::services::compute::{Caller, CreateEnvironment};
+use crate::services::{ComputeService, ServiceError};
 
 pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
     table
@@ -87,12 +89,6 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
         )
 }
 
-fn env_json(env: &EnvironmentRecord) -> Value {
-    let mut v = serde_json::to_value(env).unwrap_or_else(|_| json!({}));
-    v["status"] = json!(env.state.as_str());
-    v
-}
-
 /// The calling thread, as far as environments are concerned.
 struct Who {
     user_id: String,
@@ -143,10 +139,10 @@ fn permit(who: &Who, env: &EnvironmentRecord, what: Use) -> Result<(), ApiError>
 
 /// Checks `what` on environment `env_id` of the request's scope; an unknown id is left to the
 /// service, which answers it (and another scope's id) as not found.
-fn permit_id<T>(svc: &ScopeService, req: &SignedRequest<T>, env_id: &str, what: Use) -> Result<(), ApiError> {
+fn permit_id<T>(svc: &ComputeService, req: &SignedRequest<T>, env_id: &str, what: Use) -> Result<(), ApiError> {
     let env = svc
-        .registry
-        .environment(&svc.deployment, &req.scope.scope_id, env_id)
+        .registry()
+        .environment(&req.scope.scope_id, env_id)
         .map_err(|e| ApiError::from(ServiceError::Registry(e)))?;
     match env {
         Some(env) => permit(&Who::of(req), &env, what),
@@ -154,21 +150,114 @@ fn permit_id<T>(svc: &ScopeService, req: &SignedRequest<T>, env_id: &str, what: 
     }
 }
 
-/// An environment as `who` sees it: another user's identities are left out.
-fn env_view(env: &EnvironmentRecord, who: &Who) -> Value {
-    let mut v = env_json(env);
-    if env.user_id != who.user_id {
-        if let Some(o) = v.as_object_mut() {
-            for k in ["user_id", "thread_id", "owner_id"] {
-                o.remove(k);
-            }
-        }
-    }
-    v
+/// An environment as a caller sees it: the registry row (without its container) and `status`
+/// (its state's name); another user's `owner_id`, `user_id` and `thread_id` are left out.
+#[derive(Debug, Serialize)]
+struct EnvView {
+    environment_id: String,
+    scope_id: ScopeId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thread_id: Option<String>,
+    read_only: bool,
+    state: EnvironmentState,
+    status: &'static str,
+    revision: u64,
+    requested_max_runtime_seconds: Option<u64>,
+    effective_max_runtime_seconds: u64,
+    created_at: i64,
+    started_at: Option<i64>,
+    ended_at: Option<i64>,
+    runtime_seconds: Option<u64>,
+    end_reason: Option<String>,
 }
 
-fn proc_json(p: &ProcessRecord) -> Value {
-    serde_json::to_value(p).unwrap_or_else(|_| json!({}))
+impl EnvView {
+    /// `env` as `who` sees it.
+    fn seen_by(env: EnvironmentRecord, who: &Who) -> EnvView {
+        let own = env.user_id == who.user_id;
+        EnvView::of(env, own)
+    }
+
+    /// `env`, with or without its identities.
+    fn of(env: EnvironmentRecord, with_identity: bool) -> EnvView {
+        let shown = |id: String| with_identity.then_some(id);
+        EnvView {
+            environment_id: env.environment_id,
+            scope_id: env.scope_id,
+            owner_id: shown(env.owner_id),
+            user_id: shown(env.user_id),
+            thread_id: shown(env.thread_id),
+            read_only: env.read_only,
+            state: env.state,
+            status: env.state.as_str(),
+            revision: env.revision,
+            requested_max_runtime_seconds: env.requested_max_runtime_seconds,
+            effective_max_runtime_seconds: env.effective_max_runtime_seconds,
+            created_at: env.created_at,
+            started_at: env.started_at,
+            ended_at: env.ended_at,
+            runtime_seconds: env.runtime_seconds,
+            end_reason: env.end_reason,
+        }
+    }
+}
+
+/// What destroy_environment answers.
+#[derive(Debug, Serialize)]
+struct DestroyedView {
+    #[serde(flatten)]
+    env: EnvView,
+    /// The environment had ended before this request.
+    already_ended: bool,
+    /// Always empty: no route returns object keys (see `SignedRequest::object_scope`).
+    artifacts: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct EnvListView {
+    environments: Vec<EnvView>,
+}
+
+#[derive(Debug, Serialize)]
+struct ExecView {
+    environment_id: String,
+    stdout: String,
+    stderr: String,
+    exit_code: Option<i64>,
+    truncated: bool,
+    timed_out: bool,
+}
+
+impl ExecView {
+    fn of(environment_id: String, out: ExecOutput) -> ExecView {
+        ExecView {
+            environment_id,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            exit_code: out.exit_code,
+            truncated: out.truncated,
+            timed_out: out.timed_out,
+        }
+    }
+}
+
+/// What check_process answers: the process and the tail of its log.
+#[derive(Debug, Serialize)]
+struct CheckedView {
+    #[serde(flatten)]
+    process: ProcessRecord,
+    log_tail: String,
+    log_bytes: u64,
+    log_truncated: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct ProcListView {
+    processes: Vec<ProcessRecord>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -179,9 +268,9 @@ struct CreateParams {
 async fn create_environment(
     State(st): State<AppState>,
     req: SignedRequest<CreateParams>,
-) -> Result<Json<Value>, ApiError> {
-    let svc = st.service.clone();
-    run_tool(move || {
+) -> Result<Json<EnvView>, ApiError> {
+    let svc = st.compute.clone();
+    blocking(Tools, move || -> Result<_, ApiError> {
         let caller = Caller {
             user_id: req.user_id.clone(),
             thread_id: req.thread_id.as_str().to_string(),
@@ -189,7 +278,7 @@ async fn create_environment(
         };
         let create = CreateEnvironment { max_runtime_seconds: req.body.max_runtime_seconds };
         let env = svc.create_environment(&req.scope.scope_id, &caller, &create)?;
-        Ok(Json(env_json(&env)))
+        Ok(Json(EnvView::of(env, true)))
     })
     .await
 }
@@ -202,15 +291,13 @@ struct EnvParams {
 async fn destroy_environment(
     State(st): State<AppState>,
     req: SignedRequest<EnvParams>,
-) -> Result<Json<Value>, ApiError> {
-    let svc = st.service.clone();
-    run_tool(move || {
+) -> Result<Json<DestroyedView>, ApiError> {
+    let svc = st.compute.clone();
+    blocking(Tools, move || -> Result<_, ApiError> {
         permit_id(&svc, &req, &req.body.environment_id, Use::End)?;
         let (env, ended_now) = svc.destroy_environment(&req.scope.scope_id, &req.body.environment_id)?;
-        let mut v = env_view(&env, &Who::of(&req));
-        v["already_ended"] = json!(!ended_now);
-        v["artifacts"] = json!([]);
-        Ok(Json(v))
+        let env = EnvView::seen_by(env, &Who::of(&req));
+        Ok(Json(DestroyedView { env, already_ended: !ended_now, artifacts: Vec::new() }))
     })
     .await
 }
@@ -218,12 +305,15 @@ async fn destroy_environment(
 #[derive(Debug, Deserialize)]
 struct NoParams {}
 
-async fn list_environments(State(st): State<AppState>, req: SignedRequest<NoParams>) -> Result<Json<Value>, ApiError> {
-    let svc = st.service.clone();
-    run_tool(move || {
+async fn list_environments(
+    State(st): State<AppState>,
+    req: SignedRequest<NoParams>,
+) -> Result<Json<EnvListView>, ApiError> {
+    let svc = st.compute.clone();
+    blocking(Tools, move || -> Result<_, ApiError> {
         let envs = svc.list_environments(&req.scope.scope_id)?;
         let who = Who::of(&req);
-        Ok(Json(json!({ "environments": envs.iter().map(|e| env_view(e, &who)).collect::<Vec<_>>() })))
+        Ok(Json(EnvListView { environments: envs.into_iter().map(|e| EnvView::seen_by(e, &who)).collect() }))
     })
     .await
 }
@@ -231,11 +321,11 @@ async fn list_environments(State(st): State<AppState>, req: SignedRequest<NoPara
 async fn get_environment_status(
     State(st): State<AppState>,
     req: SignedRequest<EnvParams>,
-) -> Result<Json<Value>, ApiError> {
-    let svc = st.service.clone();
-    run_tool(move || {
+) -> Result<Json<EnvView>, ApiError> {
+    let svc = st.compute.clone();
+    blocking(Tools, move || -> Result<_, ApiError> {
         let env = svc.environment_status(&req.scope.scope_id, &req.body.environment_id)?;
-        Ok(Json(env_view(&env, &Who::of(&req))))
+        Ok(Json(EnvView::seen_by(env, &Who::of(&req))))
     })
     .await
 }
@@ -248,9 +338,12 @@ struct ExecParams {
     max_output_bytes: Option<u64>,
 }
 
-async fn execute_command(State(st): State<AppState>, req: SignedRequest<ExecParams>) -> Result<Json<Value>, ApiError> {
-    let svc = st.service.clone();
-    run_tool(move || {
+async fn execute_command(
+    State(st): State<AppState>,
+    req: SignedRequest<ExecParams>,
+) -> Result<Json<ExecView>, ApiError> {
+    let svc = st.compute.clone();
+    blocking(Tools, move || -> Result<_, ApiError> {
         let b = &req.body;
         permit_id(&svc, &req, &b.environment_id, Use::Run)?;
         let out = svc.execute_command(
@@ -260,14 +353,7 @@ async fn execute_command(State(st): State<AppState>, req: SignedRequest<ExecPara
             b.timeout_seconds,
             b.max_output_bytes,
         )?;
-        Ok(Json(json!({
-            "environment_id": b.environment_id,
-            "stdout": String::from_utf8_lossy(&out.stdout),
-            "stderr": String::from_utf8_lossy(&out.stderr),
-            "exit_code": out.exit_code,
-            "truncated": out.truncated,
-            "timed_out": out.timed_out,
-        })))
+        Ok(Json(ExecView::of(b.environment_id.clone(), out)))
     })
     .await
 }
@@ -278,9 +364,12 @@ struct StartParams {
     environment_id: Option<String>,
 }
 
-async fn start_process(State(st): State<AppState>, req: SignedRequest<StartParams>) -> Result<Json<Value>, ApiError> {
-    let svc = st.service.clone();
-    run_tool(move || {
+async fn start_process(
+    State(st): State<AppState>,
+    req: SignedRequest<StartParams>,
+) -> Result<Json<ProcessRecord>, ApiError> {
+    let svc = st.compute.clone();
+    blocking(Tools, move || -> Result<_, ApiError> {
         let who = Who::of(&req);
         let env_id = match &req.body.environment_id {
             Some(id) => {
@@ -300,7 +389,7 @@ async fn start_process(State(st): State<AppState>, req: SignedRequest<StartParam
             }
         };
         let p = svc.start_process(&req.scope.scope_id, env_id.as_deref(), &req.body.command)?;
-        Ok(Json(proc_json(&p)))
+        Ok(Json(p))
     })
     .await
 }
@@ -311,15 +400,14 @@ struct CheckParams {
     tail_bytes: Option<u64>,
 }
 
-async fn check_process(State(st): State<AppState>, req: SignedRequest<CheckParams>) -> Result<Json<Value>, ApiError> {
-    let svc = st.service.clone();
-    run_tool(move || {
-        let (p, tail) = svc.check_process(&req.scope.scope_id, &req.body.process_id, req.body.tail_bytes)?;
-        let mut v = proc_json(&p);
-        v["log_tail"] = json!(tail.text);
-        v["log_bytes"] = json!(tail.log_bytes);
-        v["log_truncated"] = json!(tail.truncated);
-        Ok(Json(v))
+async fn check_process(
+    State(st): State<AppState>,
+    req: SignedRequest<CheckParams>,
+) -> Result<Json<CheckedView>, ApiError> {
+    let svc = st.compute.clone();
+    blocking(Tools, move || -> Result<_, ApiError> {
+        let (process, tail) = svc.check_process(&req.scope.scope_id, &req.body.process_id, req.body.tail_bytes)?;
+        Ok(Json(CheckedView { process, log_tail: tail.text, log_bytes: tail.log_bytes, log_truncated: tail.truncated }))
     })
     .await
 }
@@ -329,14 +417,17 @@ struct ProcParams {
     process_id: String,
 }
 
-async fn stop_process(State(st): State<AppState>, req: SignedRequest<ProcParams>) -> Result<Json<Value>, ApiError> {
-    let svc = st.service.clone();
-    run_tool(move || {
-        let process = svc.registry.process(&svc.deployment, &req.scope.scope_id, &req.body.process_id);
+async fn stop_process(
+    State(st): State<AppState>,
+    req: SignedRequest<ProcParams>,
+) -> Result<Json<ProcessRecord>, ApiError> {
+    let svc = st.compute.clone();
+    blocking(Tools, move || -> Result<_, ApiError> {
+        let process = svc.registry().process(&req.scope.scope_id, &req.body.process_id);
         if let Some(p) = process.map_err(|e| ApiError::from(ServiceError::Registry(e)))? {
             permit_id(&svc, &req, &p.environment_id, Use::End)?;
         }
-        Ok(Json(proc_json(&svc.stop_process(&req.scope.scope_id, &req.body.process_id)?)))
+        Ok(Json(svc.stop_process(&req.scope.scope_id, &req.body.process_id)?))
     })
     .await
 }
@@ -349,11 +440,11 @@ struct ListProcParams {
 async fn list_processes(
     State(st): State<AppState>,
     req: SignedRequest<ListProcParams>,
-) -> Result<Json<Value>, ApiError> {
-    let svc = st.service.clone();
-    run_tool(move || {
+) -> Result<Json<ProcListView>, ApiError> {
+    let svc = st.compute.clone();
+    blocking(Tools, move || -> Result<_, ApiError> {
         let list = svc.list_processes(&req.scope.scope_id, req.body.environment_id.as_deref())?;
-        Ok(Json(json!({ "processes": list.iter().map(proc_json).collect::<Vec<_>>() })))
+        Ok(Json(ProcListView { processes: list }))
     })
     .await
 }
@@ -361,7 +452,8 @@ async fn list_processes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use scopefs::ids::ScopeId;
+    use scopefs::registry::environments::ProcessState;
+    use serde_json::json;
 
     fn env(user: &str, thread: &str, read_only: bool) -> EnvironmentRecord {
         EnvironmentRecord {
@@ -418,12 +510,73 @@ mod tests {
     /// Review L12: another user's environment is listed without its identities.
     #[test]
     fn other_users_identities_are_not_listed() {
-        let mine = env_view(&env("u1", "thr-a", false), &who("u1", "thr-b", true));
+        let view = |e: EnvironmentRecord, w: Who| serde_json::to_value(EnvView::seen_by(e, &w)).unwrap();
+        let mine = view(env("u1", "thr-a", false), who("u1", "thr-b", true));
         assert_eq!((mine["user_id"].as_str(), mine["thread_id"].as_str()), (Some("u1"), Some("thr-a")));
-        let theirs = env_view(&env("u2", "thr-x", false), &who("u1", "thr-a", true));
+        let theirs = view(env("u2", "thr-x", false), who("u1", "thr-a", true));
         for k in ["user_id", "thread_id", "owner_id"] {
             assert!(theirs.get(k).is_none(), "{k} leaked: {theirs}");
         }
         assert_eq!((theirs["environment_id"].as_str(), theirs["status"].as_str()), (Some("env_1"), Some("running")));
+    }
+
+    /// The typed answers are the JSON the former `json!` bodies built (compared as JSON values).
+    #[test]
+    fn typed_answers_serialize_as_the_former_json_bodies() {
+        let record = env("u1", "thr-a", false);
+        // Former `env_json`: the record's serialization plus `status`.
+        let mut former = serde_json::to_value(&record).unwrap();
+        former["status"] = json!(record.state.as_str());
+        assert_eq!(serde_json::to_value(EnvView::of(record.clone(), true)).unwrap(), former);
+        // Former destroy_environment of another user's environment: identities removed, two keys added.
+        let mut theirs = former.clone();
+        for k in ["user_id", "thread_id", "owner_id"] {
+            theirs.as_object_mut().unwrap().remove(k);
+        }
+        theirs["already_ended"] = json!(true);
+        theirs["artifacts"] = json!([]);
+        let env = EnvView::seen_by(record, &who("u2", "thr-b", true));
+        let destroyed = DestroyedView { env, already_ended: true, artifacts: Vec::new() };
+        assert_eq!(serde_json::to_value(destroyed).unwrap(), theirs);
+
+        let out = ExecOutput {
+            stdout: b"out\xff".to_vec(),
+            stderr: b"err".to_vec(),
+            exit_code: Some(3),
+            truncated: true,
+            timed_out: false,
+        };
+        let former = json!({
+            "environment_id": "env_1",
+            "stdout": String::from_utf8_lossy(&out.stdout),
+            "stderr": String::from_utf8_lossy(&out.stderr),
+            "exit_code": out.exit_code,
+            "truncated": out.truncated,
+            "timed_out": out.timed_out,
+        });
+        assert_eq!(serde_json::to_value(ExecView::of("env_1".into(), out)).unwrap(), former);
+
+        let process = ProcessRecord {
+            process_id: "proc_1".into(),
+            scope_id: ScopeId::generate(),
+            environment_id: "env_1".into(),
+            owner_id: "owner".into(),
+            command: "sleep 1".into(),
+            exec_id: Some("exec".into()),
+            state: ProcessState::Running,
+            revision: 2,
+            exit_code: None,
+            created_at: 1,
+            started_at: Some(2),
+            ended_at: None,
+            end_reason: None,
+        };
+        // Former check_process: the record's serialization plus the log keys.
+        let mut former = serde_json::to_value(&process).unwrap();
+        former["log_tail"] = json!("tail");
+        former["log_bytes"] = json!(4);
+        former["log_truncated"] = json!(false);
+        let checked = CheckedView { process, log_tail: "tail".into(), log_bytes: 4, log_truncated: false };
+        assert_eq!(serde_json::to_value(checked).unwrap(), former);
     }
 }

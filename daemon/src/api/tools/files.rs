@@ -34,20 +34,22 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Json;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use scopefs::engine::{Attr, EngineError, FileKind, ScopeEngine, WriteMode};
+use scopefs::limits::{self, Bound};
 use scopefs::vpath::{self, PathError};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::time::UNIX_EPOCH;
 
 use super::super::routes::{Auth, RouteTable};
-use super::super::{ApiError, AppState};
-use super::auth::{run_tool, SignedRequest};
-use super::base64;
+use super::super::{blocking, file_kind_name, ApiError, AppState};
+use super::auth::SignedRequest;
+use super::engine_err;
 use super::search::{self, Glob, Visit, WalkBudget};
-use crate::service::{api_owner, ServiceError};
-use scopefs::limits::{self, Bound};
+use crate::pools::RouteClass::Tools;
+use crate::services::files::write_creating_parents;
 
 /// Most entries `list_dir` returns.
 const MAX_LIST: usize = 1000;
@@ -72,10 +74,6 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
         .add("POST", "/tools/glob_files", s, "Paths matching a glob pattern (bounded)", post(glob_files))
         .add("POST", "/tools/upload_file", s, "Write base64 content checked against its sha256", post(upload_file))
         .add("POST", "/tools/download_file", s, "A file's content as base64 with its sha256", post(download_file))
-}
-
-fn engine_err(e: EngineError) -> ApiError {
-    ApiError::tools(ServiceError::Engine(e))
 }
 
 fn bad(code: &'static str, message: impl Into<String>) -> ApiError {
@@ -111,18 +109,6 @@ fn shown(rel: &str) -> String {
         WORKSPACE.to_string()
     } else {
         format!("{WORKSPACE}/{rel}")
-    }
-}
-
-fn kind_str(k: FileKind) -> &'static str {
-    match k {
-        FileKind::File => "file",
-        FileKind::Dir => "directory",
-        FileKind::Symlink => "symlink",
-        FileKind::Fifo => "fifo",
-        FileKind::Socket => "socket",
-        FileKind::CharDevice => "char_device",
-        FileKind::BlockDevice => "block_device",
     }
 }
 
@@ -167,11 +153,7 @@ fn write_whole_as(engine: &ScopeEngine, rel: &str, data: &[u8], limit: u64, mode
     if data.len() as u64 > limit {
         return Err(ApiError::too_large());
     }
-    let owner = api_owner(engine).map_err(engine_err)?;
-    if let Some((parent, _)) = rel.rsplit_once('/') {
-        engine.make_dirs(parent, owner).map_err(engine_err)?;
-    }
-    engine.write_path(rel, &mut &data[..], limit, mode, owner).map_err(engine_err)
+    write_creating_parents(engine, rel, &mut &data[..], limit, mode).map_err(engine_err)
 }
 
 fn require_write<T>(req: &SignedRequest<T>) -> Result<(), ApiError> {
@@ -191,12 +173,19 @@ struct PathParams {
     path: String,
 }
 
-async fn read_file(State(st): State<AppState>, req: SignedRequest<PathParams>) -> Result<Json<Value>, ApiError> {
+#[derive(Debug, Serialize)]
+struct ReadView {
+    path: String,
+    content: String,
+    size_bytes: usize,
+}
+
+async fn read_file(State(st): State<AppState>, req: SignedRequest<PathParams>) -> Result<Json<ReadView>, ApiError> {
     let limit = st.tools.file_limit;
-    run_tool(move || {
+    blocking(Tools, move || -> Result<_, ApiError> {
         let rel = tool_path(&req.body.path, false)?;
         let content = text(read_whole(&req.engine, &rel, limit)?)?;
-        Ok(Json(json!({ "path": shown(&rel), "content": content, "size_bytes": content.len() })))
+        Ok(Json(ReadView { path: shown(&rel), size_bytes: content.len(), content }))
     })
     .await
 }
@@ -207,14 +196,25 @@ struct WriteParams {
     content: String,
 }
 
-async fn write_file(State(st): State<AppState>, req: SignedRequest<WriteParams>) -> Result<Json<Value>, ApiError> {
+/// What write_file and upload_file answer.
+#[derive(Debug, Serialize)]
+struct WrittenView {
+    path: String,
+    size_bytes: u64,
+    sha256: String,
+}
+
+async fn write_file(
+    State(st): State<AppState>,
+    req: SignedRequest<WriteParams>,
+) -> Result<Json<WrittenView>, ApiError> {
     require_write(&req)?;
     let limit = st.tools.file_limit;
-    run_tool(move || {
+    blocking(Tools, move || -> Result<_, ApiError> {
         let rel = tool_path(&req.body.path, false)?;
         let data = req.body.content.as_bytes();
         let attr = write_whole(&req.engine, &rel, data, limit)?;
-        Ok(Json(json!({ "path": shown(&rel), "size_bytes": attr.size, "sha256": sha256_hex(data) })))
+        Ok(Json(WrittenView { path: shown(&rel), size_bytes: attr.size, sha256: sha256_hex(data) }))
     })
     .await
 }
@@ -228,10 +228,19 @@ struct EditParams {
     replace_all: bool,
 }
 
-async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -> Result<Json<Value>, ApiError> {
+#[derive(Debug, Serialize)]
+struct EditView {
+    path: String,
+    replacements: usize,
+    lines_removed: usize,
+    lines_added: usize,
+    size_bytes: u64,
+}
+
+async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -> Result<Json<EditView>, ApiError> {
     require_write(&req)?;
     let limit = st.tools.file_limit;
-    run_tool(move || {
+    blocking(Tools, move || -> Result<_, ApiError> {
         let p = &req.body;
         let rel = tool_path(&p.path, false)?;
         if p.old_string.is_empty() {
@@ -265,13 +274,13 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
         let unchanged = WriteMode::ReplaceIfUnchanged { ino: read.ino, version: read.version };
         let attr = write_whole_as(&req.engine, &rel, after.as_bytes(), limit, unchanged)?;
         let lines = |s: &str| s.lines().count();
-        Ok(Json(json!({
-            "path": shown(&rel),
-            "replacements": count,
-            "lines_removed": lines(&p.old_string) * count,
-            "lines_added": lines(&p.new_string) * count,
-            "size_bytes": attr.size,
-        })))
+        Ok(Json(EditView {
+            path: shown(&rel),
+            replacements: count,
+            lines_removed: lines(&p.old_string) * count,
+            lines_added: lines(&p.new_string) * count,
+            size_bytes: attr.size,
+        }))
     })
     .await
 }
@@ -310,25 +319,44 @@ fn workspace_root() -> String {
     WORKSPACE.to_string()
 }
 
-async fn list_dir(req: SignedRequest<DirParams>) -> Result<Json<Value>, ApiError> {
-    run_tool(move || {
+/// One entry of list_dir.
+#[derive(Debug, Serialize)]
+struct DirEntryView {
+    name: String,
+    path: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    size_bytes: u64,
+    /// Unix seconds.
+    mtime: f64,
+}
+
+impl DirEntryView {
+    fn of(path: &str, attr: &Attr) -> DirEntryView {
+        DirEntryView {
+            name: vpath::file_name(path).to_string(),
+            path: shown(path),
+            kind: file_kind_name(attr.kind),
+            size_bytes: attr.size,
+            mtime: mtime_secs(attr),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct DirView {
+    path: String,
+    entries: Vec<DirEntryView>,
+    truncated: bool,
+}
+
+async fn list_dir(req: SignedRequest<DirParams>) -> Result<Json<DirView>, ApiError> {
+    blocking(Tools, move || -> Result<_, ApiError> {
         let rel = tool_path(&req.body.path, true)?;
         let entries = req.engine.list_path(&rel, false).map_err(engine_err)?;
         let truncated = entries.len() > MAX_LIST;
-        let items: Vec<Value> = entries
-            .iter()
-            .take(MAX_LIST)
-            .map(|e| {
-                json!({
-                    "name": vpath::file_name(&e.path),
-                    "path": shown(&e.path),
-                    "type": kind_str(e.attr.kind),
-                    "size_bytes": e.attr.size,
-                    "mtime": mtime_secs(&e.attr),
-                })
-            })
-            .collect();
-        Ok(Json(json!({ "path": shown(&rel), "entries": items, "truncated": truncated })))
+        let entries = entries.iter().take(MAX_LIST).map(|e| DirEntryView::of(&e.path, &e.attr)).collect();
+        Ok(Json(DirView { path: shown(&rel), entries, truncated }))
     })
     .await
 }
@@ -351,10 +379,25 @@ struct GrepParams {
     glob: Option<String>,
 }
 
-async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) -> Result<Json<Value>, ApiError> {
+/// One matching line of grep_files.
+#[derive(Debug, Serialize)]
+struct GrepMatch {
+    path: String,
+    line_number: usize,
+    line: String,
+}
+
+#[derive(Debug, Serialize)]
+struct GrepView {
+    matches: Vec<GrepMatch>,
+    files_searched: u64,
+    truncated: bool,
+}
+
+async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) -> Result<Json<GrepView>, ApiError> {
     let limit = st.tools.file_limit;
     let bounds = st.tools.limits.clone();
-    run_tool(move || {
+    blocking(Tools, move || -> Result<_, ApiError> {
         let p = &req.body;
         if p.pattern.is_empty() {
             return Err(bad("invalid_request", "pattern must not be empty"));
@@ -384,11 +427,11 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
             let (found, more) = search::matching_lines(&data, &needle, MAX_GREP_MATCHES - matches.len());
             for (line_number, line) in found {
                 let cut = &line[..line.len().min(MAX_LINE)];
-                matches.push(json!({
-                    "path": shown(path),
-                    "line_number": line_number,
-                    "line": String::from_utf8_lossy(cut),
-                }));
+                matches.push(GrepMatch {
+                    path: shown(path),
+                    line_number,
+                    line: String::from_utf8_lossy(cut).into_owned(),
+                });
             }
             Ok(!more)
         };
@@ -401,7 +444,7 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
                 Ok(if grep_one(path, attr)? { Visit::Descend(()) } else { Visit::Stop })
             })?
         };
-        Ok(Json(json!({ "matches": matches, "files_searched": files_searched, "truncated": truncated })))
+        Ok(Json(GrepView { matches, files_searched, truncated }))
     })
     .await
 }
@@ -413,9 +456,15 @@ struct GlobParams {
     path: String,
 }
 
-async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) -> Result<Json<Value>, ApiError> {
+#[derive(Debug, Serialize)]
+struct GlobView {
+    paths: Vec<String>,
+    truncated: bool,
+}
+
+async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) -> Result<Json<GlobView>, ApiError> {
     let bounds = st.tools.limits.clone();
-    run_tool(move || {
+    blocking(Tools, move || -> Result<_, ApiError> {
         let base = tool_path(&req.body.path, true)?;
         let pattern = req.body.pattern.strip_prefix("/workspace/").unwrap_or(&req.body.pattern);
         let glob = Glob::parse(pattern, bounds.glob_max_pattern_bytes)?;
@@ -433,7 +482,7 @@ async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) 
             Ok(if Glob::dead(&next) { Visit::Skip } else { Visit::Descend(next) })
         })?;
         found.sort();
-        Ok(Json(json!({ "paths": found, "truncated": truncated })))
+        Ok(Json(GlobView { paths: found, truncated }))
     })
     .await
 }
@@ -445,23 +494,27 @@ struct UploadParams {
     sha256: String,
 }
 
-async fn upload_file(State(st): State<AppState>, req: SignedRequest<UploadParams>) -> Result<Json<Value>, ApiError> {
+async fn upload_file(
+    State(st): State<AppState>,
+    req: SignedRequest<UploadParams>,
+) -> Result<Json<WrittenView>, ApiError> {
     require_write(&req)?;
     let limit = st.tools.file_limit;
-    run_tool(move || {
+    blocking(Tools, move || -> Result<_, ApiError> {
         let p = &req.body;
         let rel = tool_path(&p.remote_path, false)?;
         if p.content_base64.len() as u64 / 4 * 3 > limit + 3 {
             return Err(ApiError::too_large());
         }
-        let data = base64::decode(&p.content_base64)
-            .ok_or_else(|| bad("invalid_base64", "content_base64 is not valid base64"))?;
+        let data = BASE64
+            .decode(&p.content_base64)
+            .map_err(|_| bad("invalid_base64", "content_base64 is not valid base64"))?;
         let digest = sha256_hex(&data);
         if !digest.eq_ignore_ascii_case(p.sha256.trim()) {
             return Err(bad("sha256_mismatch", "the content does not match sha256"));
         }
         let attr = write_whole(&req.engine, &rel, &data, limit)?;
-        Ok(Json(json!({ "path": shown(&rel), "size_bytes": attr.size, "sha256": digest })))
+        Ok(Json(WrittenView { path: shown(&rel), size_bytes: attr.size, sha256: digest }))
     })
     .await
 }
@@ -471,20 +524,28 @@ struct DownloadParams {
     remote_path: String,
 }
 
+#[derive(Debug, Serialize)]
+struct DownloadView {
+    path: String,
+    content_base64: String,
+    sha256: String,
+    size_bytes: usize,
+}
+
 async fn download_file(
     State(st): State<AppState>,
     req: SignedRequest<DownloadParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DownloadView>, ApiError> {
     let limit = st.tools.file_limit;
-    run_tool(move || {
+    blocking(Tools, move || -> Result<_, ApiError> {
         let rel = tool_path(&req.body.remote_path, false)?;
         let data = read_whole(&req.engine, &rel, limit)?;
-        Ok(Json(json!({
-            "path": shown(&rel),
-            "content_base64": base64::encode(&data),
-            "sha256": sha256_hex(&data),
-            "size_bytes": data.len(),
-        })))
+        Ok(Json(DownloadView {
+            path: shown(&rel),
+            content_base64: BASE64.encode(&data),
+            sha256: sha256_hex(&data),
+            size_bytes: data.len(),
+        }))
     })
     .await
 }
@@ -521,12 +582,65 @@ mod tests {
     #[test]
     fn base64_round_trips_and_is_strict() {
         for data in [&b""[..], b"f", b"fo", b"foo", b"foob", b"fooba", b"foobar", &[0, 255, 128, 7]] {
-            assert_eq!(base64::decode(&base64::encode(data)).unwrap(), data);
+            assert_eq!(BASE64.decode(BASE64.encode(data)).unwrap(), data);
         }
-        assert_eq!(base64::encode(b"foobar"), "Zm9vYmFy");
-        assert_eq!(base64::encode(b"fo"), "Zm8=");
+        assert_eq!(BASE64.encode(b"foobar"), "Zm9vYmFy");
+        assert_eq!(BASE64.encode(b"fo"), "Zm8=");
+        // Padding required, canonical trailing bits, no whitespace (as the hand-written decoder was).
         for bad in ["Zm8", "Zm9=", "Z===", "Zm8=Zm8=", "Zm 8"] {
-            assert!(base64::decode(bad).is_none(), "{bad}");
+            assert!(BASE64.decode(bad).is_err(), "{bad}");
         }
+    }
+
+    /// The typed answers are the JSON the former `json!` bodies built (compared as JSON values).
+    #[test]
+    fn typed_answers_serialize_as_the_former_json_bodies() {
+        use serde_json::json;
+        let attr = Attr {
+            ino: 7,
+            kind: FileKind::Dir,
+            perm: 0o755,
+            nlink: 2,
+            uid: 1000,
+            gid: 1000,
+            size: 4096,
+            atime: UNIX_EPOCH,
+            mtime: UNIX_EPOCH + std::time::Duration::from_millis(1500),
+            ctime: UNIX_EPOCH,
+            version: 1,
+            rdev: 0,
+        };
+        let entry = DirEntryView::of("a/b", &attr);
+        let listing = DirView { path: shown("a"), entries: vec![entry], truncated: false };
+        let former = json!({
+            "path": "/workspace/a",
+            "entries": [{ "name": "b", "path": "/workspace/a/b", "type": "directory", "size_bytes": 4096, "mtime": 1.5 }],
+            "truncated": false,
+        });
+        assert_eq!(serde_json::to_value(listing).unwrap(), former);
+
+        let data = b"bytes\xff";
+        let download = DownloadView {
+            path: shown("f.bin"),
+            content_base64: BASE64.encode(data),
+            sha256: sha256_hex(data),
+            size_bytes: data.len(),
+        };
+        let former = json!({
+            "path": "/workspace/f.bin",
+            "content_base64": "Ynl0ZXP/",
+            "sha256": sha256_hex(data),
+            "size_bytes": 6,
+        });
+        assert_eq!(serde_json::to_value(download).unwrap(), former);
+
+        let found = GrepMatch { path: shown("f.txt"), line_number: 3, line: "x".into() };
+        let grep = GrepView { matches: vec![found], files_searched: 1, truncated: true };
+        let former = json!({
+            "matches": [{ "path": "/workspace/f.txt", "line_number": 3, "line": "x" }],
+            "files_searched": 1,
+            "truncated": true,
+        });
+        assert_eq!(serde_json::to_value(grep).unwrap(), former);
     }
 }

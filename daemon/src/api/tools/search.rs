@@ -10,11 +10,7 @@ use scopefs::engine::{Attr, EngineError, FileKind, Ino, ScopeEngine};
 use scopefs::limits::{self, Bound, LimitsConfig};
 
 use super::super::ApiError;
-use crate::service::ServiceError;
-
-fn engine_err(e: EngineError) -> ApiError {
-    ApiError::tools(ServiceError::Engine(e))
-}
+use super::engine_err;
 
 fn bad(message: &'static str) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "invalid_pattern", message)

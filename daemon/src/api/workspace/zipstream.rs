@@ -18,7 +18,7 @@ use scopefs::engine::{Attr, FileKind, PathEntry, ScopeEngine, ROOT_INO};
 use tokio::sync::mpsc;
 
 use super::CHUNK;
-use crate::service::EngineFileReader;
+use crate::services::files::EngineFileReader;
 
 /// Buffers zip output and hands it to the HTTP body in chunks.
 pub(super) struct ChannelWriter {

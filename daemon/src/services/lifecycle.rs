@@ -1,54 +1,22 @@
 //! Scope lifecycle of the daemon (SPEC §10): state changes requested by the WebUI, delete with a bounded drain,
-//! draft expiry, purge after retention, the maintenance pass, and test-only failpoints.
+//! draft expiry, purge after retention and the maintenance pass (`Scopes` methods).
 //!
 //! Every step is recorded in the registry first (see `scopefs::registry`'s
 //! lifecycle module) and is idempotent, so a crash at any point is finished by
 //! the next maintenance pass, which also runs once at startup before readiness:
 //! a `deleting` scope is retried, a deleted one past retention is purged (again).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use scopefs::config::Config;
 use scopefs::ids::ScopeId;
 use scopefs::registry::{DeleteStep, RegistryError, ScopeRecord, ScopeState};
-use scopefs::store::scope_prefix;
 
-use crate::service::{ScopeService, ServiceError};
-
-/// Variable naming a failpoint at which the daemon aborts (tests of crash recovery only).
-pub const FAILPOINT_ENV: &str = "SCOPEFS_FAILPOINT";
+use super::{failpoint, Scopes, ServiceError};
 
 /// Bound on waiting for a deleted scope's queued uploads before it is unmounted.
 const UPLOAD_WAIT_AT_DELETE: Duration = Duration::from_secs(10);
-
-/// Whether the test hooks (`SCOPEFS_FAILPOINT`, `SCOPEFS_TEST_CLOCK_FILE`) are honoured: only in
-/// debug builds, which the integration tests use; a release build (the package) ignores them, so
-/// whoever can set the daemon's environment or write a clock file cannot abort it or move its
-/// signature window (review L11).
-pub const fn test_hooks_enabled() -> bool {
-    cfg!(debug_assertions)
-}
-
-/// Aborts the process (like `kill -9`: no cleanup; with its supervisor, if any) when `SCOPEFS_FAILPOINT` equals `name`.
-/// Without that variable, or in a release build, this does nothing.
-pub fn failpoint(name: &str) {
-    if !test_hooks_enabled() {
-        return;
-    }
-    static ARMED: OnceLock<Option<String>> = OnceLock::new();
-    let armed = ARMED.get_or_init(|| std::env::var(FAILPOINT_ENV).ok().filter(|v| !v.is_empty()));
-    if armed.as_deref() == Some(name) {
-        eprintln!("scopefs: failpoint {name} reached; aborting");
-        if crate::notify::supervised() {
-            // The whole service crashes, as the tests of crash recovery mean: the supervisor too
-            // (a worker crash alone is survived, see `supervisor`; its kept mounts end with it).
-            // SAFETY: kill(2) of our parent, the supervisor that started this worker.
-            unsafe { libc::kill(libc::getppid(), libc::SIGKILL) };
-        }
-        std::process::abort();
-    }
-}
 
 /// Timing of the lifecycle, from the configuration (`draft_ttl_hours`, `trash_retention_days`,
 /// `delete_drain_secs`, `maintenance_interval_secs`; `SCOPEFS_*` variables override them there).
@@ -88,7 +56,7 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-impl ScopeService {
+impl Scopes {
     /// `PATCH /internal/workspace-scopes/{scopeId}`: revision CAS to `active` (explicit activation of a
     /// draft) or `deleting` (starts the delete; see `start_delete`). Other targets are refused.
     pub fn request_state(
@@ -98,7 +66,7 @@ impl ScopeService {
         to: ScopeState,
     ) -> Result<ScopeRecord, ServiceError> {
         match to {
-            ScopeState::Active => Ok(self.registry.transition(&self.deployment, scope, expected_revision, to)?),
+            ScopeState::Active => Ok(self.registry.transition(scope, expected_revision, to)?),
             ScopeState::Deleting => self.start_delete(scope, expected_revision),
             _ => Err(ServiceError::StateNotRequestable),
         }
@@ -112,10 +80,10 @@ impl ScopeService {
         scope: &ScopeId,
         expected_revision: u64,
     ) -> Result<ScopeRecord, ServiceError> {
-        let rec = self.registry.begin_delete(&self.deployment, scope, expected_revision)?;
+        let rec = self.registry.begin_delete(scope, expected_revision)?;
         tracing::info!(scope_id = %scope, "scope deleting");
         failpoint("delete_after_mark");
-        self.freeze(scope)?;
+        self.freeze(scope);
         match self.try_finish_delete(scope)? {
             DeleteStep::Deleted(rec) => Ok(rec),
             DeleteStep::Blocked(_) => {
@@ -125,26 +93,25 @@ impl ScopeService {
                     .name("scopefs-drain".into())
                     .spawn(move || svc.wait_for_drain(&scope))
                     .map_err(|e| ServiceError::Registry(RegistryError::Io(e)))?;
-                Ok(self.registry.get(&self.deployment, &rec.scope_id)?.unwrap_or(rec))
+                Ok(self.registry.get(&rec.scope_id)?.unwrap_or(rec))
             }
         }
     }
 
     /// Blocks writes and stops the daemon's own work in a deleting scope.
-    fn freeze(&self, scope: &ScopeId) -> Result<(), ServiceError> {
-        if let Some(engine) = self.engines.lock().get(scope) {
+    fn freeze(&self, scope: &ScopeId) {
+        if let Some(engine) = self.open.get(scope) {
             engine.set_read_only(true);
         }
-        self.stop_daemon_work(scope)
+        self.stop_daemon_work(scope);
     }
 
     /// Stops every environment and process the daemon itself runs in `scope` and marks their
     /// owners settled (see `executor`); a failure is logged and retried by the maintenance pass.
-    fn stop_daemon_work(&self, scope: &ScopeId) -> Result<(), ServiceError> {
-        if let Err(e) = self.stop_scope_compute(scope) {
+    fn stop_daemon_work(&self, scope: &ScopeId) {
+        if let Err(e) = self.compute.stop_scope_compute(scope) {
             tracing::error!(scope_id = %scope, error = %e, "stopping the scope's environments failed; retried by maintenance");
         }
-        Ok(())
     }
 
     /// Waits (bounded by `drain_timeout`) for the scope's owners to settle, finishing the delete as
@@ -173,7 +140,7 @@ impl ScopeService {
     /// queued uploads, unmounts, closes the engine and marks the scope `deleted`.
     pub fn try_finish_delete(&self, scope: &ScopeId) -> Result<DeleteStep, ServiceError> {
         let _one_at_a_time = self.lifecycle_lock.lock();
-        let Some(rec) = self.registry.get(&self.deployment, scope)? else {
+        let Some(rec) = self.registry.get(scope)? else {
             return Err(ServiceError::ScopeNotFound);
         };
         match rec.state {
@@ -181,24 +148,23 @@ impl ScopeService {
             ScopeState::Deleting => {}
             other => return Err(ServiceError::Registry(RegistryError::ScopeUnavailable(other))),
         }
-        let blockers = self.registry.delete_blockers(&self.deployment, scope)?;
+        let blockers = self.registry.delete_blockers(scope)?;
         if !blockers.is_empty() {
             if rec.delete_blocked_by != blockers {
-                self.registry.record_delete_blocked(&self.deployment, scope, &blockers)?;
+                self.registry.record_delete_blocked(scope, &blockers)?;
             }
             return Ok(DeleteStep::Blocked(blockers));
         }
-        let engine = self.engines.lock().get(scope).cloned();
+        let engine = self.open.get(scope);
         if let Some(engine) = &engine {
             engine.set_read_only(true);
             if !engine.wait_uploads(UPLOAD_WAIT_AT_DELETE) {
                 tracing::warn!(scope_id = %scope, "uploads still pending at delete; the purge collects them");
             }
         }
-        self.mounts.unmount(scope)?;
-        self.engines.lock().remove(scope);
+        self.open.close(scope)?;
         failpoint("delete_after_unmount");
-        let step = self.registry.complete_delete(&self.deployment, scope)?;
+        let step = self.registry.complete_delete(scope)?;
         if matches!(step, DeleteStep::Deleted(_)) {
             tracing::info!(scope_id = %scope, "scope deleted");
         }
@@ -210,23 +176,12 @@ impl ScopeService {
     fn purge(&self, rec: &ScopeRecord) -> Result<(), ServiceError> {
         let _one_at_a_time = self.lifecycle_lock.lock();
         let scope = &rec.scope_id;
-        self.registry.begin_purge(&self.deployment, scope)?;
-        self.mounts.unmount(scope)?;
-        self.engines.lock().remove(scope);
-        let store = self.storage.store().clone();
-        let prefix = scope_prefix(scope.as_str());
-        self.rt
-            .block_on(async {
-                let objects = store.list(&prefix).await?;
-                for obj in objects {
-                    store.delete(&obj.key).await?;
-                }
-                Ok::<_, scopefs::store::StoreError>(())
-            })
-            .map_err(|e| ServiceError::Engine(e.into()))?;
+        self.registry.begin_purge(scope)?;
+        self.open.close(scope)?;
+        self.open.storage().purge_objects(scope)?;
         failpoint("purge_after_objects");
-        self.storage.remove_scope_local(scope)?;
-        self.registry.complete_purge(&self.deployment, scope)?;
+        self.open.remove_local(scope)?;
+        self.registry.complete_purge(scope)?;
         tracing::info!(scope_id = %scope, "scope purged");
         Ok(())
     }
@@ -243,18 +198,24 @@ impl ScopeService {
                 report.failed += 1;
             }
         };
-        for rec in self.registry.list(&self.deployment)?.into_iter().filter(|r| r.state == ScopeState::Deleting) {
-            let r = self.freeze(&rec.scope_id).and_then(|_| self.try_finish_delete(&rec.scope_id));
+        for rec in self.registry.list()?.into_iter().filter(|r| r.state == ScopeState::Deleting) {
+            let r = {
+                self.freeze(&rec.scope_id);
+                self.try_finish_delete(&rec.scope_id)
+            };
             count(&mut report, &rec.scope_id, r);
         }
         let now = self.registry.now_ms();
         let draft_cutoff = now.saturating_sub(ms(self.lifecycle.draft_ttl));
-        for rec in self.registry.expired_drafts(&self.deployment, draft_cutoff)? {
-            match self.registry.begin_draft_expiry(&self.deployment, &rec.scope_id, draft_cutoff) {
+        for rec in self.registry.expired_drafts(draft_cutoff)? {
+            match self.registry.begin_draft_expiry(&rec.scope_id, draft_cutoff) {
                 Ok(Some(_)) => {
                     report.drafts_expired += 1;
                     tracing::info!(scope_id = %rec.scope_id, "draft expired; deleting");
-                    let r = self.freeze(&rec.scope_id).and_then(|_| self.try_finish_delete(&rec.scope_id));
+                    let r = {
+                        self.freeze(&rec.scope_id);
+                        self.try_finish_delete(&rec.scope_id)
+                    };
                     count(&mut report, &rec.scope_id, r);
                 }
                 Ok(None) => {}
@@ -265,7 +226,7 @@ impl ScopeService {
             }
         }
         let purge_cutoff = now.saturating_sub(ms(self.lifecycle.trash_retention));
-        for rec in self.registry.purge_due(&self.deployment, purge_cutoff)? {
+        for rec in self.registry.purge_due(purge_cutoff)? {
             match self.purge(&rec) {
                 Ok(()) => report.purged += 1,
                 Err(e) => {

@@ -1,0 +1,346 @@
+//! Environments and commands of `ComputeService`: create (with billing preflight), timers and
+//! watchers, stop and destroy, status, `execute_command`, stopping a scope's work, reconciliation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use scopefs::executor::{ContainerSpec, ExecOutput, ExecRequest, ExecutorError};
+use scopefs::ids::ScopeId;
+use scopefs::registry::environments::{EnvironmentRecord, EnvironmentState, NewEnvironment};
+
+use super::{reason, Caller, ComputeError, ComputeService, CreateEnvironment, ReconcileReport};
+
+impl ComputeService {
+    /// Creates an environment: registry row and owner first, then the container (the scope's
+    /// mountpoint at `/workspace`), then `running`, a max-runtime timer and a watcher that records
+    /// the container's death.
+    pub fn create_environment(
+        self: &Arc<Self>,
+        scope: &ScopeId,
+        caller: &Caller,
+        req: &CreateEnvironment,
+    ) -> Result<EnvironmentRecord, ComputeError> {
+        let compute = self.compute_ready()?;
+        let max = compute.settings.max_runtime_secs;
+        let requested = req.max_runtime_seconds;
+        if requested == Some(0) {
+            return Err(ComputeError::Invalid("max_runtime_seconds", "must be at least 1".into()));
+        }
+        let mountpoint = self.mount_scope(scope)?;
+        if let Some((uid, gid)) = compute.settings.sandbox_owner.filter(|_| !caller.read_only) {
+            use std::os::unix::fs::MetadataExt;
+            if std::fs::metadata(&mountpoint)?.uid() == 0 {
+                std::os::unix::fs::chown(&mountpoint, Some(uid), Some(gid))?;
+            }
+        }
+        let (env, effective) = {
+            // Preflight and the new row under one lock: the preflight counts the user's live
+            // environments (review M7), so two creations must not both see the same balance.
+            let _one_at_a_time = compute.environment_admission.lock();
+            // Billing preflight (seed 003 §10.1): min(requested, plan maximum, affordable), or 429.
+            let admitted = match &self.billing {
+                Some(billing) => billing.admit_environment(&caller.user_id, requested)?,
+                None => requested.unwrap_or(max),
+            };
+            let effective = admitted.min(max);
+            let new = NewEnvironment {
+                user_id: caller.user_id.clone(),
+                thread_id: caller.thread_id.clone(),
+                read_only: caller.read_only,
+                requested_max_runtime_seconds: requested,
+                effective_max_runtime_seconds: effective,
+                max_live_per_scope: compute.settings.max_environments_per_scope,
+            };
+            let env = self.registry.create_environment(scope, &new)?.ok_or(ComputeError::AtCapacity)?;
+            (env, effective)
+        };
+        let spec = ContainerSpec {
+            deployment_id: self.registry.id().to_string(),
+            scope_id: scope.to_string(),
+            owner_id: env.owner_id.clone(),
+            environment_id: env.environment_id.clone(),
+            workspace: mountpoint,
+            read_only_workspace: caller.read_only,
+        };
+        let container = match compute.executor.create(&spec) {
+            Ok(c) => c,
+            Err(e) => {
+                self.registry.end_environment(&env.environment_id, true, reason::CREATE_FAILED)?;
+                return Err(e.into());
+            }
+        };
+        self.registry.attach_container(&env.environment_id, &container)?;
+        let Some(running) = self.registry.environment_started(&env.environment_id)? else {
+            // Ended meanwhile (scope deleted): make sure the container goes too.
+            let _ = compute.executor.remove(&container);
+            return Err(ComputeError::NotRunning);
+        };
+        tracing::info!(scope_id = %scope, environment_id = %running.environment_id, effective_max_runtime_seconds = effective, "environment started");
+        self.arm_environment(&running, &container);
+        Ok(running)
+    }
+
+    /// The max-runtime timer and the death watcher of a running environment.
+    fn arm_environment(self: &Arc<Self>, env: &EnvironmentRecord, container: &str) {
+        let Some(compute) = self.compute.as_ref() else { return };
+        let svc = self.clone();
+        let env_id = env.environment_id.clone();
+        let runtime = Duration::from_secs(env.effective_max_runtime_seconds);
+        self.rt.spawn(async move {
+            tokio::time::sleep(runtime).await;
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Err(e) = svc.stop_environment(&env_id, reason::MAX_RUNTIME, true) {
+                    tracing::error!(environment_id = %env_id, error = %e, "stopping an environment at its max runtime failed");
+                }
+            })
+            .await;
+        });
+        let svc = self.clone();
+        let env_id = env.environment_id.clone();
+        let watched = compute.executor.watch(
+            container,
+            Box::new(move || {
+                let Some(compute) = svc.compute.as_ref() else { return };
+                if compute.stopping.lock().contains(&env_id) {
+                    return;
+                }
+                match svc.registry.end_environment(&env_id, false, reason::EXITED) {
+                    Ok((_, true)) => {
+                        tracing::warn!(environment_id = %env_id, "environment's container stopped by itself")
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(environment_id = %env_id, error = %e, "recording a stopped container failed")
+                    }
+                }
+            }),
+        );
+        if let Err(e) = watched {
+            tracing::warn!(environment_id = %env.environment_id, error = %e, "cannot watch the environment's container");
+        }
+    }
+
+    /// Removes an environment's container and records its end once. With `record_anyway`, the end
+    /// is recorded even if the engine could not be reached (the container is then removed by the
+    /// next reconciliation); otherwise such a failure is returned and the environment stays live.
+    pub(crate) fn stop_environment(
+        &self,
+        env_id: &str,
+        why: &str,
+        record_anyway: bool,
+    ) -> Result<(EnvironmentRecord, bool), ComputeError> {
+        let compute =
+            self.compute.as_ref().ok_or_else(|| ComputeError::Unavailable("no executor is configured".into()))?;
+        let env = self.registry.environment_unscoped(env_id)?.ok_or(ComputeError::EnvironmentNotFound)?;
+        if !env.state.is_live() {
+            return Ok((env, false));
+        }
+        // One stop at a time: a concurrent stop (max-runtime timer, destroy, a status check that
+        // finds the container gone) leaves recording the end, and its reason, to the first one.
+        if !compute.stopping.lock().insert(env_id.to_string()) {
+            return Ok((env, false));
+        }
+        let removed = match &env.container_id {
+            Some(c) => compute.executor.remove(c),
+            None => Ok(()),
+        };
+        let result = match removed {
+            Ok(()) => self.registry.end_environment(env_id, false, why).map_err(ComputeError::from),
+            Err(e) if record_anyway => {
+                tracing::warn!(environment_id = %env_id, error = %e, "container not removed; reconciliation removes it later");
+                compute.set_reconciled(false);
+                self.registry.end_environment(env_id, false, why).map_err(ComputeError::from)
+            }
+            Err(e) => Err(e.into()),
+        };
+        compute.stopping.lock().remove(env_id);
+        if let Ok((rec, true)) = &result {
+            tracing::info!(environment_id = %env_id, reason = why, runtime_seconds = rec.runtime_seconds, "environment ended");
+        }
+        result
+    }
+
+    /// Destroys an environment of `scope`; destroying an ended one again returns it unchanged.
+    pub fn destroy_environment(
+        &self,
+        scope: &ScopeId,
+        env_id: &str,
+    ) -> Result<(EnvironmentRecord, bool), ComputeError> {
+        self.compute_ready()?;
+        let env = self.scoped_env(scope, env_id)?;
+        self.stop_environment(&env.environment_id, reason::DESTROYED, false)
+    }
+
+    /// The environments of `scope`, oldest first.
+    pub fn list_environments(&self, scope: &ScopeId) -> Result<Vec<EnvironmentRecord>, ComputeError> {
+        self.compute_ready()?;
+        Ok(self.registry.environments(scope)?)
+    }
+
+    /// One environment of `scope`; a running one whose container has gone is recorded as ended first.
+    pub fn environment_status(&self, scope: &ScopeId, env_id: &str) -> Result<EnvironmentRecord, ComputeError> {
+        let compute = self.compute_ready()?;
+        let env = self.scoped_env(scope, env_id)?;
+        if env.state == EnvironmentState::Running {
+            if let Some(c) = &env.container_id {
+                match compute.executor.is_running(c) {
+                    Ok(true) => {}
+                    Ok(false) | Err(ExecutorError::NoSuchContainer) => {
+                        return Ok(self.stop_environment(env_id, reason::EXITED, true)?.0);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(env)
+    }
+
+    /// The running container of an environment of `scope`.
+    pub(super) fn running_container(
+        &self,
+        scope: &ScopeId,
+        env_id: &str,
+    ) -> Result<(EnvironmentRecord, String), ComputeError> {
+        let env = self.scoped_env(scope, env_id)?;
+        match (&env.state, env.container_id.clone()) {
+            (EnvironmentState::Running, Some(c)) => Ok((env, c)),
+            _ => Err(ComputeError::NotRunning),
+        }
+    }
+
+    /// Runs one command in an environment of `scope` (timeout and output limit capped by the config).
+    pub fn execute_command(
+        &self,
+        scope: &ScopeId,
+        env_id: &str,
+        command: &str,
+        timeout_secs: Option<u64>,
+        max_output_bytes: Option<u64>,
+    ) -> Result<ExecOutput, ComputeError> {
+        let compute = self.compute_ready()?;
+        if command.is_empty() {
+            return Err(ComputeError::Invalid("command", "must not be empty".into()));
+        }
+        let limit = compute.settings.command_timeout;
+        let timeout = match timeout_secs {
+            Some(0) => return Err(ComputeError::Invalid("timeout_seconds", "must be at least 1".into())),
+            Some(s) => Duration::from_secs(s).min(limit),
+            None => limit,
+        };
+        let max_out = max_output_bytes.unwrap_or(u64::MAX).min(compute.settings.max_output_bytes);
+        let (_, container) = self.running_container(scope, env_id)?;
+        // Held until the command ends: a scope cannot occupy more than its share of threads.
+        let _slot = compute.exec_slot(scope.as_str())?;
+        let req = ExecRequest { command: command.to_string(), timeout, max_output_bytes: max_out };
+        match compute.executor.exec(&container, &req) {
+            Ok(out) => Ok(out),
+            Err(ExecutorError::NoSuchContainer | ExecutorError::NotRunning) => {
+                self.stop_environment(env_id, reason::EXITED, true)?;
+                Err(ComputeError::NotRunning)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Scope delete: stops every live environment of `scope` (its processes end with it) and drops
+    /// the scope's runtime area. Works without an engine too: the ends are recorded and the
+    /// containers are removed by the next reconciliation.
+    pub(crate) fn stop_scope_compute(&self, scope: &ScopeId) -> Result<(), ComputeError> {
+        let Some(compute) = self.compute.as_ref() else { return Ok(()) };
+        for env in self.registry.environments(scope)?.into_iter().filter(|e| e.state.is_live()) {
+            self.stop_environment(&env.environment_id, reason::SCOPE_DELETED, true)?;
+        }
+        match std::fs::remove_dir_all(compute.settings.runtime_dir.join(scope.as_str())) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Startup, before scopes are remounted: every environment still recorded live is ended with
+    /// reason `daemon_restart` (see the module docs of `executor`), then leftover containers are
+    /// removed if the engine answers (else before the first compute request). Environments of the
+    /// scopes in `resumed` (whose mount outlived the previous daemon process, issue 9) are adopted
+    /// instead: they stay live, and their containers are kept as known ones.
+    pub fn reconcile_compute_at_startup(
+        &self,
+        resumed: &std::collections::HashSet<ScopeId>,
+    ) -> Result<ReconcileReport, ComputeError> {
+        let Some(compute) = self.compute.as_ref() else { return Ok(ReconcileReport::default()) };
+        let mut report = ReconcileReport::default();
+        for env in self.registry.live_environments()? {
+            if resumed.contains(&env.scope_id) {
+                tracing::info!(scope_id = %env.scope_id, environment_id = %env.environment_id, "environment adopted: its workspace mount was kept");
+                continue;
+            }
+            let (_, ended) = self.registry.end_environment(&env.environment_id, false, reason::DAEMON_RESTART)?;
+            if ended {
+                report.environments_ended += 1;
+                tracing::info!(scope_id = %env.scope_id, environment_id = %env.environment_id, "environment ended by the daemon restart");
+            }
+        }
+        compute.set_reconciled(false);
+        match compute.executor.ping() {
+            Ok(()) => {
+                let r = self.reconcile_containers()?;
+                report.containers_removed = r.containers_removed;
+                report.containers_kept = r.containers_kept;
+            }
+            Err(e) => tracing::warn!(error = %e, "Docker not reachable: containers are reconciled once it answers"),
+        }
+        Ok(report)
+    }
+
+    /// Removes every container of this deployment whose environment is unknown, not live, or not
+    /// the one the registry records (quarantine: their owners are marked `quarantined` if still live).
+    pub fn reconcile_containers(&self) -> Result<ReconcileReport, ComputeError> {
+        let compute =
+            self.compute.as_ref().ok_or_else(|| ComputeError::Unavailable("no executor is configured".into()))?;
+        let _one_at_a_time = compute.reconcile_guard();
+        if !compute.needs_reconcile() {
+            return Ok(ReconcileReport::default());
+        }
+        let mut report = ReconcileReport::default();
+        for c in compute.executor.list(self.registry.id())? {
+            let env = match &c.environment_id {
+                Some(id) => self.registry.environment_unscoped(id)?,
+                None => None,
+            };
+            let known = env
+                .as_ref()
+                .is_some_and(|e| e.state.is_live() && e.container_id.as_deref() == Some(c.container_id.as_str()));
+            if known {
+                report.containers_kept += 1;
+                continue;
+            }
+            compute.executor.remove(&c.container_id)?;
+            report.containers_removed += 1;
+            tracing::warn!(
+                environment_id = c.environment_id.as_deref().unwrap_or("-"),
+                scope_id = c.scope_id.as_deref().unwrap_or("-"),
+                known_environment = env.is_some(),
+                "removed a sandbox container the registry does not run (quarantine)"
+            );
+            if let (Some(scope), Some(owner)) = (c.scope_id.as_deref(), c.owner_id.as_deref()) {
+                if let Ok(scope) = ScopeId::parse(scope) {
+                    self.quarantine_owner(&scope, owner);
+                }
+            }
+        }
+        compute.set_reconciled(true);
+        Ok(report)
+    }
+
+    /// Marks a container's owner `quarantined` if it is known and not settled.
+    fn quarantine_owner(&self, scope: &ScopeId, owner_id: &str) {
+        use scopefs::registry::{OwnerState, OwnerUpdate};
+        if let Ok(owner) = self.registry.owner(scope, owner_id) {
+            if !owner.state.is_settled() {
+                let update = OwnerUpdate { state: Some(OwnerState::Quarantined), ..OwnerUpdate::default() };
+                if let Err(e) = self.registry.update_owner(scope, owner_id, &update) {
+                    tracing::error!(owner_id, error = %e, "quarantining an owner failed");
+                }
+            }
+        }
+    }
+}

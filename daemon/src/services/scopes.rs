@@ -1,0 +1,265 @@
+//! `Scopes`: provisioning (a saga recorded in the registry), mounts, owners, runs and leases of
+//! one deployment's scopes; startup recovery, shutdown and restart hand-over. The lifecycle
+//! (delete, purge, maintenance) is in `lifecycle`.
+//!
+//! Provisioning: the scope row and an `applying` operation are written first, then the scope's
+//! filesystem is opened and mounted, then the scope becomes `draft` and the operation `completed`
+//! in one transaction. If opening or mounting fails the operation is marked `failed` (with an
+//! error code) and the scope stays `provisioning`; it is finished by the next provision request for
+//! the same operation or thread, by the mount route, or at the next daemon start (`recover`).
+//! Nothing is ever compensated away: a provisioning scope only ever moves forward to `draft`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use scopefs::engine::{Quota, Storage, Usage};
+use scopefs::ids::{ScopeId, ThreadId};
+use scopefs::registry::{
+    DeploymentRegistry, Lease, NewOwner, OwnerRecord, OwnerType, OwnerUpdate, Reservation, RunRequestRecord,
+    RunReserve, RunUpdate, ScopeRecord, ScopeState,
+};
+
+use super::lifecycle::LifecycleSettings;
+use super::open_scopes::OpenScopes;
+use super::{failpoint, validate_operation_id, ComputeService, RecoveryReport, ScopeStatus, ServiceError};
+
+/// Scopes of one deployment and their lifecycle (see the module docs).
+pub struct Scopes {
+    pub(super) registry: DeploymentRegistry,
+    pub(super) open: Arc<OpenScopes>,
+    /// A deleted scope's environments and processes are stopped through it.
+    pub(super) compute: Arc<ComputeService>,
+    /// Serializes provisioning completion so one scope is never finished twice at once.
+    provisioning: Mutex<()>,
+    /// Serializes delete completion and purges (see `lifecycle`).
+    pub(super) lifecycle_lock: Mutex<()>,
+    pub(super) lifecycle: LifecycleSettings,
+    ready: AtomicBool,
+}
+
+impl Scopes {
+    pub fn new(
+        registry: DeploymentRegistry,
+        open: Arc<OpenScopes>,
+        compute: Arc<ComputeService>,
+        lifecycle: LifecycleSettings,
+    ) -> Scopes {
+        Scopes {
+            registry,
+            open,
+            compute,
+            provisioning: Mutex::new(()),
+            lifecycle_lock: Mutex::new(()),
+            lifecycle,
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    pub fn registry(&self) -> &DeploymentRegistry {
+        &self.registry
+    }
+
+    pub fn open_scopes(&self) -> &Arc<OpenScopes> {
+        &self.open
+    }
+
+    pub fn lifecycle_settings(&self) -> &LifecycleSettings {
+        &self.lifecycle
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release)
+    }
+
+    /// Opens and mounts a `provisioning` scope, then records it as `draft` (see the module docs).
+    fn finish_provisioning(&self, rec: &ScopeRecord) -> Result<ScopeRecord, ServiceError> {
+        let _one_at_a_time = self.provisioning.lock();
+        let mounted = self.open.mount(rec);
+        if mounted.is_ok() {
+            failpoint("provision_after_mount");
+        }
+        match mounted {
+            Ok(_) => Ok(self.registry.complete_provision(&rec.scope_id)?),
+            Err(e) => {
+                if let Err(re) = self.registry.fail_provision(&rec.scope_id, e.code()) {
+                    tracing::error!(scope_id = %rec.scope_id, error = %re, "recording a failed provisioning failed");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Registers an owner (`reserved`) in a draft or active scope; `true` if it is new.
+    pub fn create_owner(&self, scope: &ScopeId, new: &NewOwner) -> Result<(OwnerRecord, bool), ServiceError> {
+        Ok(self.registry.create_owner(scope, new)?)
+    }
+
+    /// Attaches a resource to an owner and/or changes its state.
+    pub fn update_owner(
+        &self,
+        scope: &ScopeId,
+        owner: &str,
+        update: &OwnerUpdate,
+    ) -> Result<OwnerRecord, ServiceError> {
+        Ok(self.registry.update_owner(scope, owner, update)?)
+    }
+
+    /// The owner of an external resource within `scope`.
+    pub fn owner_by_resource(
+        &self,
+        scope: &ScopeId,
+        resource: &str,
+        owner_type: Option<OwnerType>,
+    ) -> Result<OwnerRecord, ServiceError> {
+        Ok(self.registry.owner_by_resource(scope, resource, owner_type)?)
+    }
+
+    /// Idempotent run reservation (a draft scope becomes active with its first one).
+    pub fn reserve_run(&self, scope: &ScopeId, req: &RunReserve) -> Result<Reservation, ServiceError> {
+        Ok(self.registry.reserve_run(scope, req)?)
+    }
+
+    /// Attaches `run_id` and/or changes a run request's state.
+    pub fn update_run(&self, scope: &ScopeId, run: &str, update: &RunUpdate) -> Result<RunRequestRecord, ServiceError> {
+        Ok(self.registry.update_run(scope, run, update)?)
+    }
+
+    /// Takes a deployment lease for `ttl`.
+    pub fn acquire_lease(&self, name: &str, operation_id: &str, ttl: Duration) -> Result<Lease, ServiceError> {
+        Ok(self.registry.acquire_lease(name, operation_id, duration_ms(ttl))?)
+    }
+
+    /// Extends a lease held by `operation_id`.
+    pub fn renew_lease(&self, name: &str, operation_id: &str, ttl: Duration) -> Result<Lease, ServiceError> {
+        Ok(self.registry.renew_lease(name, operation_id, duration_ms(ttl))?)
+    }
+
+    /// Releases a lease held by `operation_id`; `false` if it was not held at all.
+    pub fn release_lease(&self, name: &str, operation_id: &str) -> Result<bool, ServiceError> {
+        Ok(self.registry.release_lease(name, operation_id)?)
+    }
+
+    /// Idempotent provisioning (operation id and thread); returns the scope and whether it is new.
+    pub fn provision(&self, operation_id: &str, thread: &ThreadId) -> Result<(ScopeRecord, bool), ServiceError> {
+        validate_operation_id(operation_id)?;
+        let p = self.registry.provision(operation_id, thread, None)?;
+        failpoint("provision_after_record");
+        let rec = if p.scope.state == ScopeState::Provisioning { self.finish_provisioning(&p.scope)? } else { p.scope };
+        if p.created {
+            tracing::info!(scope_id = %rec.scope_id, operation_id, "scope provisioned");
+        }
+        Ok((rec, p.created))
+    }
+
+    /// The scope bound to `thread` with its usage, if any.
+    pub fn by_thread(&self, thread: &ThreadId) -> Result<Option<ScopeStatus>, ServiceError> {
+        let Some(record) = self.registry.find_by_thread(thread)? else {
+            return Ok(None);
+        };
+        let usage = match record.state {
+            ScopeState::Draft | ScopeState::Active | ScopeState::Deleting => self.open.engine(&record)?.usage()?,
+            ScopeState::Provisioning | ScopeState::Deleted => Usage::default(),
+        };
+        Ok(Some(ScopeStatus { record, usage }))
+    }
+
+    /// Mounts the scope if it is not mounted yet (finishing its provisioning if needed); returns the real
+    /// mount, the path a container binds (the host view is `Mounter::view`).
+    pub fn mount(&self, scope: &ScopeId) -> Result<(ScopeRecord, PathBuf), ServiceError> {
+        let mut rec = self.registry.get(scope)?.ok_or(ServiceError::ScopeNotFound)?;
+        if rec.state == ScopeState::Provisioning {
+            rec = self.finish_provisioning(&rec)?;
+        }
+        if !rec.state.is_mountable() {
+            return Err(ServiceError::NotMountable(rec.state));
+        }
+        let path = self.open.mount(&rec)?;
+        Ok((rec, path))
+    }
+
+    /// Startup: finishes scopes left in `provisioning` and remounts every draft and active scope.
+    /// A scope that cannot be mounted is logged and skipped (the mount route retries it).
+    pub fn recover(&self) -> Result<RecoveryReport, ServiceError> {
+        let mut report = RecoveryReport::default();
+        for rec in self.registry.list()? {
+            let result = match rec.state {
+                ScopeState::Provisioning => self.finish_provisioning(&rec).map(|_| ()),
+                ScopeState::Draft | ScopeState::Active => self.open.mount(&rec).map(|_| ()),
+                ScopeState::Deleting | ScopeState::Deleted => continue,
+            };
+            match result {
+                Ok(()) => report.mounted += 1,
+                Err(e) => {
+                    tracing::error!(scope_id = %rec.scope_id, state = %rec.state, error = %e, "scope could not be mounted at startup");
+                    report.failed += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Shutdown: waits (bounded by `timeout` overall) for every scope's uploads — what remains stays
+    /// journaled and is uploaded after the next start — then unmounts every scope.
+    pub fn shutdown(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        for engine in &self.open.engines() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !engine.wait_uploads(left) {
+                tracing::warn!(
+                    scope_id = %engine.scope_id(),
+                    pending = engine.pending_uploads(),
+                    "uploads still pending at shutdown; they stay journaled"
+                );
+            }
+        }
+        self.open.close_all();
+    }
+
+    /// A restart: like `shutdown`, but every mount stays for the next daemon process (its
+    /// connection is kept by the service manager). Uploads are awaited (bounded); what is left
+    /// stays journaled and the next process resumes it.
+    pub fn release(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        // No kernel request reaches an engine any more: those not answered yet go to the next
+        // process (resent by the kernel), so none runs twice and none is lost.
+        if !scopefs_fs::pause::pause_all(timeout) {
+            tracing::warn!("FUSE operations still running at restart; the next process may repeat them");
+        }
+        let engines = self.open.engines();
+        for engine in &engines {
+            // Open files' written data is committed: the next process adopts their handles.
+            if let Err(e) = engine.commit_open_files() {
+                tracing::warn!(scope_id = %engine.scope_id(), error = %e, "committing open files at restart failed");
+            }
+        }
+        for engine in &engines {
+            if !engine.wait_uploads(deadline.saturating_duration_since(Instant::now())) {
+                tracing::warn!(scope_id = %engine.scope_id(), "uploads still pending at restart; they stay journaled");
+            }
+        }
+    }
+}
+
+/// Creates a scope and its filesystem without mounting it (CLI `scope create`; needs no mount
+/// manager, so it never touches the mounts of a running daemon).
+pub fn create_unmounted(
+    default_quota: Quota,
+    registry: &DeploymentRegistry,
+    storage: &Arc<Storage>,
+    thread: &ThreadId,
+) -> Result<ScopeRecord, ServiceError> {
+    let rec = registry.create_scope(thread, None)?;
+    storage.open_scope(&rec.scope_id, rec.quota_or(default_quota))?;
+    Ok(registry.complete_provision(&rec.scope_id)?)
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

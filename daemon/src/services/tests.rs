@@ -1,0 +1,361 @@
+//! Service tests without the kernel: `Scopes`, `WorkspaceFiles` and `ComputeService` over the
+//! fake mounter, the fake executor, an in-memory registry with a manual clock and a memory store.
+
+use std::sync::Arc;
+
+use scopefs::clock::ManualClock;
+use scopefs::config::Config;
+use scopefs::engine::{EngineError, Quota, Storage, StorageSettings, WriteMode};
+use scopefs::executor::ContainerSpec;
+use scopefs::ids::{ScopeId, ThreadId};
+use scopefs::limits::LimitsConfig;
+use scopefs::registry::environments::{EnvironmentState, NewEnvironment};
+use scopefs::registry::imports::ImportRequest;
+use scopefs::registry::{DeleteStep, DeploymentRegistry, Registry, ScopeState};
+use scopefs::store::MemoryStore;
+
+use super::compute::{Compute, ComputeError, ComputeSettings};
+use super::files::{api_owner, WorkspaceSettings};
+use super::mounter::FakeMounter;
+use super::open_scopes::OpenScopes;
+use super::{ComputeService, LifecycleSettings, Scopes, ServiceError, Services, WorkspaceFiles};
+use crate::executor::fake::FakeExecutor;
+
+/// Everything a service test needs; `tmp` holds the data directory, the fake mounts and the
+/// legacy workspace.
+struct Harness {
+    tmp: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    _rt: tokio::runtime::Runtime,
+    store: Arc<MemoryStore>,
+    clock: Arc<ManualClock>,
+    mounter: Arc<FakeMounter>,
+    executor: Arc<FakeExecutor>,
+    registry: DeploymentRegistry,
+    services: Services,
+}
+
+fn harness(limits: LimitsConfig) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().to_path_buf();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let storage =
+        Storage::new(store.clone(), StorageSettings::default(), &tmp.join("data"), rt.handle().clone()).unwrap();
+    let clock = Arc::new(ManualClock::starting_now());
+    let registry = Arc::new(Registry::open_in_memory().unwrap().with_clock(clock.clone())).deployment("d");
+    let mounter = Arc::new(FakeMounter::new(&tmp.join("mnt")));
+    std::fs::create_dir_all(tmp.join("legacy")).unwrap();
+    let cfg = Config { data_dir: tmp.join("data"), legacy_root: Some(tmp.join("legacy")), limits, ..Config::default() };
+    let open = Arc::new(OpenScopes::new(storage, mounter.clone(), Quota { bytes: 1 << 20, inodes: 100 }));
+    let executor = Arc::new(FakeExecutor::default());
+    let compute = Arc::new(
+        ComputeService::new(registry.clone(), open.clone(), rt.handle().clone())
+            .with_compute(Compute::new(executor.clone(), ComputeSettings::from_config(&cfg))),
+    );
+    let files = Arc::new(WorkspaceFiles::new(registry.clone(), open.clone(), WorkspaceSettings::from_config(&cfg)));
+    let scopes = Arc::new(Scopes::new(registry.clone(), open, compute.clone(), LifecycleSettings::from_config(&cfg)));
+    let services = Services { scopes, files, compute };
+    Harness { tmp, _dir: dir, _rt: rt, store, clock, mounter, executor, registry, services }
+}
+
+fn thread(t: &str) -> ThreadId {
+    ThreadId::parse(t).unwrap()
+}
+
+/// Provisioning mounts through the mounter once; the same operation again returns the same scope
+/// without a second mount; a mount failure leaves the scope `provisioning` and a later `mount`
+/// finishes it.
+#[test]
+fn provisioning_mounts_once_and_a_failed_mount_is_finished_later() {
+    let h = harness(LimitsConfig::default());
+    let scopes = &h.services.scopes;
+    let (rec, created) = scopes.provision("op-1", &thread("t1")).unwrap();
+    assert!(created);
+    assert_eq!(rec.state, ScopeState::Draft);
+    assert!(h.mounter.is_mounted(&rec.scope_id));
+    let (again, created) = scopes.provision("op-1", &thread("t1")).unwrap();
+    assert_eq!((again.scope_id.clone(), created), (rec.scope_id.clone(), false));
+    assert_eq!(h.mounter.mounts_made(), 1);
+    assert_eq!(scopes.open_scopes().counts().mounted, 1);
+
+    h.mounter.fail_next_mounts(1);
+    let failed = scopes.provision("op-2", &thread("t2"));
+    assert!(matches!(failed, Err(ServiceError::Mount(_))), "{failed:?}");
+    let stuck = h.registry.find_by_thread(&thread("t2")).unwrap().unwrap();
+    assert_eq!(stuck.state, ScopeState::Provisioning);
+    assert!(!h.mounter.is_mounted(&stuck.scope_id));
+    let (finished, path) = scopes.mount(&stuck.scope_id).unwrap();
+    assert_eq!(finished.state, ScopeState::Draft);
+    assert!(h.mounter.is_mounted(&stuck.scope_id));
+    assert!(path.is_dir());
+    let report = scopes.recover().unwrap();
+    assert_eq!((report.mounted, report.failed), (2, 0));
+    assert_eq!(h.mounter.mounts_made(), 2, "recovery of mounted scopes mounts nothing again");
+}
+
+/// Delete freezes the files, unmounts and closes the engine in one step (the table of open scopes
+/// and the mounter agree), and after the retention the purge removes the scope's objects and local
+/// data; a second maintenance pass finds nothing more to do.
+#[test]
+fn delete_unmounts_and_closes_and_the_purge_removes_objects_after_retention() {
+    let h = harness(LimitsConfig::default());
+    let (scopes, files) = (&h.services.scopes, &h.services.files);
+    let (rec, _) = scopes.provision("op-1", &thread("t1")).unwrap();
+    let (_, engine) = files.engine_for_thread(&thread("t1")).unwrap();
+    let owner = api_owner(&engine).unwrap();
+    engine.write_path("notes.txt", &mut &b"kept until the purge"[..], 1 << 20, WriteMode::CreateNew, owner).unwrap();
+    engine.sync().unwrap();
+    assert!(!h.store.keys().is_empty(), "the file's block reached the store");
+    drop(engine);
+
+    let rec = scopes.request_state(&rec.scope_id, rec.revision, ScopeState::Deleting).unwrap();
+    assert_eq!(rec.state, ScopeState::Deleted);
+    assert!(!h.mounter.is_mounted(&rec.scope_id));
+    assert_eq!(scopes.open_scopes().counts(), Default::default());
+    assert!(matches!(files.engine_for_thread(&thread("t1")), Err(ServiceError::ScopeNotFound)));
+
+    assert_eq!(scopes.maintenance_pass().unwrap().purged, 0, "not before the retention");
+    h.clock.advance_ms(8 * 86_400_000);
+    assert_eq!(scopes.maintenance_pass().unwrap().purged, 1);
+    let prefix = scopefs::store::scope_prefix(rec.scope_id.as_str());
+    assert!(h.store.keys().iter().all(|k| !k.starts_with(&prefix)), "objects left: {:?}", h.store.keys());
+    assert_eq!(scopes.maintenance_pass().unwrap(), Default::default());
+}
+
+/// A scope whose owners are still live stays `deleting` (read-only) until they settle; expired
+/// drafts are deleted by maintenance.
+#[test]
+fn a_blocked_delete_waits_for_owners_and_drafts_expire() {
+    let h = harness(LimitsConfig::default());
+    let scopes = &h.services.scopes;
+    let (rec, _) = scopes.provision("op-1", &thread("t1")).unwrap();
+    let new = run_owner("run-1");
+    scopes.create_owner(&rec.scope_id, &new).unwrap();
+    let rec = h.registry.get(&rec.scope_id).unwrap().unwrap();
+    let deleting = scopes.request_state(&rec.scope_id, rec.revision, ScopeState::Deleting).unwrap();
+    assert_eq!(deleting.state, ScopeState::Deleting);
+    assert!(matches!(scopes.try_finish_delete(&rec.scope_id).unwrap(), DeleteStep::Blocked(_)));
+    assert!(h.mounter.is_mounted(&rec.scope_id), "a blocked delete keeps the mount (read-only)");
+    let engine = scopes.open_scopes().get(&rec.scope_id).unwrap();
+    let refused = engine.make_dirs("new-dir", api_owner(&engine).unwrap());
+    assert!(matches!(refused, Err(EngineError::ReadOnly)), "{refused:?}");
+
+    let (draft, _) = scopes.provision("op-2", &thread("t2")).unwrap();
+    h.clock.advance_ms(2 * 86_400_000);
+    let report = scopes.maintenance_pass().unwrap();
+    assert_eq!((report.drafts_expired, report.still_deleting), (1, 1), "{report:?}");
+    assert_eq!(h.registry.get(&draft.scope_id).unwrap().unwrap().state, ScopeState::Deleted);
+}
+
+/// Workspace files resolve a thread to its open engine: unknown threads and deleted scopes are
+/// not found, a deleting one is refused as such; signed requests' nonces are single-use; a legacy
+/// import copies once and replays.
+#[test]
+fn workspace_files_resolve_threads_nonces_and_imports_without_mounting() {
+    let h = harness(LimitsConfig::default());
+    let (scopes, files) = (&h.services.scopes, &h.services.files);
+    assert!(matches!(files.engine_for_thread(&thread("nobody")), Err(ServiceError::ScopeNotFound)));
+    let (rec, _) = scopes.provision("op-1", &thread("t1")).unwrap();
+    let (found, engine) = files.engine_for_thread(&thread("t1")).unwrap();
+    assert_eq!(found.scope_id, rec.scope_id);
+    let (binding, same) = files.tool_scope(&thread("t1")).unwrap();
+    assert_eq!(binding.scope.scope_id, rec.scope_id);
+    assert!(Arc::ptr_eq(&engine, &same), "one open engine per scope");
+
+    let expires = files.now_ms() + 60_000;
+    assert!(files.consume_nonce("nonce-1", expires).unwrap());
+    assert!(!files.consume_nonce("nonce-1", expires).unwrap(), "a nonce is single-use");
+
+    std::fs::write(h.tmp.join("legacy/report.txt"), b"legacy bytes").unwrap();
+    let req = ImportRequest {
+        idempotency_key: "imp-1".into(),
+        source_path: "report.txt".into(),
+        target_path: "imported/report.txt".into(),
+        overwrite: false,
+    };
+    let first = files.import_legacy(&thread("t1"), req.clone()).unwrap();
+    assert!(!first.replayed);
+    assert_eq!(engine.read_path("imported/report.txt", 0, 100).unwrap(), b"legacy bytes");
+    let again = files.import_legacy(&thread("t1"), req).unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.record.sha256, first.record.sha256);
+
+    let rec = h.registry.get(&rec.scope_id).unwrap().unwrap();
+    let new = run_owner("run-2");
+    scopes.create_owner(&rec.scope_id, &new).unwrap();
+    let rec = h.registry.get(&rec.scope_id).unwrap().unwrap();
+    scopes.request_state(&rec.scope_id, rec.revision, ScopeState::Deleting).unwrap();
+    let deleting = files.engine_for_thread(&thread("t1")).map(|(rec, _)| rec);
+    assert!(matches!(deleting, Err(ServiceError::NotMountable(ScopeState::Deleting))), "{deleting:?}");
+}
+
+/// A live owner of another kind than the primary thread (it blocks a delete until it settles).
+fn run_owner(resource: &str) -> scopefs::registry::NewOwner {
+    scopefs::registry::NewOwner {
+        owner_type: scopefs::registry::OwnerType::Run,
+        resource_id: Some(resource.into()),
+        parent_owner_id: None,
+    }
+}
+
+#[test]
+fn startup_reconciliation_ends_live_environments_and_removes_every_container() {
+    let h = harness(LimitsConfig::default());
+    let (svc, fake, tmp) = (&h.services.compute, &h.executor, &h.tmp);
+    let p = svc.registry().provision("op", &ThreadId::parse("t").unwrap(), None).unwrap();
+    let scope = svc.registry().complete_provision(&p.scope.scope_id).unwrap().scope_id;
+    let new = NewEnvironment {
+        user_id: "u".into(),
+        thread_id: "t".into(),
+        read_only: false,
+        requested_max_runtime_seconds: None,
+        effective_max_runtime_seconds: 60,
+        max_live_per_scope: 4,
+    };
+    let env = svc.registry().create_environment(&scope, &new).unwrap().unwrap();
+    let spec = |env_id: &str, dep: &str| ContainerSpec {
+        deployment_id: dep.into(),
+        scope_id: scope.to_string(),
+        owner_id: env.owner_id.clone(),
+        environment_id: env_id.into(),
+        workspace: tmp.clone(),
+        read_only_workspace: false,
+    };
+    let known = fake.adopt(spec(&env.environment_id, "d"));
+    svc.registry().attach_container(&env.environment_id, &known).unwrap();
+    svc.registry().environment_started(&env.environment_id).unwrap().unwrap();
+    let rogue = fake.adopt(spec("env_unknown", "d"));
+    let other_deployment = fake.adopt(spec("env_other", "other"));
+
+    fake.set_down(true);
+    let report = svc.reconcile_compute_at_startup(&Default::default()).unwrap();
+    assert_eq!((report.environments_ended, report.containers_removed), (1, 0));
+    let ended = svc.registry().environment(&scope, &env.environment_id).unwrap().unwrap();
+    assert_eq!((ended.state, ended.end_reason.as_deref()), (EnvironmentState::Ended, Some("daemon_restart")));
+    // Nothing is served until the engine answers and the containers are reconciled.
+    assert!(matches!(svc.list_environments(&scope), Err(ComputeError::Unavailable(_))));
+    fake.set_down(false);
+    assert_eq!(svc.list_environments(&scope).unwrap().len(), 1);
+    let mut left = fake.container_ids();
+    left.sort();
+    assert_eq!(left, vec![other_deployment], "known {known} and rogue {rogue} must be gone");
+}
+
+/// Issue 9: an environment whose scope's mount outlived the daemon is adopted at startup (live,
+/// its container kept); another scope's environment still ends.
+#[test]
+fn startup_reconciliation_adopts_environments_of_resumed_mounts() {
+    let h = harness(LimitsConfig::default());
+    let (svc, fake) = (&h.services.compute, &h.executor);
+    let (kept_scope, kept_env) = scope_with_env(svc, fake, "t-kept");
+    let (_, ended_env) = scope_with_env(svc, fake, "t-ended");
+    let resumed = std::collections::HashSet::from([kept_scope.clone()]);
+    let report = svc.reconcile_compute_at_startup(&resumed).unwrap();
+    assert_eq!((report.environments_ended, report.containers_kept, report.containers_removed), (1, 1, 1));
+    let kept = svc.registry().environment(&kept_scope, &kept_env).unwrap().unwrap();
+    assert!(kept.state.is_live(), "{:?}", kept.state);
+    assert_eq!(fake.container_ids(), vec![kept.container_id.clone().unwrap()]);
+    let ended = svc.registry().environment_unscoped(&ended_env).unwrap().unwrap();
+    assert_eq!(ended.end_reason.as_deref(), Some("daemon_restart"));
+}
+
+/// A draft scope of thread `t` with one running environment (registry rows and a fake
+/// container, no mount).
+fn scope_with_env(svc: &ComputeService, fake: &FakeExecutor, t: &str) -> (ScopeId, String) {
+    let p = svc.registry().provision(&format!("op-{t}"), &ThreadId::parse(t).unwrap(), None).unwrap();
+    let scope = svc.registry().complete_provision(&p.scope.scope_id).unwrap().scope_id;
+    let new = NewEnvironment {
+        user_id: "u".into(),
+        thread_id: t.into(),
+        read_only: false,
+        requested_max_runtime_seconds: None,
+        effective_max_runtime_seconds: 60,
+        max_live_per_scope: 4,
+    };
+    let env = svc.registry().create_environment(&scope, &new).unwrap().unwrap();
+    let container = fake.adopt(ContainerSpec {
+        deployment_id: "d".into(),
+        scope_id: scope.to_string(),
+        owner_id: env.owner_id.clone(),
+        environment_id: env.environment_id.clone(),
+        workspace: "/nonexistent".into(),
+        read_only_workspace: false,
+    });
+    svc.registry().attach_container(&env.environment_id, &container).unwrap();
+    svc.registry().environment_started(&env.environment_id).unwrap().unwrap();
+    (scope, env.environment_id)
+}
+
+fn refused(label: &str) -> u64 {
+    scopefs::limits::refusals().into_iter().find(|(l, _)| *l == label).map(|(_, n)| n).unwrap()
+}
+
+/// Review M3: a scope runs at most `max_concurrent_execs_per_scope` commands at once; beyond
+/// is 429 before anything runs, other scopes are unaffected, and a finished command frees its slot.
+#[test]
+fn concurrent_commands_are_capped_per_scope() {
+    let limits = LimitsConfig { max_concurrent_execs_per_scope: 2, ..LimitsConfig::default() };
+    let h = harness(limits);
+    let (svc, fake) = (&h.services.compute, &h.executor);
+    let (a, env_a) = scope_with_env(svc, fake, "ta");
+    let (b, env_b) = scope_with_env(svc, fake, "tb");
+    fake.set_gate_closed(true);
+    let running: Vec<_> = (0..2)
+        .map(|i| {
+            let (svc, a, env_a) = (Arc::clone(svc), a.clone(), env_a.clone());
+            std::thread::spawn(move || svc.execute_command(&a, &env_a, &format!("long {i}"), None, None))
+        })
+        .collect();
+    fake.wait_for_waiting(2);
+    let before = refused("concurrent_execs");
+    let third = svc.execute_command(&a, &env_a, "one too many", None, None);
+    assert!(matches!(third, Err(ComputeError::TooMany(_))), "{:?}", third.map(|o| o.exit_code));
+    assert!(refused("concurrent_execs") > before);
+    assert!(!fake.commands.lock().iter().any(|c| c == "one too many"), "the refused command ran");
+    // Another scope has its own slots.
+    let other = std::thread::spawn({
+        let (svc, b) = (Arc::clone(svc), b.clone());
+        move || svc.execute_command(&b, &env_b, "other scope", None, None)
+    });
+    fake.wait_for_waiting(3);
+    fake.set_gate_closed(false);
+    for t in running {
+        assert_eq!(t.join().unwrap().unwrap().exit_code, Some(0));
+    }
+    assert_eq!(other.join().unwrap().unwrap().exit_code, Some(0));
+    assert_eq!(svc.execute_command(&a, &env_a, "after", None, None).unwrap().stdout, b"after");
+}
+
+/// Review M8: live background processes per scope are capped (429), and only the newest
+/// `max_process_logs_per_scope` logs are kept: the oldest finished processes' logs are removed.
+#[test]
+fn live_processes_and_kept_logs_are_capped_per_scope() {
+    let limits =
+        LimitsConfig { max_live_processes_per_scope: 1, max_process_logs_per_scope: 2, ..LimitsConfig::default() };
+    let h = harness(limits);
+    let (svc, fake, tmp) = (&h.services.compute, &h.executor, &h.tmp);
+    let (a, env_a) = scope_with_env(svc, fake, "ta");
+    let (b, env_b) = scope_with_env(svc, fake, "tb");
+    let log = |scope: &ScopeId, id: &str| {
+        tmp.join("data/runtime").join(scope.as_str()).join("processes").join(format!("{id}.log"))
+    };
+    let first = svc.start_process(&a, Some(&env_a), "first").unwrap();
+    let before = refused("live_processes");
+    let refused_start = svc.start_process(&a, Some(&env_a), "second while first runs");
+    assert!(matches!(refused_start, Err(ComputeError::TooMany(_))), "{:?}", refused_start.map(|p| p.process_id));
+    assert!(refused("live_processes") > before);
+    assert_eq!(svc.list_processes(&a, None).unwrap().len(), 1, "the refused process was not registered");
+    svc.start_process(&b, Some(&env_b), "another scope's own share").unwrap();
+
+    let mut ids = vec![first.process_id];
+    for cmd in ["second", "third"] {
+        svc.stop_process(&a, ids.last().unwrap()).unwrap();
+        ids.push(svc.start_process(&a, Some(&env_a), cmd).unwrap().process_id);
+    }
+    assert!(!log(&a, &ids[0]).exists(), "the oldest finished log is removed");
+    assert!(log(&a, &ids[1]).exists() && log(&a, &ids[2]).exists(), "the two newest logs stay");
+    let (_, tail) = svc.check_process(&a, &ids[0], None).unwrap();
+    assert_eq!((tail.text.as_str(), tail.log_bytes), ("", 0));
+    assert_eq!(svc.check_process(&a, &ids[2], None).unwrap().1.text, "third");
+}
