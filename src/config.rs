@@ -128,6 +128,31 @@ pub struct Config {
     pub pricing: crate::billing::PricingConfig,
     /// `[limits]`: every bound a tenant's requests, kernel operations or containers control.
     pub limits: crate::limits::LimitsConfig,
+    /// `[cutover]`: the required-mode gate of seed 000 §11.1 (off by default).
+    pub cutover: CutoverConfig,
+}
+
+/// Whether provisioning a thread that has no scope yet waits for a verified migration report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CutoverMode {
+    /// Any thread may be provisioned (the default; nothing is checked).
+    #[default]
+    Off,
+    /// A thread without a scope is provisioned only once the migration report checks out
+    /// (its deployment id, `passed` status and SHA-256 match the recorded cutover operation);
+    /// until then it is answered `409 migration-required`.
+    Required,
+}
+
+/// `[cutover]`: seed 000 §11.1's required-mode gate.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CutoverConfig {
+    pub mode: CutoverMode,
+    /// The migration report (JSON: `operation_id`, `deployment_id`, `status`), e.g.
+    /// `<control>/cutover-reports/latest.json`; required when `mode = "required"`.
+    pub report: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -164,6 +189,7 @@ impl Default for Config {
             executor: ExecutorConfig::default(),
             pricing: crate::billing::PricingConfig::default(),
             limits: crate::limits::LimitsConfig::default(),
+            cutover: CutoverConfig::default(),
         }
     }
 }
@@ -203,6 +229,9 @@ impl Config {
         }
         if self.store_timeout_ms == 0 {
             return invalid("store_timeout_ms", "must be at least 1");
+        }
+        if self.cutover.mode == CutoverMode::Required && self.cutover.report.is_none() {
+            return invalid("cutover.report", "must be set when cutover.mode is \"required\"");
         }
         if self.maintenance_interval_secs == 0 {
             return invalid("maintenance_interval_secs", "must be at least 1");
@@ -394,6 +423,18 @@ mod tests {
             let err = cfg.validate().unwrap_err().to_string();
             assert!(err.contains("fuse.max_write_kib"), "{err}");
         }
+    }
+
+    #[test]
+    fn cutover_is_off_by_default_and_required_needs_a_report() {
+        assert_eq!(Config::default().cutover.mode, CutoverMode::Off);
+        let cfg = Config::from_toml("[cutover]\nmode = \"required\"\nreport = \"/r/latest.json\"\n").unwrap();
+        cfg.validate().unwrap();
+        let report = cfg.cutover.report.as_deref();
+        assert_eq!((cfg.cutover.mode, report), (CutoverMode::Required, Some(std::path::Path::new("/r/latest.json"))));
+        let err = Config::from_toml("[cutover]\nmode = \"required\"\n").unwrap().validate().unwrap_err().to_string();
+        assert!(err.contains("cutover.report"), "{err}");
+        assert!(Config::from_toml("[cutover]\nmode = \"lazy\"\n").is_err());
     }
 
     #[test]

@@ -68,6 +68,11 @@ pub struct LimitsConfig {
     pub grep_max_pattern_bytes: u64,
     /// Bytes of a `glob_files` pattern.
     pub glob_max_pattern_bytes: u64,
+    /// Bytes a compiled `grep_files` regular expression may take (its program and its lazy DFA
+    /// cache each): a pattern that compiles larger is refused before any file is searched.
+    pub grep_max_regex_bytes: u64,
+    /// Bytes of the unified diff `edit_file` returns; a longer diff is cut there and says so.
+    pub edit_max_diff_bytes: u64,
 
     // --- executor ---
     /// `execute_command` calls one scope may run at once.
@@ -76,6 +81,14 @@ pub struct LimitsConfig {
     pub max_live_processes_per_scope: u64,
     /// Background-process logs one scope keeps (the oldest finished ones are removed beyond).
     pub max_process_logs_per_scope: u64,
+    /// Files one `destroy_environment` turns into artifacts (seed 003 §3.8); more refuse the
+    /// destroy (507) before anything is read, unless `force_destroy`.
+    pub max_artifact_files: u64,
+    /// Total bytes of those files (each is read once to hash it).
+    pub max_artifact_bytes: u64,
+    /// Entries of a `create_environment`/`destroy_environment` path list (`input_objects`,
+    /// `default_output_paths`, `output_paths`).
+    pub max_environment_paths: u64,
 }
 
 impl Default for LimitsConfig {
@@ -101,9 +114,14 @@ impl Default for LimitsConfig {
             max_inflight_per_scope: 16,
             grep_max_pattern_bytes: 1024,
             glob_max_pattern_bytes: 1024,
+            grep_max_regex_bytes: 1024 * 1024,
+            edit_max_diff_bytes: 64 * 1024,
             max_concurrent_execs_per_scope: 4,
             max_live_processes_per_scope: 16,
             max_process_logs_per_scope: 64,
+            max_artifact_files: 1000,
+            max_artifact_bytes: 1024 * 1024 * 1024,
+            max_environment_paths: 64,
         }
     }
 }
@@ -111,7 +129,7 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 23] = [
+        let checks: [(&'static str, u64); 28] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.max_path_depth", u64::from(self.max_path_depth)),
             ("limits.max_path_bytes", u64::from(self.max_path_bytes)),
@@ -132,9 +150,14 @@ impl LimitsConfig {
             ("limits.max_inflight_per_scope", self.max_inflight_per_scope as u64),
             ("limits.grep_max_pattern_bytes", self.grep_max_pattern_bytes),
             ("limits.glob_max_pattern_bytes", self.glob_max_pattern_bytes),
+            ("limits.grep_max_regex_bytes", self.grep_max_regex_bytes),
+            ("limits.edit_max_diff_bytes", self.edit_max_diff_bytes),
             ("limits.max_concurrent_execs_per_scope", self.max_concurrent_execs_per_scope),
             ("limits.max_live_processes_per_scope", self.max_live_processes_per_scope),
             ("limits.max_process_logs_per_scope", self.max_process_logs_per_scope),
+            ("limits.max_artifact_files", self.max_artifact_files),
+            ("limits.max_artifact_bytes", self.max_artifact_bytes),
+            ("limits.max_environment_paths", self.max_environment_paths),
         ];
         match checks.iter().find(|(_, v)| *v == 0) {
             Some((key, _)) => Err((key, "must be at least 1".into())),
@@ -161,9 +184,14 @@ pub enum Bound {
     RouteWorkers,
     GrepPattern,
     GlobPattern,
+    GrepRegex,
+    EditDiff,
     ConcurrentExecs,
     LiveProcesses,
     Environments,
+    ArtifactFiles,
+    ArtifactBytes,
+    EnvironmentPaths,
     QuotaBytes,
     QuotaInodes,
     FileSize,
@@ -173,7 +201,7 @@ pub enum Bound {
 
 impl Bound {
     /// Every bound, in metric order.
-    pub const ALL: [Bound; 23] = [
+    pub const ALL: [Bound; 28] = [
         Bound::StagingGlobal,
         Bound::StagingPerScope,
         Bound::PathDepth,
@@ -189,9 +217,14 @@ impl Bound {
         Bound::RouteWorkers,
         Bound::GrepPattern,
         Bound::GlobPattern,
+        Bound::GrepRegex,
+        Bound::EditDiff,
         Bound::ConcurrentExecs,
         Bound::LiveProcesses,
         Bound::Environments,
+        Bound::ArtifactFiles,
+        Bound::ArtifactBytes,
+        Bound::EnvironmentPaths,
         Bound::QuotaBytes,
         Bound::QuotaInodes,
         Bound::FileSize,
@@ -217,9 +250,14 @@ impl Bound {
             Bound::RouteWorkers => "route_workers",
             Bound::GrepPattern => "grep_pattern",
             Bound::GlobPattern => "glob_pattern",
+            Bound::GrepRegex => "grep_regex",
+            Bound::EditDiff => "edit_diff",
             Bound::ConcurrentExecs => "concurrent_execs",
             Bound::LiveProcesses => "live_processes",
             Bound::Environments => "environments",
+            Bound::ArtifactFiles => "artifact_files",
+            Bound::ArtifactBytes => "artifact_bytes",
+            Bound::EnvironmentPaths => "environment_paths",
             Bound::QuotaBytes => "quota_bytes",
             Bound::QuotaInodes => "quota_inodes",
             Bound::FileSize => "file_size",

@@ -26,6 +26,8 @@ pub const REGISTRY: &[Migration] = &[
     Migration { version: 4, sql: include_str!("../migrations/registry/0004_auth_nonces.sql") },
     Migration { version: 5, sql: include_str!("../migrations/registry/0005_environments.sql") },
     Migration { version: 6, sql: include_str!("../migrations/registry/0006_billing.sql") },
+    Migration { version: 7, sql: include_str!("../migrations/registry/0007_environment_outputs.sql") },
+    Migration { version: 8, sql: include_str!("../migrations/registry/0008_operations_sagas.sql") },
 ];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.

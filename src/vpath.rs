@@ -7,10 +7,11 @@
 //!    shows it, so an API path always names the entry listed under it (a Kelvin sign `\u{212A}`
 //!    never reaches `K`, a decomposed `e\u{301}` never reaches a composed `é`).
 //! 2. Refused: the empty path, NUL and every control character (C0, DEL, C1), backslashes (no
-//!    second separator), Windows drive prefixes (`C:`), and a leading `/`: **API paths are relative
+//!    second separator), Windows drive prefixes (`C:`), and a leading `/`: **paths are relative
 //!    to the workspace root**; `/paper.pdf` is the *display* form ([`virtual_path`]) used in chat
-//!    messages and upload results, never an API parameter. The root itself is the empty path, which
-//!    only [`normalize_dir`] accepts.
+//!    messages and upload results. The HTTP API takes it back as a path: [`normalize_virtual`]
+//!    drops that one leading `/` first (seed 003 §3.3), then applies these rules. The root itself
+//!    is the empty path, which only [`normalize_dir`] accepts.
 //! 3. Refused after one more percent-decoding (the query string was already decoded once by the HTTP
 //!    layer): anything whose decoded form would add a separator (`%2f`, `%5c`), a control character,
 //!    a drive prefix or a `.`/`..` component (`%2e%2e`). A name whose decoded form is harmless (such
@@ -93,6 +94,20 @@ pub fn normalize_dir(raw: &str) -> Result<String, PathError> {
     } else {
         normalize(raw)
     }
+}
+
+/// Like [`normalize`], but also accepts the display form the API returns ([`virtual_path`],
+/// `/paper.pdf`): one leading `/` is dropped first (seed 003 §3.3 strips it), so a returned
+/// `virtual_path` can be sent back as a `path`. Everything else is refused exactly as
+/// [`normalize`] refuses it (`//x` included).
+pub fn normalize_virtual(raw: &str) -> Result<String, PathError> {
+    normalize(raw.strip_prefix('/').unwrap_or(raw))
+}
+
+/// Like [`normalize_dir`], with the display form accepted as in [`normalize_virtual`]: `/` is the
+/// workspace root.
+pub fn normalize_virtual_dir(raw: &str) -> Result<String, PathError> {
+    normalize_dir(raw.strip_prefix('/').unwrap_or(raw))
 }
 
 /// Joins a normalized directory (possibly `""`) and a relative name, and validates the result.
@@ -337,6 +352,15 @@ mod tests {
     #[test]
     fn display_form_and_file_name() {
         assert_eq!(virtual_path("paper.pdf"), "/paper.pdf");
+        // The display form comes back as a path; nothing else a leading '/' could hide does.
+        assert_eq!(normalize_virtual(&virtual_path("docs/paper.pdf")).unwrap(), "docs/paper.pdf");
+        assert_eq!(normalize_virtual("docs/paper.pdf").unwrap(), "docs/paper.pdf");
+        assert_eq!(normalize_virtual_dir("/").unwrap(), "");
+        assert_eq!(normalize_virtual_dir("").unwrap(), "");
+        for bad in ["//etc/passwd", "/", "/../x", "/a/../../x", "/.control/x", "/a\u{1}b", "/C:/x", "/%2e%2e/x"] {
+            assert!(normalize_virtual(bad).is_err(), "{bad:?}");
+        }
+        assert!(normalize_virtual_dir("//x").is_err());
         assert_eq!(file_name("a/b/c.txt"), "c.txt");
         assert_eq!(file_name("c.txt"), "c.txt");
     }

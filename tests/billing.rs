@@ -639,3 +639,95 @@ fn serve_refuses_a_price_not_above_zero_naming_the_key() {
         assert!(err.contains("overtime_price_per_minute"), "{price}: {err}");
     }
 }
+
+// ---------- issue 12 b: outputs → artifacts → registration retries → one settlement ----------
+
+/// Fails its first `fail_first` calls, then registers through the daemon's own registrar.
+struct FailThenRegistry {
+    calls: AtomicU32,
+    fail_first: u32,
+    inner: billing::RegistryRegistrar,
+}
+
+impl ArtifactRegistrar for FailThenRegistry {
+    fn register(&self, usage: &UsageRecord, paths: &[String]) -> Result<(), String> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) < self.fail_first {
+            return Err("artifact store unavailable".into());
+        }
+        self.inner.register(usage, paths)
+    }
+}
+
+/// An environment ends with an output manifest (recorded with its usage in the ending
+/// transaction); the registrar fails twice, then succeeds; the usage is settled exactly once, after
+/// its artifacts are registered; ledger, usage log and artifact registry agree.
+#[test]
+fn b_outputs_become_artifacts_registered_before_a_single_settlement() {
+    use scopefs::ids::ThreadId;
+    use scopefs::registry::billing::ArtifactEntry;
+    use scopefs::registry::environments::NewEnvironment;
+    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let dep = reg.deployment("d");
+    let p = pricing();
+    account(&reg, &p, "art-e2e", "payg", "5.000000");
+    let pr = dep.provision("op-e2e", &ThreadId::parse("thr-e2e").unwrap(), None).unwrap();
+    let scope = dep.complete_provision(&pr.scope.scope_id).unwrap().scope_id;
+    let new = NewEnvironment {
+        user_id: "art-e2e".into(),
+        thread_id: "thr-e2e".into(),
+        read_only: false,
+        requested_max_runtime_seconds: Some(600),
+        effective_max_runtime_seconds: 600,
+        max_live_per_scope: 4,
+    };
+    let env = dep.create_environment(&scope, &new).unwrap().unwrap().environment_id;
+    dep.environment_started(&env).unwrap().unwrap();
+    let entry = |path: &str, byte: char| ArtifactEntry {
+        path: path.into(),
+        size_bytes: 3,
+        sha256: byte.to_string().repeat(64),
+        content_type: "text/csv".into(),
+    };
+    let manifest = vec![entry("out/a.csv", 'a'), entry("out/b.csv", 'b')];
+    let (_, ended) = dep.end_environment_with_outputs(&env, false, "destroyed", &manifest).unwrap();
+    assert!(ended);
+    let usage = reg.usage_by_environment(&env).unwrap().expect("usage recorded with the end");
+    assert_eq!(usage.artifacts_state, ArtifactsState::Pending);
+    let rows = reg.artifact_manifest(&env).unwrap();
+    assert_eq!(rows.iter().map(|r| r.entry.clone()).collect::<Vec<_>>(), manifest);
+    assert!(rows.iter().all(|r| r.registered_at.is_none()));
+
+    let registrar = FailThenRegistry {
+        calls: AtomicU32::new(0),
+        fail_first: 2,
+        inner: billing::RegistryRegistrar::new(reg.clone()),
+    };
+    let settings = PassSettings::default();
+    let cash = reg.account("art-e2e").unwrap().unwrap().cash_balance;
+    for attempt in 1..=2 {
+        let r = run_pending_pass(&reg, &p, &registrar, &settings).unwrap();
+        assert_eq!((r.artifact_failures, r.settled), (1, 0), "attempt {attempt}");
+        assert_eq!(reg.account("art-e2e").unwrap().unwrap().cash_balance, cash, "no money before artifacts");
+        assert!(reg.artifact_manifest(&env).unwrap().iter().all(|r| r.registered_at.is_none()));
+    }
+    let r = run_pending_pass(&reg, &p, &registrar, &settings).unwrap();
+    assert_eq!((r.artifacts_registered, r.settled), (1, 1));
+    // Later rounds find nothing to do: settled exactly once.
+    let r = run_pending_pass(&reg, &p, &registrar, &settings).unwrap();
+    assert_eq!((r.listed, r.settled), (0, 0));
+    assert_eq!(reg.settle_usage(&p, usage.usage_id).unwrap().status, SettleStatus::AlreadySettled);
+    let rec = reg.usage(usage.usage_id).unwrap().unwrap();
+    assert_eq!((rec.artifacts_state, rec.artifact_attempts, rec.is_settled()), (ArtifactsState::Registered, 2, true));
+    let rows = reg.artifact_manifest(&env).unwrap();
+    assert!(rows.iter().all(|r| r.registered_at.is_some_and(|t| t <= rec.settled_at.unwrap())), "{rows:?}");
+    let compute_rows: Vec<_> = reg
+        .ledger("art-e2e", 100, None)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.entry_type == "compute_overtime" && e.source_id.contains(&env))
+        .collect();
+    assert_eq!(compute_rows.len(), 1, "one ledger row for the environment");
+    assert_eq!(rec.ledger_entry_id, Some(compute_rows[0].entry_id));
+    assert_eq!(registrar.calls.load(Ordering::SeqCst), 3);
+    assert_books_agree(&reg);
+}

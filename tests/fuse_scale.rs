@@ -82,3 +82,34 @@ fn many_mounts_share_one_pool_of_fuse_workers() {
         assert!(m.join("f").exists(), "a mount stopped answering after another was unmounted");
     }
 }
+
+/// Scopes mount in parallel (startup mounts many at once): concurrent mounts of different scopes,
+/// and of the same scope from several threads, each end with exactly one working mount per scope.
+#[test]
+fn scopes_mount_in_parallel_and_one_scope_mounts_once() {
+    let h = Harness::new(StorageSettings::default(), MountOptions::default());
+    let engines: Vec<_> = (0..24)
+        .map(|_| h.storage.open_scope(&scopefs::ids::ScopeId::generate(), big_quota()).expect("open scope"))
+        .collect();
+    let mounted: Vec<Vec<PathBuf>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..6)
+            .map(|_| {
+                let (mounts, engines) = (&h.mounts, &engines);
+                // Every thread mounts every scope: different scopes run side by side, and each
+                // scope is raced by all six threads.
+                s.spawn(move || engines.iter().map(|e| mounts.mount(e.clone()).expect("mount")).collect::<Vec<_>>())
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("mount thread")).collect()
+    });
+    for paths in &mounted[1..] {
+        assert_eq!(paths, &mounted[0], "every thread got the same mountpoint for each scope");
+    }
+    let table = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    for (engine, path) in engines.iter().zip(&mounted[0]) {
+        assert!(is_fuse(path), "{} is not mounted", engine.scope_id());
+        let needle = format!(" {} ", path.display());
+        assert_eq!(table.matches(&needle).count(), 1, "scope {} is mounted more than once", engine.scope_id());
+        fs::write(path.join("f"), b"x").expect("write through a parallel mount");
+    }
+}

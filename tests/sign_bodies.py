@@ -219,13 +219,17 @@ def main() -> None:
     for i in range(count):
         params = {rand_string(r, 12): rand_value(r, 0, http) for _ in range(r.randint(0, 6))}
         params.pop("auth_context", None)
+        object_scope = None
         if http:
-            params["path"] = "/workspace"
+            # A route answers an unknown parameter with 400 and object_scope bounds the paths a
+            # request may read: the generated content travels inside object_scope, under keys that
+            # grant nothing, next to a grant of the whole workspace.
+            object_scope = {"read": ["/workspace"], "write_prefixes": [rand_string(r)], "n": params}
+            params = {"path": "/workspace"}
         else:
             params["command"] = rand_string(r, 40)
-        object_scope = None
-        if r.random() < 0.5:
-            object_scope = {"read": [rand_string(r)], "write_prefixes": [rand_string(r)], "n": rand_value(r, 2, http)}
+            if r.random() < 0.5:
+                object_scope = {"read": [rand_string(r)], "write_prefixes": [rand_string(r)], "n": rand_value(r, 2, http)}
         nonce = "%032x" % r.getrandbits(128)
         body = build_body(secret, "POST", path, params, user_id="u_" + str(i), thread_id=thread,
                           object_scope=object_scope, nonce=nonce)

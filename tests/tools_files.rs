@@ -148,7 +148,7 @@ fn grep_glob_and_list_never_leave_the_scope() {
     {
         let v = ok(call(&d, "glob_files", "thr_a", json!({"pattern": pattern})));
         let mut got = Vec::new();
-        paths_in(&v["paths"], &mut got);
+        paths_in(&v["matches"], &mut got);
         let got: BTreeSet<String> = got.into_iter().collect();
         assert!(got.is_subset(&entries), "{pattern}: {got:?}");
         if pattern == "**/*" {
@@ -347,11 +347,11 @@ fn glob_and_grep_stay_cheap_on_deep_trees_and_long_patterns() {
     write(&d, "thr_deep", "top.txt", "no\nneedle\n");
     let started = Instant::now();
     let none = ok(call(&d, "glob_files", "thr_deep", json!({"pattern": "**/**/**/**/nomatch"})));
-    assert_eq!((none["paths"].clone(), none["truncated"].clone()), (json!([]), json!(false)));
+    assert_eq!((none["matches"].clone(), none["truncated"].clone()), (json!([]), json!(false)));
     let some = ok(call(&d, "glob_files", "thr_deep", json!({"pattern": "**/d/**/d/**/f.txt"})));
-    assert_eq!(some["paths"], json!([format!("/workspace/{deep}")]));
+    assert_eq!(some["matches"], json!([format!("/workspace/{deep}")]));
     let tops = ok(call(&d, "glob_files", "thr_deep", json!({"pattern": "*.txt"})));
-    assert_eq!(tops["paths"], json!(["/workspace/top.txt"]));
+    assert_eq!(tops["matches"], json!(["/workspace/top.txt"]));
     let found = ok(call(&d, "grep_files", "thr_deep", json!({"pattern": "needle"})));
     let mut hits: Vec<(String, u64)> = found["matches"]
         .as_array()

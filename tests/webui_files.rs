@@ -18,8 +18,9 @@ const BAD_PATHS: &[&str] = &[
     "%2e%2e",
     "%2e%2e%2fetc%2fpasswd",
     "a%2fb",
-    "/etc/passwd",
-    "/result.txt",
+    "//etc/passwd",
+    "/../result.txt",
+    "/%2e%2e/result.txt",
     "a\\b",
     "..\\..\\windows",
     "C:",
@@ -121,13 +122,40 @@ fn bad_paths_are_refused_with_400_and_nothing_is_touched() {
         }
     }
     // The same traversal written raw in the URL (decoded once by the HTTP layer).
-    for raw in ["path=%2e%2e%2fetc%2fpasswd", "path=%2E%2E", "path=%252e%252e", "path=..%5cx", "path=%2fetc"] {
+    for raw in ["path=%2e%2e%2fetc%2fpasswd", "path=%2E%2E", "path=%252e%252e", "path=..%5cx", "path=%2f%2fetc"] {
         let a = d.get(&format!("/api/workspace/file?threadId=thread-p&{raw}"));
         assert_eq!(a.status, StatusCode::BAD_REQUEST, "{raw}: {}", a.text());
         assert_eq!(a.code(), "invalid_path");
     }
     assert_eq!((d.listing("thread-p"), d.usage("thread-p")), before, "a refused request changed the workspace");
     assert_eq!(d.read("thread-p", "result.txt").body, b"keep me");
+}
+
+/// A `virtual_path` the API answers with (`/docs/paper.md`) is taken back as `path` (and as a
+/// listing's `path` or an upload's `dir`) by every route, naming the same file (seed 003 §3.3).
+#[test]
+fn virtual_paths_the_api_returns_are_accepted_as_paths() {
+    let d = Daemon::start();
+    d.provision("thread-v");
+    let up = d.upload("thread-v", "paper.md", b"v1".to_vec(), "&dir=docs");
+    assert_eq!(up.status, StatusCode::CREATED, "{}", up.text());
+    let vp = up.json()["files"][0]["virtual_path"].as_str().unwrap().to_string();
+    assert_eq!(vp, "/docs/paper.md");
+    let q = |p: &str| vec![("threadId", "thread-v".to_string()), ("path", p.to_string())];
+    assert_eq!(d.read("thread-v", &vp).body, b"v1");
+    let put = d.send(d.client.put(d.url("/api/workspace/file")).query(&q(&vp)).body("v2"));
+    assert!(put.status.is_success(), "{}", put.text());
+    assert_eq!(d.read("thread-v", "docs/paper.md").body, b"v2", "the same file, not a second one");
+    let list = d.send(d.client.get(d.url("/api/workspace")).query(&q("/docs")));
+    assert_eq!(list.status, StatusCode::OK, "{}", list.text());
+    assert_eq!(list.json()["entries"][0]["virtual_path"], "/docs/paper.md");
+    let root = d.send(d.client.get(d.url("/api/workspace")).query(&q("/")));
+    assert_eq!(root.json()["entries"][0]["virtual_path"], "/docs");
+    let into = d.upload("thread-v", "more.md", b"m".to_vec(), "&dir=%2Fdocs");
+    assert_eq!(into.json()["files"][0]["virtual_path"], "/docs/more.md", "{}", into.text());
+    let del = d.send(d.client.delete(d.url("/api/workspace/file")).query(&q(&vp)));
+    assert!(del.status.is_success(), "{}", del.text());
+    assert_eq!(d.read("thread-v", "docs/paper.md").status, StatusCode::NOT_FOUND);
 }
 
 /// Percent-encodes a value for a hand-written query string.

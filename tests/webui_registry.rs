@@ -369,6 +369,66 @@ fn cutover_lease_blocks_creation() {
     assert_eq!(st, StatusCode::CREATED, "creation works again once released");
 }
 
+/// One sample of `/metrics` (0 when absent would hide a missing family: it panics instead).
+fn metric(d: &Daemon, name: &str) -> u64 {
+    let text = d.req("GET", "/metrics").send().expect("GET /metrics failed").text().unwrap();
+    let prefix = format!("{name} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} sample in /metrics:\n{text}"))
+}
+
+/// Seed 000 §11.1: in cutover mode `required` a new thread is 409 `migration-required` until the
+/// passed report is recorded (its SHA-256 in a deployment-level operation); the maintenance pass
+/// skips (and counts) while an operator holds the `maintenance` lease, and works once released;
+/// seed 000 §17's consistency metrics are served.
+#[test]
+fn required_cutover_gate_and_the_shared_maintenance_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("latest.json");
+    let store =
+        format!("[store]\nkind = \"local\"\n\n[cutover]\nmode = \"required\"\nreport = \"{}\"\n", report.display());
+    let setup = Setup::with_store(store);
+    let d = setup.start(None);
+    let (st, body) = d.provision("op-1", "thread-legacy");
+    assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "migration-required"), "{body}");
+    let record = || call(d.req("POST", "/internal/workspace-cutover/report"));
+    let (st, body) = record();
+    assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "migration-required"), "no report yet: {body}");
+    std::fs::write(&report, r#"{"operation_id":"cut-1","deployment_id":"default","status":"passed"}"#).unwrap();
+    let (st, op) = record();
+    assert_eq!((st, s(&op, "operation_id"), s(&op, "state")), (StatusCode::OK, "cut-1".into(), "completed".into()));
+    assert_eq!(s(&op, "result_sha256").len(), 64);
+    let sc = d.draft("thread-legacy");
+    assert_eq!(s(&sc, "state"), "draft");
+    // Served (`metric` panics on a missing sample).
+    metric(&d, "scopefs_runs_without_scope_total");
+    metric(&d, "scopefs_metadata_mismatch_total");
+    assert_eq!(metric(&d, "scopefs_orphan_directories"), 0);
+
+    // A delete blocked by a cron that never started, while an operator holds the maintenance
+    // lease: passes skip (counted); once released, a pass compensates the cron and the delete ends.
+    let scope = s(&sc, "scope_id");
+    let (st, cron) = d.new_owner(&scope, json!({"owner_type": "cron", "resource_id": "cron-1"}));
+    assert_eq!(st, StatusCode::CREATED, "{cron}");
+    let lease = json!({"operation_id": "operator-1", "ttl_seconds": 3600});
+    assert_eq!(call(d.req("POST", "/internal/leases/maintenance").json(&lease)).0, StatusCode::OK);
+    let (st, body) = d.patch_scope(&scope, &sc["revision"], "deleting");
+    assert_eq!((st, s(&body, "state")), (StatusCode::OK, "deleting".into()), "{body}");
+    let (skipped, passes) = (metric(&d, "scopefs_maintenance_skipped_total"), d.maintenance_passes());
+    d.wait_passes(passes, 2);
+    assert!(metric(&d, "scopefs_maintenance_skipped_total") > skipped);
+    assert_eq!(s(&d.by_thread("thread-legacy").1, "state"), "deleting", "no work under an operator's lease");
+    let (st, _) = call(d.req("DELETE", "/internal/leases/maintenance?operation_id=operator-1"));
+    assert_eq!(st, StatusCode::OK);
+    let passes = d.maintenance_passes();
+    d.wait_passes(passes, 2);
+    assert_eq!(s(&d.by_thread("thread-legacy").1, "state"), "deleted", "the cron was compensated");
+    let (st, owner) = call(d.req("GET", &format!("/internal/workspace-scopes/{scope}/owners/by-resource/cron-1")));
+    assert_eq!((st, s(&owner, "state")), (StatusCode::OK, "terminal".into()), "{owner}");
+}
+
 /// The S3 store config of the test bucket under a fresh prefix, and a client of the same place.
 fn garage(prefix: &str) -> (String, Arc<dyn ObjectStore>) {
     let toml = format!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use scopefs::billing::{
-    run_pending_pass, ArtifactRegistrar, BillingError, PassSettings, PricingConfig, RecordOnlyRegistrar,
+    run_pending_pass, ArtifactRegistrar, BillingError, PassSettings, PricingConfig, RegistryRegistrar,
 };
 use scopefs::registry::Registry;
 
@@ -19,14 +19,28 @@ pub struct BillingService {
 }
 
 impl BillingService {
+    /// The daemon's billing; says at startup which plan new accounts get (WARN when it does not
+    /// allow compute: every new user's `create_environment` is then a 429 naming it).
     pub fn new(registry: Arc<Registry>, pricing: PricingConfig) -> BillingService {
+        let notice = pricing.default_plan_notice();
+        if pricing.default_plan_allows_compute() {
+            tracing::info!(default_plan = %pricing.default_plan, "{notice}");
+        } else {
+            tracing::warn!(default_plan = %pricing.default_plan, "{notice}");
+        }
         BillingService {
+            // The `artifacts` table is the artifact registry of this daemon.
+            registrar: Arc::new(RegistryRegistrar::new(registry.clone())),
             registry,
             pricing,
             settings: PassSettings::default(),
-            // The `artifacts` table is the registration of this daemon.
-            registrar: Arc::new(RecordOnlyRegistrar),
         }
+    }
+
+    /// Registers artifacts through `registrar` instead (a test's failing one, another store's).
+    pub fn with_registrar(mut self, registrar: Arc<dyn ArtifactRegistrar>) -> BillingService {
+        self.registrar = registrar;
+        self
     }
 
     /// Preflight for `create_environment`: the effective max runtime, or `ComputeQuotaExceeded` (429).

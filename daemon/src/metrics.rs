@@ -22,6 +22,47 @@ static API_REFUSED_PATH: AtomicU64 = AtomicU64::new(0);
 static API_REFUSED_SYMLINK: AtomicU64 = AtomicU64::new(0);
 static CROSS_SCOPE: AtomicU64 = AtomicU64::new(0);
 static MAINTENANCE_PASSES: AtomicU64 = AtomicU64::new(0);
+static MAINTENANCE_SKIPPED: AtomicU64 = AtomicU64::new(0);
+static RUNS_WITHOUT_SCOPE: AtomicU64 = AtomicU64::new(0);
+static ORPHAN_DIRECTORIES: AtomicU64 = AtomicU64::new(0);
+static METADATA_MISMATCHES_NOW: AtomicU64 = AtomicU64::new(0);
+static METADATA_MISMATCH_TOTAL: AtomicU64 = AtomicU64::new(0);
+/// Scopes already counted in `METADATA_MISMATCH_TOTAL` (each mismatching scope counts once).
+static MISMATCHED_SCOPES: parking_lot::Mutex<std::collections::BTreeSet<String>> =
+    parking_lot::Mutex::new(std::collections::BTreeSet::new());
+
+/// Counts a maintenance pass skipped because someone else held the `maintenance` lease.
+pub fn note_maintenance_skipped() {
+    MAINTENANCE_SKIPPED.fetch_add(1, Ordering::SeqCst);
+}
+
+/// (runs without scope, metadata mismatches counted, maintenance passes skipped) so far.
+pub fn consistency_counters() -> (u64, u64, u64) {
+    (
+        RUNS_WITHOUT_SCOPE.load(Ordering::Relaxed),
+        METADATA_MISMATCH_TOTAL.load(Ordering::Relaxed),
+        MAINTENANCE_SKIPPED.load(Ordering::SeqCst),
+    )
+}
+
+/// Counts a tool or run request whose thread resolves to no scope (answered 404; seed 000 §17).
+pub fn note_run_without_scope() {
+    RUNS_WITHOUT_SCOPE.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Local scope directories with no registry row, as the last maintenance pass found them.
+pub fn set_orphan_directories(n: usize) {
+    ORPHAN_DIRECTORIES.store(n as u64, Ordering::Relaxed);
+}
+
+/// The scopes whose registry state and local metadata disagree, as the last pass found them:
+/// sets the current gauge and counts each scope not seen mismatching before.
+pub fn note_metadata_mismatches(scopes: &[String]) {
+    METADATA_MISMATCHES_NOW.store(scopes.len() as u64, Ordering::Relaxed);
+    let mut seen = MISMATCHED_SCOPES.lock();
+    let new = scopes.iter().filter(|s| seen.insert((*s).clone())).count();
+    METADATA_MISMATCH_TOTAL.fetch_add(new as u64, Ordering::Relaxed);
+}
 
 /// Counts one finished periodic maintenance pass (whatever its outcome): tests wait for N more.
 pub fn note_maintenance_pass() {
@@ -115,6 +156,7 @@ pub fn render(
     store_families(&mut t, storage);
     refusal_families(&mut t);
     compute_families(&mut t, registry)?;
+    consistency_families(&mut t);
     Ok(t.0)
 }
 
@@ -254,6 +296,41 @@ fn compute_families(t: &mut Text, registry: &DeploymentRegistry) -> Result<(), R
     t.family("scopefs_pending_usage", "gauge", "Compute usage records not settled yet.");
     t.sample("scopefs_pending_usage", &[], pending);
     Ok(())
+}
+
+/// Seed 000 §17: runs that found no scope, registry/metadata mismatches, orphan directories,
+/// and maintenance passes skipped for an operator's lease.
+fn consistency_families(t: &mut Text) {
+    t.family(
+        "scopefs_runs_without_scope_total",
+        "counter",
+        "Tool or run requests whose thread resolved to no scope (answered 404).",
+    );
+    t.sample("scopefs_runs_without_scope_total", &[], RUNS_WITHOUT_SCOPE.load(Ordering::Relaxed));
+    t.family(
+        "scopefs_metadata_mismatch_total",
+        "counter",
+        "Scopes found by maintenance whose registry state and local metadata disagree (each counted once).",
+    );
+    t.sample("scopefs_metadata_mismatch_total", &[], METADATA_MISMATCH_TOTAL.load(Ordering::Relaxed));
+    t.family(
+        "scopefs_metadata_mismatches",
+        "gauge",
+        "Registry/metadata mismatches found by the last maintenance pass.",
+    );
+    t.sample("scopefs_metadata_mismatches", &[], METADATA_MISMATCHES_NOW.load(Ordering::Relaxed));
+    t.family(
+        "scopefs_orphan_directories",
+        "gauge",
+        "Local scope directories (metadata or staging) with no registry scope, found by the last maintenance pass.",
+    );
+    t.sample("scopefs_orphan_directories", &[], ORPHAN_DIRECTORIES.load(Ordering::Relaxed));
+    t.family(
+        "scopefs_maintenance_skipped_total",
+        "counter",
+        "Maintenance passes skipped because another holder had the maintenance lease.",
+    );
+    t.sample("scopefs_maintenance_skipped_total", &[], MAINTENANCE_SKIPPED.load(Ordering::SeqCst));
 }
 
 /// (settled usages, failed settlement attempts of pending usages, pending usages); zeros when unreadable.

@@ -153,11 +153,16 @@ fn build_services(
         ComputeService::new(registry.clone(), open.clone(), rt.clone()).with_compute(compute).with_billing(billing),
     );
     let files = Arc::new(WorkspaceFiles::new(registry.clone(), open.clone(), WorkspaceSettings::from_config(cfg)));
-    let scopes = Arc::new(Scopes::new(registry, open, compute.clone(), LifecycleSettings::from_config(cfg)));
+    let scopes = Arc::new(
+        Scopes::new(registry, open, compute.clone(), LifecycleSettings::from_config(cfg))
+            .with_cutover(crate::services::CutoverGate::from_config(cfg)),
+    );
     Services { scopes, files, compute }
 }
 
-/// Runs a maintenance pass (drain retries, draft expiry, purge) every interval until stop.
+/// Runs a maintenance pass (open operations, draft expiry, purge, local scan) every interval until
+/// stop; each pass takes the `maintenance` lease when it has registry work, and is skipped (and
+/// counted) while an operator holds it.
 async fn maintenance_loop(service: Arc<Scopes>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(service.lifecycle_settings().maintenance_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -169,7 +174,7 @@ async fn maintenance_loop(service: Arc<Scopes>, mut stop: tokio::sync::watch::Re
         }
         let svc = service.clone();
         match tokio::task::spawn_blocking(move || svc.maintenance_pass()).await {
-            Ok(Ok(report)) if report != Default::default() => tracing::info!(?report, "maintenance pass"),
+            Ok(Ok(report)) if !report.is_quiet() => tracing::info!(?report, "maintenance pass"),
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::error!(error = %e, "maintenance pass failed"),
             Err(e) => tracing::error!(error = %e, "maintenance pass panicked"),

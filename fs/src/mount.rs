@@ -109,7 +109,13 @@ pub struct MountManager {
     /// Host views found mounted at start (read once: a resumed scope must not read the mount
     /// table again, which grows with the number of scopes).
     live_views: std::collections::HashSet<PathBuf>,
+    /// Serializes mounting and unmounting of one scope (striped by scope id) while different
+    /// scopes mount in parallel: the `sessions` table is locked only to look up and insert.
+    scope_locks: [Mutex<()>; SCOPE_LOCK_STRIPES],
 }
+
+/// Stripes of `MountManager::scope_locks`.
+const SCOPE_LOCK_STRIPES: usize = 64;
 
 /// One live mount: its session and the engine whose observer feeds the session's notifier.
 struct Mounted {
@@ -187,6 +193,7 @@ impl MountManager {
             sessions: Mutex::new(HashMap::new()),
             keeper,
             inherited: Mutex::new(inherited),
+            scope_locks: std::array::from_fn(|_| Mutex::new(())),
         })
     }
 
@@ -219,8 +226,8 @@ impl MountManager {
         let scope = engine.scope_id().clone();
         let path = self.real_mountpoint(&scope);
         let view = self.mountpoint(&scope);
-        let mut sessions = self.sessions.lock();
-        if sessions.contains_key(&scope) {
+        let _this_scope = self.scope_lock(&scope).lock();
+        if self.sessions.lock().contains_key(&scope) {
             return Ok(path);
         }
         let fs = ScopeFs::new(engine.clone(), self.opts.attr_ttl, self.opts.max_dir_handles)
@@ -229,7 +236,7 @@ impl MountManager {
             let mounted = self.resume(&scope, fs, fd, &engine)?;
             engine.set_observer(Some(observer(scope.clone(), mounted.session.notifier())));
             tracing::info!(%scope, "scope mount resumed");
-            sessions.insert(scope, mounted);
+            self.sessions.lock().insert(scope, mounted);
             return Ok(path);
         }
         let mp_err = |source| MountError::Mountpoint { scope: scope.to_string(), source };
@@ -253,8 +260,15 @@ impl MountManager {
         }
         engine.set_observer(Some(observer(scope.clone(), mounted.session.notifier())));
         tracing::info!(%scope, "scope mounted");
-        sessions.insert(scope, mounted);
+        self.sessions.lock().insert(scope, mounted);
         Ok(path)
+    }
+
+    /// The lock serializing mount and unmount of `scope` (shared with the scopes of its stripe).
+    fn scope_lock(&self, scope: &ScopeId) -> &Mutex<()> {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let hash = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(scope);
+        &self.scope_locks[(hash % SCOPE_LOCK_STRIPES as u64) as usize]
     }
 
     /// Serves an inherited connection again: no mount, no INIT; the requests its previous server
@@ -332,6 +346,7 @@ impl MountManager {
     /// could not remove, an orchestrator's bind): it is aborted, so the survivors get `ENOTCONN`
     /// instead of reading a deleted scope, and the unmount never blocks on them.
     pub fn unmount(&self, scope: &ScopeId) -> Result<(), MountError> {
+        let _this_scope = self.scope_lock(scope).lock();
         let Some(mounted) = self.sessions.lock().remove(scope) else {
             return Ok(());
         };

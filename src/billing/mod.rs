@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use money::{Micros, MoneyError};
-pub use pass::{run_pending_pass, ArtifactRegistrar, PassReport, PassSettings, RecordOnlyRegistrar};
+pub use pass::{run_pending_pass, ArtifactRegistrar, PassReport, PassSettings, RecordOnlyRegistrar, RegistryRegistrar};
 
 use crate::registry::RegistryError;
 
@@ -21,8 +21,9 @@ use crate::registry::RegistryError;
 #[derive(Debug, thiserror::Error)]
 pub enum BillingError {
     /// Preflight refused: the account cannot run an environment for a minute (seed 003 §10.1).
+    /// The text names the plan and the configuration key that decides it.
     #[error("compute quota exceeded: {0}")]
-    ComputeQuotaExceeded(&'static str),
+    ComputeQuotaExceeded(String),
     /// Settlement refused: the cash balance cannot pay the overtime (seed 003 §10.2 step 8).
     #[error("insufficient compute balance: overtime {needed} exceeds cash balance {available}")]
     InsufficientComputeBalance { needed: Micros, available: Micros },
@@ -145,6 +146,26 @@ impl PricingConfig {
         self.plans.get(name)
     }
 
+    /// Whether accounts created on first use may run compute (the default plan allows it).
+    pub fn default_plan_allows_compute(&self) -> bool {
+        self.plan(&self.default_plan).is_some_and(|p| p.compute_allowed)
+    }
+
+    /// One line saying which plan new accounts get and whether it allows compute (startup log).
+    pub fn default_plan_notice(&self) -> String {
+        let plan = &self.default_plan;
+        if self.default_plan_allows_compute() {
+            format!("new accounts get plan {plan:?} (pricing.default_plan), which allows compute")
+        } else {
+            format!(
+                "new accounts get plan {plan:?} (pricing.default_plan), which does NOT allow compute: \
+                 create_environment answers 429 compute_quota_exceeded until an operator sets another plan \
+                 (PUT /admin/accounts/{{user_id}}/plan) or pricing.default_plan names a plan with \
+                 compute_allowed = true; see README \"Billing\""
+            )
+        }
+    }
+
     /// The preflight of an account under this configuration (an unknown plan allows nothing).
     pub fn preflight(&self, account: &AccountBalance, requested_runtime_seconds: Option<u64>) -> Preflight {
         const NONE: PlanConfig = PlanConfig { compute_allowed: false, monthly_minutes: 0, hard_max_runtime_seconds: 0 };
@@ -194,15 +215,28 @@ impl Preflight {
         self.quota_ok && self.effective_max_runtime_seconds >= MIN_ADMITTED_RUNTIME_SECONDS
     }
 
-    /// The effective max runtime, or `ComputeQuotaExceeded` (429) when not admitted.
-    pub fn into_effective(self) -> Result<u64, BillingError> {
+    /// The effective max runtime, or `ComputeQuotaExceeded` (429) when not admitted; the refusal
+    /// names the account's plan and the `[pricing]` key behind it, so nobody gets a silent 429.
+    pub fn into_effective(self, pricing: &PricingConfig) -> Result<u64, BillingError> {
+        let plan = &self.plan;
         if !self.quota_ok {
-            return Err(BillingError::ComputeQuotaExceeded(
-                "the plan does not allow compute or the balance is below one minute",
-            ));
+            let allowed = pricing.plan(plan).is_some_and(|p| p.compute_allowed);
+            let why = if allowed {
+                format!(
+                    "plan {plan:?} has no compute minutes left and the cash balance is below one minute                      (pricing.overtime_price_per_minute)"
+                )
+            } else {
+                format!(
+                    "plan {plan:?} does not allow compute (pricing.plans.{plan}.compute_allowed; new accounts get                      pricing.default_plan = {:?}); an operator sets another plan with PUT /admin/accounts/{{user_id}}/plan",
+                    pricing.default_plan
+                )
+            };
+            return Err(BillingError::ComputeQuotaExceeded(why));
         }
         if self.effective_max_runtime_seconds < MIN_ADMITTED_RUNTIME_SECONDS {
-            return Err(BillingError::ComputeQuotaExceeded("the effective max runtime is below one minute"));
+            return Err(BillingError::ComputeQuotaExceeded(format!(
+                "the effective max runtime on plan {plan:?} is below one minute                  (pricing.plans.{plan}.hard_max_runtime_seconds, or the balance)"
+            )));
         }
         Ok(self.effective_max_runtime_seconds)
     }

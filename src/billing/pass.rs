@@ -4,6 +4,7 @@
 //! the daemon; this is the synchronous, testable core. Safe to run in several processes at once:
 //! every settlement is one registry transaction that charges at most once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{BillingError, PricingConfig};
@@ -16,13 +17,32 @@ pub trait ArtifactRegistrar: Send + Sync {
     fn register(&self, usage: &UsageRecord, paths: &[String]) -> Result<(), String>;
 }
 
-/// The registrar of a daemon whose `artifacts` table is itself the registration: always succeeds.
+/// A registrar that registers nothing and always succeeds (tests of settlement alone).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RecordOnlyRegistrar;
 
 impl ArtifactRegistrar for RecordOnlyRegistrar {
     fn register(&self, _usage: &UsageRecord, _paths: &[String]) -> Result<(), String> {
         Ok(())
+    }
+}
+
+/// The production registrar: the registry's `artifacts` table is the artifact registry of this
+/// daemon, so registering stamps each manifest row of the usage's environment `registered_at`
+/// (idempotent). A registry failure is a retryable registration failure.
+pub struct RegistryRegistrar {
+    registry: Arc<Registry>,
+}
+
+impl RegistryRegistrar {
+    pub fn new(registry: Arc<Registry>) -> RegistryRegistrar {
+        RegistryRegistrar { registry }
+    }
+}
+
+impl ArtifactRegistrar for RegistryRegistrar {
+    fn register(&self, usage: &UsageRecord, _paths: &[String]) -> Result<(), String> {
+        self.registry.stamp_artifacts_registered(&usage.environment_id).map(|_| ()).map_err(|e| e.to_string())
     }
 }
 

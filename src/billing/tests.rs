@@ -71,3 +71,22 @@ fn pricing_defaults_validate_and_unknown_plans_allow_nothing() {
     let bad = PricingConfig { overtime_price_per_minute: Micros::ZERO, ..PricingConfig::default() };
     assert_eq!(bad.validate().unwrap_err().key, "pricing.overtime_price_per_minute");
 }
+
+/// Issue 12 item 8: the default plan is a visible decision — the startup notice and every 429
+/// name the plan and the `[pricing]` key behind the refusal.
+#[test]
+fn the_default_plan_and_its_refusals_name_the_plan_and_the_key() {
+    let p = PricingConfig::default();
+    assert!(!p.default_plan_allows_compute());
+    let notice = p.default_plan_notice();
+    assert!(
+        notice.contains("\"starter\"") && notice.contains("pricing.default_plan") && notice.contains("NOT"),
+        "{notice}"
+    );
+    let refused = p.preflight(&acct("starter", 0, "100.000000"), Some(600)).into_effective(&p).unwrap_err().to_string();
+    assert!(refused.contains("\"starter\"") && refused.contains("pricing.plans.starter.compute_allowed"), "{refused}");
+    let broke = p.preflight(&acct("pro", 0, "0.000000"), Some(600)).into_effective(&p).unwrap_err().to_string();
+    assert!(broke.contains("\"pro\"") && broke.contains("pricing.overtime_price_per_minute"), "{broke}");
+    let open = PricingConfig { default_plan: "pro".into(), ..PricingConfig::default() };
+    assert!(open.default_plan_allows_compute() && !open.default_plan_notice().contains("NOT"));
+}

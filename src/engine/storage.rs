@@ -110,6 +110,26 @@ impl Storage {
         Ok(())
     }
 
+    /// Names of the local scope directories (metadata under `scopes/`, staging under `staging/`),
+    /// sorted and deduplicated; the maintenance pass compares them with the registry.
+    pub fn local_scope_dirs(&self) -> std::io::Result<Vec<String>> {
+        let mut names = std::collections::BTreeSet::new();
+        for sub in ["scopes", "staging"] {
+            for entry in std::fs::read_dir(self.data_dir.join(sub))? {
+                let entry = entry?;
+                if entry.file_type()?.is_dir() {
+                    names.insert(entry.file_name().to_string_lossy().into_owned());
+                }
+            }
+        }
+        Ok(names.into_iter().collect())
+    }
+
+    /// Whether `scope_id` has a local metadata directory.
+    pub fn has_local_metadata(&self, scope_id: &ScopeId) -> bool {
+        self.scope_meta_dir(scope_id.as_str()).is_dir()
+    }
+
     /// Bytes currently held in staging across all scopes.
     pub fn staging_bytes(&self) -> u64 {
         self.staging_bytes.load(Ordering::Relaxed)

@@ -7,8 +7,12 @@
 //! returns `InsufficientComputeBalance` with nothing written. Accounts are created on first use with
 //! the default plan; a monthly period that has ended is refreshed before the account is used.
 
+mod artifacts;
 mod audit;
 mod preflight;
+
+pub(crate) use artifacts::record_manifest_in;
+pub use artifacts::{ArtifactEntry, ArtifactRow};
 
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use serde::Serialize;
@@ -440,23 +444,6 @@ impl Registry {
         let mut stmt = conn.prepare("SELECT path FROM artifacts WHERE environment_id = ?1 ORDER BY path")?;
         let rows = stmt.query_map([environment_id], |r| r.get(0))?;
         Ok(rows.collect::<Result<Vec<String>, _>>()?)
-    }
-
-    /// Marks the artifacts of these usages registered (idempotent; settled usages are left alone).
-    /// Returns how many records changed.
-    pub fn mark_artifacts_registered(&self, usage_ids: &[i64]) -> Result<usize, BillingError> {
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut changed = 0;
-        for id in usage_ids {
-            changed += tx.execute(
-                "UPDATE compute_usage_log SET artifacts_state = 'registered', artifact_error = NULL
-                 WHERE usage_id = ?1 AND artifacts_state IN ('pending', 'unregistered')",
-                [id],
-            )?;
-        }
-        tx.commit()?;
-        Ok(changed)
     }
 
     /// Records a failed artifact registration; at `max_retries` failures the artifacts become

@@ -14,6 +14,7 @@ use std::str::FromStr;
 
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
+use super::billing::ArtifactEntry;
 use super::leases::refuse_if_blocked_in;
 use super::owners::{get_owner_in, insert_owner_in, require_open_scope_in, set_owner_state_in};
 use super::{to_i64, to_u64, DeploymentRegistry, OwnerState, OwnerType, RegistryError};
@@ -260,8 +261,8 @@ pub fn runtime_seconds(started_at: Option<i64>, ended_at: i64) -> u64 {
 /// environment's pending usage here; until then the environment row itself is the record.
 fn record_pending_usage_in(
     conn: &Connection,
-    _deployment: &str,
     ended: &EnvironmentRecord,
+    outputs: &[ArtifactEntry],
 ) -> Result<(), RegistryError> {
     // An environment that never started (failed creation) ran nothing and is not billed.
     if ended.started_at.is_none() {
@@ -269,10 +270,37 @@ fn record_pending_usage_in(
     }
     let now = ended.ended_at.unwrap_or(ended.created_at);
     let runtime = ended.runtime_seconds.unwrap_or(0);
-    super::billing::record_usage_in(conn, now, &ended.user_id, &ended.thread_id, &ended.environment_id, runtime, &[])
+    super::billing::record_usage_in(conn, now, &ended.user_id, &ended.thread_id, &ended.environment_id, runtime, &[])?;
+    // The manifest goes in the same transaction: the usage is never seen without its artifacts.
+    super::billing::record_manifest_in(conn, now, &ended.environment_id, outputs)?;
+    Ok(())
 }
 
 impl DeploymentRegistry {
+    /// Records the seed fields an environment was created with (canonical JSON; see migration 7).
+    pub fn set_environment_options(&self, environment_id: &str, options_json: &str) -> Result<(), RegistryError> {
+        let deployment = self.id.as_str();
+        self.conn.lock().execute(
+            "UPDATE environments SET create_options = ?1 WHERE deployment_id = ?2 AND environment_id = ?3",
+            params![options_json, deployment, environment_id],
+        )?;
+        Ok(())
+    }
+
+    /// The create options recorded for an environment (`None`: none were recorded).
+    pub fn environment_options(&self, environment_id: &str) -> Result<Option<String>, RegistryError> {
+        let deployment = self.id.as_str();
+        let conn = self.conn.lock();
+        let found: Option<Option<String>> = conn
+            .query_row(
+                "SELECT create_options FROM environments WHERE deployment_id = ?1 AND environment_id = ?2",
+                params![deployment, environment_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(found.flatten())
+    }
+
     /// Registers an environment (`creating`) and its `environment` owner (`reserved`) in a draft or
     /// active scope. `Ok(None)` when the scope already has `max_live_per_scope` live environments.
     pub fn create_environment(
@@ -373,6 +401,18 @@ impl DeploymentRegistry {
         failed: bool,
         reason: &str,
     ) -> Result<(EnvironmentRecord, bool), RegistryError> {
+        self.end_environment_with_outputs(environment_id, failed, reason, &[])
+    }
+
+    /// `end_environment`, recording `outputs` (the artifact manifest) with the pending usage in the
+    /// same transaction (seed 003 §3.8, §10.3).
+    pub fn end_environment_with_outputs(
+        &self,
+        environment_id: &str,
+        failed: bool,
+        reason: &str,
+        outputs: &[ArtifactEntry],
+    ) -> Result<(EnvironmentRecord, bool), RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.conn.lock();
@@ -409,7 +449,7 @@ impl DeploymentRegistry {
             end_process_in(&tx, deployment, &p, ProcessState::Lost, None, "environment_ended", now)?;
         }
         let ended = get_env_in(&tx, deployment, environment_id)?.ok_or_else(|| corrupt("environment"))?;
-        record_pending_usage_in(&tx, deployment, &ended)?;
+        record_pending_usage_in(&tx, &ended, outputs)?;
         tx.commit()?;
         Ok((ended, true))
     }
@@ -587,92 +627,4 @@ fn end_process_in(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::ids::ThreadId;
-    use crate::registry::Registry;
-
-    fn setup() -> (Arc<Registry>, ScopeId) {
-        let reg = Arc::new(Registry::open_in_memory().unwrap());
-        let p = reg.deployment("d").provision("op1", &ThreadId::parse("t1").unwrap(), None).unwrap();
-        let scope = p.scope.scope_id.clone();
-        let scope = if p.scope.state == crate::registry::ScopeState::Provisioning {
-            reg.deployment("d").complete_provision(&scope).unwrap().scope_id
-        } else {
-            scope
-        };
-        (reg, scope)
-    }
-
-    fn new_env(max: u64) -> NewEnvironment {
-        NewEnvironment {
-            user_id: "u".into(),
-            thread_id: "t1".into(),
-            read_only: false,
-            requested_max_runtime_seconds: Some(100),
-            effective_max_runtime_seconds: 100,
-            max_live_per_scope: max,
-        }
-    }
-
-    #[test]
-    fn environment_lifecycle_records_runtime_once_and_settles_owners() {
-        let (reg, scope) = setup();
-        let env = reg.deployment("d").create_environment(&scope, &new_env(2)).unwrap().unwrap();
-        assert_eq!(env.state, EnvironmentState::Creating);
-        let owner = reg.deployment("d").owner(&scope, &env.owner_id).unwrap();
-        assert_eq!((owner.owner_type, owner.state), (OwnerType::Environment, OwnerState::Reserved));
-        assert_eq!(owner.resource_id.as_deref(), Some(env.environment_id.as_str()));
-        reg.deployment("d").attach_container(&env.environment_id, "c1").unwrap();
-        let running = reg.deployment("d").environment_started(&env.environment_id).unwrap().unwrap();
-        assert_eq!(running.state, EnvironmentState::Running);
-        assert_eq!(running.container_id.as_deref(), Some("c1"));
-        assert_eq!(reg.deployment("d").owner(&scope, &env.owner_id).unwrap().state, OwnerState::Active);
-
-        let p = reg.deployment("d").create_process(&scope, &env.environment_id, "sleep 1").unwrap().unwrap();
-        reg.deployment("d").process_started(&p.process_id, "exec1").unwrap().unwrap();
-        let powner = reg.deployment("d").owner(&scope, &p.owner_id).unwrap();
-        assert_eq!(powner.parent_owner_id.as_deref(), Some(env.owner_id.as_str()));
-        assert_eq!(powner.state, OwnerState::Active);
-
-        let (ended, changed) = reg.deployment("d").end_environment(&env.environment_id, false, "destroyed").unwrap();
-        assert!(changed);
-        assert_eq!(ended.state, EnvironmentState::Ended);
-        assert_eq!(ended.end_reason.as_deref(), Some("destroyed"));
-        assert!(ended.runtime_seconds.is_some());
-        let (again, changed) = reg.deployment("d").end_environment(&env.environment_id, false, "max_runtime").unwrap();
-        assert!(!changed);
-        assert_eq!(again, ended, "a second end changes nothing");
-        assert_eq!(reg.deployment("d").owner(&scope, &env.owner_id).unwrap().state, OwnerState::Terminal);
-        let lost = reg.deployment("d").process(&scope, &p.process_id).unwrap().unwrap();
-        assert_eq!((lost.state, lost.end_reason.as_deref()), (ProcessState::Lost, Some("environment_ended")));
-        assert_eq!(reg.deployment("d").owner(&scope, &p.owner_id).unwrap().state, OwnerState::Terminal);
-        assert!(reg.deployment("d").delete_blockers(&scope).unwrap().is_empty());
-        assert!(reg.deployment("d").create_process(&scope, &env.environment_id, "x").unwrap().is_none());
-    }
-
-    #[test]
-    fn limits_and_scoping() {
-        let (reg, scope) = setup();
-        let other = reg.deployment("d").provision("op2", &ThreadId::parse("t2").unwrap(), None).unwrap().scope.scope_id;
-        let e1 = reg.deployment("d").create_environment(&scope, &new_env(1)).unwrap().unwrap();
-        assert!(reg.deployment("d").create_environment(&scope, &new_env(1)).unwrap().is_none(), "capacity");
-        assert!(reg.deployment("d").environment(&other, &e1.environment_id).unwrap().is_none());
-        assert!(reg.deployment("d").environments(&other).unwrap().is_empty());
-        assert_eq!(reg.deployment("d").live_environments().unwrap().len(), 1);
-        let (failed, _) = reg.deployment("d").end_environment(&e1.environment_id, true, "create_failed").unwrap();
-        assert_eq!((failed.state, failed.runtime_seconds), (EnvironmentState::Failed, Some(0)));
-        assert_eq!(reg.deployment("d").owner(&scope, &e1.owner_id).unwrap().state, OwnerState::Failed);
-        assert!(reg.deployment("d").environment_started(&e1.environment_id).unwrap().is_none(), "no way back");
-    }
-
-    #[test]
-    fn runtime_rounds_up() {
-        assert_eq!(runtime_seconds(Some(1000), 1000), 0);
-        assert_eq!(runtime_seconds(Some(1000), 1001), 1);
-        assert_eq!(runtime_seconds(Some(1000), 61_000), 60);
-        assert_eq!(runtime_seconds(None, 5000), 0);
-    }
-}
+mod tests;

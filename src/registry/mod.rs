@@ -51,6 +51,7 @@ pub mod nonces;
 mod operations;
 mod owners;
 mod runs;
+mod sagas;
 mod scopes;
 #[cfg(test)]
 mod tests;
@@ -76,7 +77,8 @@ pub use leases::{Lease, BLOCKING_LEASES};
 pub use lifecycle::{DeleteStep, DELETE_KIND, PURGE_KIND};
 pub use operations::{OperationRecord, OperationState, Provisioned};
 pub use owners::{NewOwner, OwnerRecord, OwnerState, OwnerType, OwnerUpdate};
-pub use runs::{Reservation, RunRequestRecord, RunRequestState, RunReserve, RunUpdate};
+pub use runs::{run_operation_id, Reservation, RunRequestRecord, RunRequestState, RunReserve, RunUpdate};
+pub use sagas::{CRON_KIND, CUTOVER_KIND, PROVISION_KIND, RUN_KIND};
 
 /// How long a statement waits for a lock held by another connection.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -1,11 +1,12 @@
-//! SQL of `scope_operations`: idempotent provisioning keyed by `operation_id`, completion and failure.
+//! SQL of `scope_operations`: idempotent provisioning keyed by `operation_id`, completion and failure;
+//! the shared helpers of every saga kind (compensation and recovery are in `sagas`).
 //!
 //! Provisioning is a saga: `provision` records the scope (`provisioning`) and an
 //! `applying` operation in one transaction; the caller then creates the scope's
 //! filesystem and mount and calls `complete_provision`, which moves the scope to
 //! `draft` and the operation to `completed` together. A crash in between leaves
 //! an open operation and a `provisioning` scope, which the daemon finishes at
-//! startup (or on the next request for the same operation or thread).
+//! startup (or on the next request for the same operation or thread), or compensates (`sagas`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -77,10 +78,120 @@ impl FromStr for OperationState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperationRecord {
     pub operation_id: String,
-    pub scope_id: ScopeId,
+    /// `None` only for the deployment-level `cutover` operation.
+    pub scope_id: Option<ScopeId>,
     pub kind: String,
     pub state: OperationState,
+    /// For `run` and `cron`: the owner the operation registered.
+    pub external_resource_id: Option<String>,
+    /// For `cutover`: the SHA-256 of the migration report.
+    pub result_sha256: Option<String>,
     pub last_error_code: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// Columns of [`OperationRecord`], in `op_from_row` order.
+pub(super) const OP_COLUMNS: &str = "operation_id, scope_id, kind, state, external_resource_id, result_sha256, \
+                                     last_error_code, created_at, updated_at";
+
+/// Reads one row selected with [`OP_COLUMNS`].
+pub(super) fn op_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<OperationRecord, RegistryError>> {
+    let scope_id: Option<String> = r.get(1)?;
+    let state: String = r.get(3)?;
+    let scope_id = scope_id
+        .map(|s| ScopeId::parse(&s).map_err(|_| RegistryError::Corrupt("invalid scope_id in scope_operations".into())))
+        .transpose();
+    Ok((|| {
+        Ok(OperationRecord {
+            operation_id: r.get(0)?,
+            scope_id: scope_id?,
+            kind: r.get(2)?,
+            state: state.parse()?,
+            external_resource_id: r.get(4)?,
+            result_sha256: r.get(5)?,
+            last_error_code: r.get(6)?,
+            created_at: r.get(7)?,
+            updated_at: r.get(8)?,
+        })
+    })())
+}
+
+/// One operation by id.
+pub(super) fn get_op_in(
+    conn: &Connection,
+    deployment: &str,
+    operation_id: &str,
+) -> Result<Option<OperationRecord>, RegistryError> {
+    let sql = format!("SELECT {OP_COLUMNS} FROM scope_operations WHERE deployment_id = ?1 AND operation_id = ?2");
+    conn.query_row(&sql, params![deployment, operation_id], op_from_row).optional()?.transpose()
+}
+
+/// Moves one operation to `to` if the transition table allows it; returns whether it moved.
+pub(super) fn set_op_in(
+    conn: &Connection,
+    deployment: &str,
+    operation_id: &str,
+    to: OperationState,
+    error_code: Option<&str>,
+    now: i64,
+) -> Result<bool, RegistryError> {
+    let n = conn.execute(
+        "UPDATE scope_operations SET state = ?1, updated_at = ?2, last_error_code = COALESCE(?3, last_error_code)
+         WHERE deployment_id = ?4 AND operation_id = ?5
+           AND EXISTS (SELECT 1 FROM operation_state_transitions
+                       WHERE from_state = scope_operations.state AND to_state = ?1)",
+        params![to.as_str(), now, error_code, deployment, operation_id],
+    )?;
+    Ok(n == 1)
+}
+
+/// Ends an open operation as compensated (through `compensating`), recording `error_code` as the
+/// reason; a terminal operation is left alone. Returns whether it moved.
+pub(super) fn compensate_op_in(
+    conn: &Connection,
+    deployment: &str,
+    operation_id: &str,
+    error_code: &str,
+    now: i64,
+) -> Result<bool, RegistryError> {
+    set_op_in(conn, deployment, operation_id, OperationState::Compensating, Some(error_code), now)?;
+    set_op_in(conn, deployment, operation_id, OperationState::Compensated, None, now)
+}
+
+/// The open operation of `kind` that registered owner `owner_id` (kinds `run`, `cron`).
+pub(super) fn op_for_owner_in(
+    conn: &Connection,
+    deployment: &str,
+    kind: &str,
+    owner_id: &str,
+) -> Result<Option<OperationRecord>, RegistryError> {
+    let sql = format!(
+        "SELECT {OP_COLUMNS} FROM scope_operations
+         WHERE deployment_id = ?1 AND kind = ?2 AND external_resource_id = ?3 LIMIT 1"
+    );
+    conn.query_row(&sql, params![deployment, kind, owner_id], op_from_row).optional()?.transpose()
+}
+
+/// Records an operation that registered owner `owner_id` (`run`, `cron`) as `applying`, unless
+/// `operation_id` exists already.
+pub(super) fn record_owner_op_in(
+    conn: &Connection,
+    deployment: &str,
+    operation_id: &str,
+    scope: &ScopeId,
+    kind: &str,
+    owner_id: &str,
+    now: i64,
+) -> Result<(), RegistryError> {
+    conn.execute(
+        "INSERT INTO scope_operations (deployment_id, operation_id, scope_id, kind, state, external_resource_id,
+                                       created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, 'applying', ?5, ?6, ?6)
+         ON CONFLICT (deployment_id, operation_id) DO NOTHING",
+        params![deployment, operation_id, scope.as_str(), kind, owner_id, now],
+    )?;
+    Ok(())
 }
 
 /// The outcome of `provision`.
@@ -229,26 +340,22 @@ impl DeploymentRegistry {
     pub fn open_operations(&self) -> Result<Vec<OperationRecord>, RegistryError> {
         let deployment = self.id.as_str();
         let conn = self.conn.lock();
-        let mut stmt = conn.prepare(
-            "SELECT operation_id, scope_id, kind, state, last_error_code FROM scope_operations
+        let sql = format!(
+            "SELECT {OP_COLUMNS} FROM scope_operations
              WHERE deployment_id = ?1 AND state NOT IN ('completed', 'compensated')
-             ORDER BY created_at, operation_id",
-        )?;
-        let rows = stmt.query_map(params![deployment], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get::<_, String>(3)?, r.get(4)?))
-        })?;
+             ORDER BY created_at, operation_id"
+        );
+        let mut stmt = conn.prepare(&sql)?;
+        let rows = stmt.query_map(params![deployment], op_from_row)?;
         let mut out = Vec::new();
         for row in rows {
-            let (operation_id, scope_id, kind, state, last_error_code) = row?;
-            out.push(OperationRecord {
-                operation_id,
-                scope_id: ScopeId::parse(&scope_id)
-                    .map_err(|_| RegistryError::Corrupt("invalid scope_id in scope_operations".into()))?,
-                kind,
-                state: state.parse()?,
-                last_error_code,
-            });
+            out.push(row??);
         }
         Ok(out)
+    }
+
+    /// One operation by id.
+    pub fn operation(&self, operation_id: &str) -> Result<Option<OperationRecord>, RegistryError> {
+        get_op_in(&self.conn.lock(), self.id.as_str(), operation_id)
     }
 }

@@ -6,6 +6,7 @@ use std::str::FromStr;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::leases::refuse_if_blocked_in;
+use super::operations::{compensate_op_in, op_for_owner_in, record_owner_op_in, set_op_in, OperationState};
 use super::scopes::get_in as get_scope_in;
 use super::{is_constraint, to_i64, to_u64, validate_resource_id, DeploymentRegistry, RegistryError, ScopeState};
 use crate::ids::{ScopeId, ThreadId};
@@ -322,6 +323,11 @@ impl DeploymentRegistry {
             OwnerState::Reserved,
             now,
         )?;
+        if owner.owner_type == OwnerType::Cron {
+            // Cron creation is a saga: `applying` until the cron is active, compensated if it never is.
+            let key = owner.resource_id.as_deref().unwrap_or(&owner.owner_id);
+            record_owner_op_in(&tx, deployment, &format!("cron:{key}"), scope, super::CRON_KIND, &owner.owner_id, now)?;
+        }
         tx.commit()?;
         Ok((owner, true))
     }
@@ -358,7 +364,11 @@ impl DeploymentRegistry {
             if to == OwnerState::Active {
                 require_open_scope_in(&tx, deployment, scope)?;
             }
+            let from = owner.state;
             owner = set_owner_state_in(&tx, deployment, &owner, None, to, now)?;
+            if owner.owner_type == OwnerType::Cron {
+                follow_cron_operation_in(&tx, deployment, &owner.owner_id, from, to, now)?;
+            }
         }
         tx.commit()?;
         Ok(owner)
@@ -407,6 +417,25 @@ impl DeploymentRegistry {
         let deployment = self.id.as_str();
         owners_of_in(&self.conn.lock(), deployment, scope)
     }
+}
+
+/// Moves a cron's operation with its owner: active → `completed`; settled before it was ever
+/// active → `compensated` (the cron was not created).
+fn follow_cron_operation_in(
+    conn: &Connection,
+    deployment: &str,
+    owner_id: &str,
+    from: OwnerState,
+    to: OwnerState,
+    now: i64,
+) -> Result<(), RegistryError> {
+    let Some(op) = op_for_owner_in(conn, deployment, super::CRON_KIND, owner_id)? else { return Ok(()) };
+    if to == OwnerState::Active {
+        set_op_in(conn, deployment, &op.operation_id, OperationState::Completed, None, now)?;
+    } else if to.is_settled() && matches!(from, OwnerState::Reserved | OwnerState::Draining) {
+        compensate_op_in(conn, deployment, &op.operation_id, &format!("cron_{to}"), now)?;
+    }
+    Ok(())
 }
 
 /// The owner holding `resource_id` (of `owner_type`, if given) anywhere in the deployment.

@@ -3,6 +3,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::leases::refuse_if_blocked_in;
+use super::operations::{compensate_op_in, record_owner_op_in, set_op_in, OperationState};
 use super::owners::{
     attach_resource_in, get_owner_in, insert_owner_in, require_open_scope_in, set_owner_state_in, OwnerState, OwnerType,
 };
@@ -127,6 +128,35 @@ fn validate(raw: RawRun) -> Result<RunRequestRecord, RegistryError> {
     })
 }
 
+/// The operation id of a run reservation: `run:<scope_id>:<run_request_id>`.
+pub fn run_operation_id(scope: &ScopeId, run_request_id: &str) -> String {
+    format!("run:{scope}:{run_request_id}")
+}
+
+/// Moves the run's operation with its request: started or completed → `completed`; failed or
+/// cancelled before it started → `compensated` (the reservation and its owner are released).
+fn follow_with_operation_in(
+    conn: &Connection,
+    deployment: &str,
+    scope: &ScopeId,
+    run_request_id: &str,
+    from: RunRequestState,
+    to: RunRequestState,
+    now: i64,
+) -> Result<(), RegistryError> {
+    let op = run_operation_id(scope, run_request_id);
+    match to {
+        RunRequestState::Started | RunRequestState::Completed => {
+            set_op_in(conn, deployment, &op, OperationState::Completed, None, now)?;
+        }
+        RunRequestState::Failed | RunRequestState::Cancelled if from == RunRequestState::Reserved => {
+            compensate_op_in(conn, deployment, &op, &format!("run_{to}"), now)?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 fn get_run_in(
     conn: &Connection,
     deployment: &str,
@@ -194,6 +224,8 @@ impl DeploymentRegistry {
             scope_rec = transition_in(&tx, deployment, scope, scope_rec.revision, ScopeState::Active, now)?;
         }
         let run = get_run_in(&tx, deployment, scope, &req.run_request_id)?.ok_or(RegistryError::RunRequestNotFound)?;
+        let op = run_operation_id(scope, &req.run_request_id);
+        record_owner_op_in(&tx, deployment, &op, scope, super::RUN_KIND, &owner.owner_id, now)?;
         tx.commit()?;
         Ok(Reservation { run, created: true, scope: scope_rec })
     }
@@ -248,6 +280,41 @@ impl DeploymentRegistry {
             if owner.state != owner_to && !owner.state.is_settled() {
                 set_owner_state_in(&tx, deployment, &owner, None, owner_to, now)?;
             }
+            follow_with_operation_in(&tx, deployment, scope, run_request_id, run.state, to, now)?;
+        }
+        let run = get_run_in(&tx, deployment, scope, run_request_id)?.ok_or(RegistryError::RunRequestNotFound)?;
+        tx.commit()?;
+        Ok(run)
+    }
+
+    /// Compensates a run reservation that can no longer start (its scope is being deleted or gone):
+    /// a `reserved` request becomes `cancelled`, its owner `terminal`, its operation `compensated`,
+    /// in one transaction. A request past `reserved` only has its open operation completed.
+    pub fn compensate_run(
+        &self,
+        scope: &ScopeId,
+        run_request_id: &str,
+        error_code: &str,
+    ) -> Result<RunRequestRecord, RegistryError> {
+        let deployment = self.id.as_str();
+        let now = self.now_ms();
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let run = get_run_in(&tx, deployment, scope, run_request_id)?.ok_or(RegistryError::RunRequestNotFound)?;
+        let op = run_operation_id(scope, run_request_id);
+        if run.state == RunRequestState::Reserved {
+            tx.execute(
+                "UPDATE scope_run_requests SET state = 'cancelled', updated_at = ?1
+                 WHERE deployment_id = ?2 AND scope_id = ?3 AND run_request_id = ?4 AND state = 'reserved'",
+                params![now, deployment, scope.as_str(), run_request_id],
+            )?;
+            let owner = get_owner_in(&tx, deployment, &run.run_owner_id)?.ok_or(RegistryError::OwnerNotFound)?;
+            if !owner.state.is_settled() {
+                set_owner_state_in(&tx, deployment, &owner, None, OwnerState::Terminal, now)?;
+            }
+            compensate_op_in(&tx, deployment, &op, error_code, now)?;
+        } else {
+            set_op_in(&tx, deployment, &op, OperationState::Completed, None, now)?;
         }
         let run = get_run_in(&tx, deployment, scope, run_request_id)?.ok_or(RegistryError::RunRequestNotFound)?;
         tx.commit()?;

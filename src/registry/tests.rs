@@ -179,7 +179,9 @@ fn provision_is_idempotent_on_operation_and_thread() {
     let open = reg.deployment(DEP).open_operations().unwrap();
     let ids: Vec<_> = open.iter().map(|o| o.operation_id.as_str()).collect();
     assert_eq!(ids, ["op-1", "op-2"]);
-    assert!(open.iter().all(|o| o.state == OperationState::Applying && o.scope_id == first.scope.scope_id));
+    assert!(open
+        .iter()
+        .all(|o| o.state == OperationState::Applying && o.scope_id.as_ref() == Some(&first.scope.scope_id)));
 
     let done = reg.deployment(DEP).complete_provision(&first.scope.scope_id).unwrap();
     assert_eq!((done.state, done.revision), (ScopeState::Draft, 2));

@@ -392,3 +392,122 @@ fn purge_is_due_after_retention_and_recorded() {
         Err(RegistryError::ScopeUnavailable(ScopeState::Draft))
     ));
 }
+
+/// Open operations of `kind`, as (operation_id, state).
+fn ops_of(reg: &Arc<Registry>, kind: &str) -> Vec<(String, OperationState)> {
+    let open = reg.deployment(DEP).open_operations().unwrap();
+    open.into_iter().filter(|o| o.kind == kind).map(|o| (o.operation_id, o.state)).collect()
+}
+
+/// Seed 000 §5.3: a run reservation is a `run` operation keyed by its request id; starting it
+/// completes the operation, cancelling it before it started compensates it, and a reservation
+/// that can no longer start is compensated by `compensate_run` (run cancelled, owner terminal).
+#[test]
+fn run_reservations_are_operations_that_complete_or_compensate() {
+    let (reg, _) = registry();
+    let s = draft(&reg, "t1");
+    let d = reg.deployment(DEP);
+    let first = d.reserve_run(&s.scope_id, &reserve("r1", "turn", None, "h")).unwrap();
+    let op1 = run_operation_id(&s.scope_id, "r1");
+    assert_eq!(ops_of(&reg, RUN_KIND), vec![(op1.clone(), OperationState::Applying)]);
+    d.reserve_run(&s.scope_id, &reserve("r1", "turn", None, "h")).unwrap();
+    assert_eq!(ops_of(&reg, RUN_KIND).len(), 1, "the same key records one operation");
+    let op = d.operation(&op1).unwrap().unwrap();
+    assert_eq!(op.external_resource_id.as_deref(), Some(first.run.run_owner_id.as_str()));
+
+    let started = RunUpdate { run_id: Some("run-1".into()), state: Some(RunRequestState::Started) };
+    d.update_run(&s.scope_id, "r1", &started).unwrap();
+    assert_eq!(d.operation(&op1).unwrap().unwrap().state, OperationState::Completed);
+
+    d.reserve_run(&s.scope_id, &reserve("r2", "turn", None, "h2")).unwrap();
+    let cancel = RunUpdate { run_id: None, state: Some(RunRequestState::Cancelled) };
+    d.update_run(&s.scope_id, "r2", &cancel).unwrap();
+    let op2 = d.operation(&run_operation_id(&s.scope_id, "r2")).unwrap().unwrap();
+    assert_eq!((op2.state, op2.last_error_code.as_deref()), (OperationState::Compensated, Some("run_cancelled")));
+
+    let r3 = d.reserve_run(&s.scope_id, &reserve("r3", "turn", None, "h3")).unwrap();
+    let run = d.compensate_run(&s.scope_id, "r3", "scope_closed").unwrap();
+    assert_eq!(run.state, RunRequestState::Cancelled);
+    assert_eq!(d.owner(&s.scope_id, &r3.run.run_owner_id).unwrap().state, OwnerState::Terminal);
+    let op3 = d.operation(&run_operation_id(&s.scope_id, "r3")).unwrap().unwrap();
+    assert_eq!(op3.state, OperationState::Compensated);
+    // Again: nothing changes; a started run's operation is only completed.
+    assert_eq!(d.compensate_run(&s.scope_id, "r3", "scope_closed").unwrap().state, RunRequestState::Cancelled);
+    assert_eq!(d.compensate_run(&s.scope_id, "r1", "scope_closed").unwrap().state, RunRequestState::Started);
+    assert!(ops_of(&reg, RUN_KIND).is_empty());
+}
+
+/// Cron creation is a `cron` operation keyed by the cron's resource id: active completes it,
+/// settling a cron that never became active compensates it, `compensate_cron` settles its owner.
+#[test]
+fn cron_creation_is_an_operation_keyed_by_its_resource() {
+    let (reg, _) = registry();
+    let s = draft(&reg, "t1");
+    let d = reg.deployment(DEP);
+    let (c1, _) = d.create_owner(&s.scope_id, &owner(OwnerType::Cron, Some("cron-1"))).unwrap();
+    let (again, created) = d.create_owner(&s.scope_id, &owner(OwnerType::Cron, Some("cron-1"))).unwrap();
+    assert_eq!((again.owner_id.as_str(), created), (c1.owner_id.as_str(), false));
+    assert_eq!(ops_of(&reg, CRON_KIND), vec![("cron:cron-1".to_string(), OperationState::Applying)]);
+    set_state(&reg, &s.scope_id, &c1.owner_id, OwnerState::Active).unwrap();
+    assert_eq!(d.operation("cron:cron-1").unwrap().unwrap().state, OperationState::Completed);
+    set_state(&reg, &s.scope_id, &c1.owner_id, OwnerState::Terminal).unwrap();
+    assert_eq!(
+        d.operation("cron:cron-1").unwrap().unwrap().state,
+        OperationState::Completed,
+        "ended later: stays completed"
+    );
+
+    let (c2, _) = d.create_owner(&s.scope_id, &owner(OwnerType::Cron, Some("cron-2"))).unwrap();
+    set_state(&reg, &s.scope_id, &c2.owner_id, OwnerState::Failed).unwrap();
+    assert_eq!(d.operation("cron:cron-2").unwrap().unwrap().state, OperationState::Compensated);
+
+    let (c3, _) = d.create_owner(&s.scope_id, &owner(OwnerType::Cron, Some("cron-3"))).unwrap();
+    d.compensate_cron("cron:cron-3", "scope_closed").unwrap();
+    assert_eq!(d.owner(&s.scope_id, &c3.owner_id).unwrap().state, OwnerState::Terminal);
+    assert_eq!(d.operation("cron:cron-3").unwrap().unwrap().state, OperationState::Compensated);
+    // Other owner types record no operation.
+    d.create_owner(&s.scope_id, &owner(OwnerType::AsyncThread, Some("a-1"))).unwrap();
+    assert!(d.open_operations().unwrap().is_empty());
+}
+
+/// A provision compensates in two recorded steps (`compensating`, then `compensated` with the
+/// scope `deleted` and its owners settled); each step may be repeated after a crash.
+#[test]
+fn a_provision_compensates_to_a_deleted_scope() {
+    let (reg, _) = registry();
+    let d = reg.deployment(DEP);
+    let p = d.provision("op-1", &thread("t1"), None).unwrap();
+    let op = d.begin_compensation("op-1", "mount_failed").unwrap();
+    assert_eq!((op.state, op.last_error_code.as_deref()), (OperationState::Compensating, Some("mount_failed")));
+    assert_eq!(d.begin_compensation("op-1", "again").unwrap().state, OperationState::Compensating);
+    let rec = d.compensate_provision("op-1").unwrap().unwrap();
+    assert_eq!((rec.state, rec.deleted_at.is_some()), (ScopeState::Deleted, true));
+    assert!(d.owners(&p.scope.scope_id).unwrap().iter().all(|o| o.state.is_settled()));
+    assert_eq!(d.operation("op-1").unwrap().unwrap().state, OperationState::Compensated);
+    assert_eq!(d.compensate_provision("op-1").unwrap().unwrap(), rec, "repeating changes nothing");
+    assert!(d.open_operations().unwrap().is_empty());
+    // A completed provision is never compensated.
+    let q = draft(&reg, "t2");
+    assert_eq!(d.begin_compensation("op-t2", "late").unwrap().state, OperationState::Completed);
+    assert_eq!(d.compensate_provision("op-t2").unwrap().unwrap().state, q.state);
+}
+
+/// Seed 000 §11.1: the cutover is a deployment-level operation (no scope) holding the report's
+/// SHA-256; the same id and hash again is a no-op, another hash a conflict; the newest one counts.
+#[test]
+fn the_cutover_is_a_deployment_level_operation() {
+    let (reg, clock) = registry();
+    let d = reg.deployment(DEP);
+    assert!(d.latest_cutover().unwrap().is_none());
+    let sha_a = "a".repeat(64);
+    let rec = d.record_cutover("cut-1", &sha_a).unwrap();
+    assert_eq!((rec.scope_id, rec.kind.as_str(), rec.state), (None, CUTOVER_KIND, OperationState::Completed));
+    assert_eq!(d.record_cutover("cut-1", &sha_a).unwrap().result_sha256, Some(sha_a.clone()));
+    assert!(matches!(d.record_cutover("cut-1", &"b".repeat(64)), Err(RegistryError::OperationConflict)));
+    assert!(matches!(d.record_cutover("cut-2", "not-hex"), Err(RegistryError::Invalid { .. })));
+    clock.advance_ms(1);
+    d.record_cutover("cut-2", &"c".repeat(64)).unwrap();
+    assert_eq!(d.latest_cutover().unwrap().unwrap().operation_id, "cut-2");
+    assert!(reg.deployment("dep-b").latest_cutover().unwrap().is_none());
+    assert!(d.open_operations().unwrap().is_empty());
+}

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::Json;
 use scopefs::billing::{BillingError, Micros};
-use scopefs::registry::billing::{Account, LedgerEntry, SettleStatus, UsageRecord};
+use scopefs::registry::billing::{Account, ArtifactsState, LedgerEntry, SettleStatus, UsageRecord};
 use serde::{Deserialize, Serialize};
 
 use super::extract::{ApiJson, ApiPath, ApiQuery};
@@ -25,8 +25,10 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "POST",
             "/admin/pending-usage",
             Auth::Admin,
-            "Pending (unsettled) usage records, least recently attempted first, with their artifact paths. \
-             Body {limit?: 1-500, default 50}; answers {usage: [...]}",
+            "Usage records with their artifacts (seed 003 §11.3): pending ones (settled: 0, the default) least \
+             recently attempted first, or settled ones (settled: 1) oldest first. Body {settled?: 0|1, limit?: \
+             1-500, default 50}; answers {usage: [{id, usage_id, artifacts_registered, output_manifest_json, \
+             artifacts, ...}]}",
             post(pending_usage),
         )
         .add(
@@ -42,7 +44,8 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "POST",
             "/admin/mark-artifacts-registered",
             Auth::Admin,
-            "Mark the artifacts of these usage records registered (idempotent). Body {usage_ids: [..]}; answers {updated}",
+            "Mark the artifacts of usage records registered (idempotent). Body: exactly one of {usage_id}, \
+             {environment_id} (seed 003 §4.5) or {usage_ids: [..]}; answers {updated}",
             post(mark_artifacts_registered),
         )
         .add(
@@ -89,14 +92,48 @@ fn check_batch(ids: &[i64]) -> Result<(), ApiError> {
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct PendingRequest {
+    /// Seed 003 §4.5 `list_pending_usage(settled=0)`: 0 pending, 1 settled.
+    settled: Option<u8>,
     limit: Option<usize>,
 }
 
+/// A usage record as the seed's poll loop reads it (§11.3): `id`, `artifacts_registered`,
+/// `output_manifest_json`, plus every field of the record and its artifact paths.
 #[derive(Debug, Serialize)]
 struct PendingView {
+    /// The usage id (seed: `record.id`).
+    id: i64,
     #[serde(flatten)]
     usage: UsageRecord,
+    /// The artifacts need no registration before settlement: registered, none, or given up.
+    artifacts_registered: bool,
+    /// The manifest as a JSON string (`[{path, logical_path, size_bytes, sha256, content_type}]`),
+    /// `null` when the environment produced no artifacts.
+    output_manifest_json: Option<String>,
+    /// Artifact paths relative to `/workspace`.
     artifacts: Vec<String>,
+}
+
+impl PendingView {
+    fn of(billing: &crate::billing_loop::BillingService, usage: UsageRecord) -> Result<PendingView, BillingError> {
+        let rows = billing.registry.artifact_manifest(&usage.environment_id)?;
+        let manifest: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "path": format!("/workspace/{}", r.entry.path),
+                    "logical_path": r.entry.path,
+                    "size_bytes": r.entry.size_bytes,
+                    "sha256": r.entry.sha256,
+                    "content_type": r.entry.content_type,
+                })
+            })
+            .collect();
+        let output_manifest_json = (!manifest.is_empty()).then(|| serde_json::Value::Array(manifest).to_string());
+        let artifacts = rows.into_iter().map(|r| r.entry.path).collect();
+        let artifacts_registered = usage.artifacts_state != ArtifactsState::Pending;
+        Ok(PendingView { id: usage.usage_id, artifacts_registered, output_manifest_json, artifacts, usage })
+    }
 }
 
 async fn pending_usage(
@@ -107,13 +144,19 @@ async fn pending_usage(
     if !(1..=MAX_BATCH).contains(&limit) {
         return Err(BillingError::Invalid { field: "limit", reason: "must be 1-500".into() }.into());
     }
+    let settled = match req.settled.unwrap_or(0) {
+        0 => false,
+        1 => true,
+        _ => return Err(BillingError::Invalid { field: "settled", reason: "must be 0 or 1".into() }.into()),
+    };
     let billing = st.billing.clone();
     let views = blocking(Internal, move || {
-        let records = billing.registry.pending_usage(limit, false)?;
-        records
-            .into_iter()
-            .map(|usage| Ok(PendingView { artifacts: billing.registry.usage_artifacts(&usage.environment_id)?, usage }))
-            .collect::<Result<Vec<_>, BillingError>>()
+        let records = if settled {
+            billing.registry.usage_by_state(true, limit)?
+        } else {
+            billing.registry.pending_usage(limit, false)?
+        };
+        records.into_iter().map(|usage| PendingView::of(&billing, usage)).collect::<Result<Vec<_>, BillingError>>()
     })
     .await?;
     Ok(Json(serde_json::json!({ "usage": views })))
@@ -150,13 +193,39 @@ async fn mark_settled(
     Ok(Json(serde_json::json!({ "results": results })))
 }
 
+/// The body of `/admin/mark-artifacts-registered`: the seed's `usage_id` or `environment_id`, or a batch.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegisteredRequest {
+    usage_id: Option<i64>,
+    environment_id: Option<String>,
+    usage_ids: Option<Vec<i64>>,
+}
+
 async fn mark_artifacts_registered(
     State(st): State<AppState>,
-    ApiJson(req): ApiJson<UsageIds>,
+    ApiJson(req): ApiJson<RegisteredRequest>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    check_batch(&req.usage_ids)?;
+    let given = [req.usage_id.is_some(), req.environment_id.is_some(), req.usage_ids.is_some()];
+    if given.iter().filter(|g| **g).count() != 1 {
+        let reason = "give exactly one of usage_id, environment_id, usage_ids".into();
+        return Err(BillingError::Invalid { field: "usage_id", reason }.into());
+    }
+    if let Some(ids) = &req.usage_ids {
+        check_batch(ids)?;
+    }
     let billing = st.billing.clone();
-    let updated = blocking(Internal, move || billing.registry.mark_artifacts_registered(&req.usage_ids)).await?;
+    let updated = blocking(Internal, move || {
+        let ids = match (req.usage_id, req.environment_id, req.usage_ids) {
+            (Some(id), _, _) => vec![id],
+            (_, Some(env), _) => {
+                vec![billing.registry.usage_by_environment(&env)?.ok_or(BillingError::UsageNotFound)?.usage_id]
+            }
+            (_, _, ids) => ids.unwrap_or_default(),
+        };
+        billing.registry.mark_artifacts_registered(&ids)
+    })
+    .await?;
     Ok(Json(serde_json::json!({ "updated": updated })))
 }
 

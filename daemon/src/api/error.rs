@@ -56,6 +56,12 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such file or workspace")
     }
 
+    /// A signed `auth_context.object_scope` does not grant this access (seed 003 §4.7: 403,
+    /// `ComputePermissionDenied`); `what` says which access, never a path.
+    pub fn object_scope_denied(what: &str) -> ApiError {
+        Self::new(StatusCode::FORBIDDEN, "object_scope_denied", format!("object_scope does not grant {what}"))
+    }
+
     /// A `Range` outside the file (the handler adds `Content-Range: bytes */<size>`).
     pub fn range_not_satisfiable() -> ApiError {
         Self::new(StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable", "the requested range is outside the file")
@@ -285,6 +291,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::StateNotRequestable => {
                 ApiError::new(StatusCode::CONFLICT, "invalid_state_transition", e.to_string())
             }
+            ServiceError::MigrationRequired => ApiError::new(StatusCode::CONFLICT, "migration-required", e.to_string()),
             ServiceError::Registry(r) => from_registry(r),
             ServiceError::Engine(en) => from_engine(en),
             ServiceError::Mount(_) => ApiError::internal("mount_failed", &e),
@@ -324,6 +331,8 @@ impl From<crate::services::compute::ComputeError> for ApiError {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "compute_capacity_exceeded", e.to_string())
             }
             C::Invalid(..) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()),
+            C::Forbidden(code, text) => ApiError::new(StatusCode::FORBIDDEN, code, text),
+            C::OutputsTooLarge(text) => ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "artifact_limit", text),
             C::Service(s) => ApiError::tools(s),
             C::Executor(_) => ApiError::internal("executor_error", &e),
             C::Io(_) => ApiError::internal("runtime_area_error", &e),
@@ -383,6 +392,7 @@ mod tests {
         assert_eq!(status_code(IdError::BadThreadId), (400, "invalid_thread_id"));
         assert_eq!(status_code(IdError::BadScopeId), (400, "invalid_scope_id"));
         assert_eq!(status_code(ServiceError::ScopeNotFound), (404, "scope_not_found"));
+        assert_eq!(status_code(ServiceError::MigrationRequired), (409, "migration-required"));
         assert_eq!(status_code(ServiceError::NotMountable(ScopeState::Deleted)), (409, "scope_not_mountable"));
         assert_eq!(status_code(ServiceError::BadOperationId), (400, "invalid_operation_id"));
         assert_eq!(
@@ -470,7 +480,7 @@ mod tests {
     #[test]
     fn maps_billing_errors() {
         use scopefs::billing::BillingError as B;
-        assert_eq!(status_code(B::ComputeQuotaExceeded("x")), (429, "compute_quota_exceeded"));
+        assert_eq!(status_code(B::ComputeQuotaExceeded("x".into())), (429, "compute_quota_exceeded"));
         assert_eq!(status_code(B::AccountNotFound), (404, "account_not_found"));
         assert_eq!(status_code(B::UnknownPlan("x".into())), (400, "unknown_plan"));
         assert_eq!(status_code(B::CreditConflict), (409, "idempotency_key_conflict"));

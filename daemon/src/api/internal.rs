@@ -30,8 +30,18 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             Auth::Service,
             "Create (or return) the draft scope of a primary thread; idempotent on operation_id. \
              Body {operation_id, primary_thread_id}; 201 new / 200 existing: scope view with `created`. \
-             503 cutover_in_progress while a blocking lease is held",
+             503 cutover_in_progress while a blocking lease is held; 409 migration-required for a thread without \
+             a scope while cutover.mode is required and the migration report is not verified",
             post(provision),
+        )
+        .add(
+            "POST",
+            "/internal/workspace-cutover/report",
+            Auth::Service,
+            "Record the configured migration report (cutover.report: passed, this deployment) as the deployment's \
+             cutover operation with its SHA-256, which opens the required-mode gate. No body; \
+             {operation_id, result_sha256, state}; 409 migration-required if the report does not check out",
+            post(record_cutover),
         )
         .add(
             "GET",
@@ -357,6 +367,23 @@ struct ReleaseQuery {
 
 /// `change_lease::<ACQUIRE>`: take a free, expired or already held lease.
 const ACQUIRE: bool = false;
+/// The recorded cutover operation (no physical path).
+#[derive(Debug, Serialize)]
+struct CutoverView {
+    operation_id: String,
+    result_sha256: Option<String>,
+    state: String,
+}
+
+async fn record_cutover(State(st): State<AppState>) -> Result<Json<CutoverView>, ApiError> {
+    let op = blocking(Internal, move || st.scopes.record_cutover_report()).await?;
+    Ok(Json(CutoverView {
+        operation_id: op.operation_id,
+        result_sha256: op.result_sha256,
+        state: op.state.to_string(),
+    }))
+}
+
 /// `change_lease::<RENEW>`: extend a lease its holder still holds.
 const RENEW: bool = true;
 

@@ -4,7 +4,8 @@
 //! Conventions:
 //! - `threadId` (required) selects the scope; a malformed one is 400, an unknown one is the same 404
 //!   as a missing file (`ApiError::workspace`), a scope being deleted is 409.
-//! - `path` is relative to the workspace root (rules in `scopefs::vpath`; a leading `/` is 400).
+//! - `path` is relative to the workspace root (rules in `scopefs::vpath`); the display form
+//!   (`/paper.pdf`) is accepted too, so an answer's `virtual_path` can be sent back as `path`.
 //!   Answers carry `path` (relative, for the API) and `virtual_path` (`/paper.pdf`, for chat messages).
 //! - Upload: `POST /api/workspace/upload?threadId=&dir=&overwrite=1`, multipart; every part with a
 //!   filename is a file (its filename may contain sub-directories); a text part `dir` (before the files)
@@ -122,7 +123,7 @@ struct WsQuery {
 impl WsQuery {
     /// A required file path.
     fn file_path(&self) -> Result<String, ApiError> {
-        Ok(vpath::normalize(self.path.as_deref().unwrap_or(""))?)
+        Ok(vpath::normalize_virtual(self.path.as_deref().unwrap_or(""))?)
     }
 }
 
@@ -213,7 +214,7 @@ struct ListView {
 }
 
 async fn list(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -> Result<Json<ListView>, ApiError> {
-    let dir = vpath::normalize_dir(q.path.as_deref().unwrap_or(""))?;
+    let dir = vpath::normalize_virtual_dir(q.path.as_deref().unwrap_or(""))?;
     let recursive = flag(&q.recursive);
     let service = st.files.clone();
     let listed = dir.clone();
@@ -326,7 +327,7 @@ async fn upload(
     WsArgs { thread, q }: WsArgs,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<(StatusCode, Json<UploadView>), ApiError> {
-    let mut dir = vpath::normalize_dir(q.dir.as_deref().unwrap_or(""))?;
+    let mut dir = vpath::normalize_virtual_dir(q.dir.as_deref().unwrap_or(""))?;
     let mode = if flag(&q.overwrite) { WriteMode::Replace } else { WriteMode::CreateNew };
     let mut multipart = multipart?;
     let (_, engine) = scope_engine(&st, thread).await?;
@@ -335,7 +336,7 @@ async fn upload(
     while let Some(field) = multipart.next_field().await? {
         let Some(file_name) = field.file_name().map(str::to_owned) else {
             if field.name() == Some("dir") {
-                dir = vpath::normalize_dir(&field.text().await?)?;
+                dir = vpath::normalize_virtual_dir(&field.text().await?)?;
             }
             continue;
         };
@@ -573,7 +574,7 @@ async fn import(
     ApiJson(body): ApiJson<ImportBody>,
 ) -> Result<(StatusCode, Json<ImportView>), ApiError> {
     let source = vpath::normalize(&body.source_path)?;
-    let target = vpath::normalize(body.target_path.as_deref().unwrap_or(&source))?;
+    let target = vpath::normalize_virtual(body.target_path.as_deref().unwrap_or(&source))?;
     if st.files.settings().legacy_root.is_none() {
         return Err(ApiError::legacy_unavailable());
     }

@@ -55,7 +55,10 @@ impl WorkspaceFiles {
         &self,
         thread: &ThreadId,
     ) -> Result<(scopefs::registry::nonces::ThreadBinding, Arc<ScopeEngine>), ServiceError> {
-        let binding = self.registry.thread_binding(thread)?.ok_or(ServiceError::ScopeNotFound)?;
+        let Some(binding) = self.registry.thread_binding(thread)? else {
+            crate::metrics::note_run_without_scope();
+            return Err(ServiceError::ScopeNotFound);
+        };
         require_open_state(binding.scope.state)?;
         let engine = self.open.engine(&binding.scope)?;
         Ok((binding, engine))

@@ -4,16 +4,33 @@
 //! Every step is recorded in the registry first (see `scopefs::registry`'s
 //! lifecycle module) and is idempotent, so a crash at any point is finished by
 //! the next maintenance pass, which also runs once at startup before readiness:
-//! a `deleting` scope is retried, a deleted one past retention is purged (again).
+//! every open operation is finished or compensated (`sagas`), so a `deleting`
+//! scope is retried and a deleted one past retention is purged (again).
+//!
+//! The pass shares the deployment's `maintenance` lease with operators (seed 000
+//! §11.1): when it has registry work to do it takes the lease (which refuses new
+//! drafts, runs and owners with 503 while held), renews it between phases and
+//! releases it after; if an operator holds it, the pass is skipped and counted.
+//! Every pass also compares the local scope directories with the registry
+//! (orphan directories, missing local metadata) for `/metrics`; nothing is deleted.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use scopefs::config::Config;
+use scopefs::engine::EngineError;
 use scopefs::ids::ScopeId;
-use scopefs::registry::{DeleteStep, RegistryError, ScopeRecord, ScopeState};
+use scopefs::registry::{DeleteStep, RegistryError, ScopeRecord, ScopeState, CRON_KIND, RUN_KIND};
 
 use super::{failpoint, Scopes, ServiceError};
+
+/// The deployment lease the maintenance pass shares with operators.
+pub const MAINTENANCE_LEASE: &str = "maintenance";
+/// The daemon's own holder id of the `maintenance` lease: a restarted daemon takes back a lease
+/// its previous process left behind instead of waiting for it to expire.
+pub const MAINTENANCE_HOLDER: &str = "scopefs-daemon-maintenance";
+/// How long one grant (or renewal) of the lease lasts; the pass renews it between phases.
+const MAINTENANCE_LEASE_TTL: Duration = Duration::from_secs(120);
 
 /// Bound on waiting for a deleted scope's queued uploads before it is unmounted.
 const UPLOAD_WAIT_AT_DELETE: Duration = Duration::from_secs(10);
@@ -49,7 +66,22 @@ pub struct MaintenanceReport {
     pub still_deleting: usize,
     pub drafts_expired: usize,
     pub purged: usize,
+    /// Open operations compensated (see `sagas`).
+    pub compensated: usize,
     pub failed: usize,
+    /// Local scope directories (metadata or staging) with no registry row (left in place).
+    pub orphan_directories: usize,
+    /// Draft, active or deleting scopes whose local metadata directory is missing.
+    pub metadata_mismatches: usize,
+    /// The `maintenance` lease was held by someone else: no registry work was done.
+    pub skipped: bool,
+}
+
+impl MaintenanceReport {
+    /// Whether the pass changed nothing and was not skipped (the local scan's gauges aside).
+    pub fn is_quiet(&self) -> bool {
+        MaintenanceReport { orphan_directories: 0, metadata_mismatches: 0, ..*self } == MaintenanceReport::default()
+    }
 }
 
 fn ms(d: Duration) -> i64 {
@@ -99,7 +131,7 @@ impl Scopes {
     }
 
     /// Blocks writes and stops the daemon's own work in a deleting scope.
-    fn freeze(&self, scope: &ScopeId) {
+    pub(super) fn freeze(&self, scope: &ScopeId) {
         if let Some(engine) = self.open.get(scope) {
             engine.set_read_only(true);
         }
@@ -173,7 +205,7 @@ impl Scopes {
 
     /// Deletes every object under the scope's prefix and its local metadata, staging and cache,
     /// then records it purged. Idempotent; recorded as the operation `purge-<scope_id>`.
-    fn purge(&self, rec: &ScopeRecord) -> Result<(), ServiceError> {
+    pub(super) fn purge(&self, rec: &ScopeRecord) -> Result<(), ServiceError> {
         let _one_at_a_time = self.lifecycle_lock.lock();
         let scope = &rec.scope_id;
         self.registry.begin_purge(scope)?;
@@ -186,25 +218,61 @@ impl Scopes {
         Ok(())
     }
 
-    /// One maintenance pass: retries deletes left `deleting`, deletes expired drafts, purges deleted
-    /// scopes past the retention. Errors are logged per scope and counted.
+    /// One maintenance pass (see the module docs): compares local directories with the registry,
+    /// then, if there is registry work, takes the `maintenance` lease, finishes or compensates open
+    /// operations, expires drafts and purges deleted scopes past the retention, and releases it.
     pub fn maintenance_pass(&self) -> Result<MaintenanceReport, ServiceError> {
         let mut report = MaintenanceReport::default();
-        let count = |report: &mut MaintenanceReport, scope: &ScopeId, r: Result<DeleteStep, ServiceError>| match r {
-            Ok(DeleteStep::Deleted(_)) => report.deleted += 1,
-            Ok(DeleteStep::Blocked(_)) => report.still_deleting += 1,
-            Err(e) => {
-                tracing::error!(scope_id = %scope, error = %e, "maintenance: delete step failed");
-                report.failed += 1;
-            }
-        };
-        for rec in self.registry.list()?.into_iter().filter(|r| r.state == ScopeState::Deleting) {
-            let r = {
-                self.freeze(&rec.scope_id);
-                self.try_finish_delete(&rec.scope_id)
-            };
-            count(&mut report, &rec.scope_id, r);
+        self.scan_local(&mut report)?;
+        if !self.maintenance_due()? {
+            return Ok(report);
         }
+        let ttl = ms(MAINTENANCE_LEASE_TTL);
+        match self.registry.acquire_lease(MAINTENANCE_LEASE, MAINTENANCE_HOLDER, ttl) {
+            Ok(_) => {}
+            Err(RegistryError::LeaseHeld) => {
+                tracing::info!("maintenance lease is held by an operator; pass skipped");
+                crate::metrics::note_maintenance_skipped();
+                report.skipped = true;
+                return Ok(report);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let result = self.maintenance_work(&mut report);
+        if let Err(e) = self.registry.release_lease(MAINTENANCE_LEASE, MAINTENANCE_HOLDER) {
+            tracing::warn!(error = %e, "releasing the maintenance lease failed; it expires");
+        }
+        result.map(|()| report)
+    }
+
+    /// Whether the registry has anything for a pass to do (so the lease is only taken then).
+    fn maintenance_due(&self) -> Result<bool, ServiceError> {
+        for op in self.registry.open_operations()? {
+            let Some(scope) = &op.scope_id else { continue };
+            let waiting = (op.kind == RUN_KIND || op.kind == CRON_KIND)
+                && self.registry.get(scope)?.is_some_and(|r| r.state.is_mountable());
+            if !waiting {
+                return Ok(true);
+            }
+        }
+        let now = self.registry.now_ms();
+        Ok(!self.registry.expired_drafts(now.saturating_sub(ms(self.lifecycle.draft_ttl)))?.is_empty()
+            || !self.registry.purge_due(now.saturating_sub(ms(self.lifecycle.trash_retention)))?.is_empty())
+    }
+
+    /// Renews the lease between phases; a lost lease stops the pass (seed 000 §11.1).
+    fn renew_maintenance_lease(&self) -> Result<(), ServiceError> {
+        Ok(self.registry.renew_lease(MAINTENANCE_LEASE, MAINTENANCE_HOLDER, ms(MAINTENANCE_LEASE_TTL)).map(|_| ())?)
+    }
+
+    /// The registry work of a pass, under the lease.
+    fn maintenance_work(&self, report: &mut MaintenanceReport) -> Result<(), ServiceError> {
+        let ops = self.recover_operations()?;
+        report.deleted += ops.deleted;
+        report.still_deleting += ops.still_deleting;
+        report.compensated += ops.compensated;
+        report.failed += ops.failed;
+        self.renew_maintenance_lease()?;
         let now = self.registry.now_ms();
         let draft_cutoff = now.saturating_sub(ms(self.lifecycle.draft_ttl));
         for rec in self.registry.expired_drafts(draft_cutoff)? {
@@ -212,11 +280,15 @@ impl Scopes {
                 Ok(Some(_)) => {
                     report.drafts_expired += 1;
                     tracing::info!(scope_id = %rec.scope_id, "draft expired; deleting");
-                    let r = {
-                        self.freeze(&rec.scope_id);
-                        self.try_finish_delete(&rec.scope_id)
-                    };
-                    count(&mut report, &rec.scope_id, r);
+                    self.freeze(&rec.scope_id);
+                    match self.try_finish_delete(&rec.scope_id) {
+                        Ok(DeleteStep::Deleted(_)) => report.deleted += 1,
+                        Ok(DeleteStep::Blocked(_)) => report.still_deleting += 1,
+                        Err(e) => {
+                            tracing::error!(scope_id = %rec.scope_id, error = %e, "maintenance: delete step failed");
+                            report.failed += 1;
+                        }
+                    }
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -225,6 +297,7 @@ impl Scopes {
                 }
             }
         }
+        self.renew_maintenance_lease()?;
         let purge_cutoff = now.saturating_sub(ms(self.lifecycle.trash_retention));
         for rec in self.registry.purge_due(purge_cutoff)? {
             match self.purge(&rec) {
@@ -235,7 +308,31 @@ impl Scopes {
                 }
             }
         }
-        Ok(report)
+        Ok(())
+    }
+
+    /// Compares the local scope directories with the registry: directories of no registry scope
+    /// (orphans, left in place) and open scopes without local metadata (mismatches); both go to
+    /// `/metrics`.
+    fn scan_local(&self, report: &mut MaintenanceReport) -> Result<(), ServiceError> {
+        let scopes = self.registry.list()?;
+        let known: std::collections::HashSet<&str> = scopes.iter().map(|r| r.scope_id.as_str()).collect();
+        let storage = self.open.storage();
+        let dirs = storage.local_scope_dirs().map_err(EngineError::from)?;
+        report.orphan_directories = dirs.iter().filter(|d| !known.contains(d.as_str())).count();
+        let mismatched: Vec<String> = scopes
+            .iter()
+            .filter(|r| matches!(r.state, ScopeState::Draft | ScopeState::Active | ScopeState::Deleting))
+            .filter(|r| !storage.has_local_metadata(&r.scope_id))
+            .map(|r| r.scope_id.to_string())
+            .collect();
+        report.metadata_mismatches = mismatched.len();
+        if !mismatched.is_empty() {
+            tracing::warn!(scopes = mismatched.len(), "scopes without local metadata found by maintenance");
+        }
+        crate::metrics::set_orphan_directories(report.orphan_directories);
+        crate::metrics::note_metadata_mismatches(&mismatched);
+        Ok(())
     }
 }
 

@@ -12,6 +12,7 @@ pub mod files;
 mod lifecycle;
 pub mod mounter;
 pub mod open_scopes;
+mod sagas;
 pub mod scopes;
 #[cfg(test)]
 mod tests;
@@ -25,6 +26,7 @@ use scopefs_fs::MountError;
 pub use compute::ComputeService;
 pub use files::WorkspaceFiles;
 pub use lifecycle::{LifecycleSettings, MaintenanceReport};
+pub use sagas::{CutoverGate, OperationsReport};
 pub use scopes::Scopes;
 
 /// Failures of scope lifecycle work.
@@ -38,6 +40,9 @@ pub enum ServiceError {
     BadOperationId,
     #[error("a scope can only be moved to active or deleting")]
     StateNotRequestable,
+    /// Cutover mode `required` and the migration report does not check out (seed 000 §11.1).
+    #[error("this thread has no workspace and the deployment's migration is not verified; run the cutover")]
+    MigrationRequired,
     #[error(transparent)]
     Registry(#[from] RegistryError),
     #[error("file engine: {0}")]
@@ -54,6 +59,7 @@ impl ServiceError {
             ServiceError::NotMountable(_) => "scope_not_mountable",
             ServiceError::BadOperationId => "invalid_operation_id",
             ServiceError::StateNotRequestable => "invalid_state_transition",
+            ServiceError::MigrationRequired => "migration_required",
             ServiceError::Registry(_) => "registry_error",
             ServiceError::Engine(_) => "engine_error",
             ServiceError::Mount(_) => "mount_failed",

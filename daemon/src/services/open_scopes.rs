@@ -71,6 +71,25 @@ impl OpenScopes {
         Ok(path)
     }
 
+    /// Opens and mounts many scopes at once on `threads` threads (startup): mounting is mostly
+    /// waiting on the kernel, and different scopes do not wait on each other (see
+    /// `MountManager::mount`). Returns each scope's result, in no particular order.
+    pub fn mount_all(&self, records: &[ScopeRecord], threads: usize) -> Vec<(ScopeId, Result<PathBuf, ServiceError>)> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results = Mutex::new(Vec::with_capacity(records.len()));
+        std::thread::scope(|s| {
+            for _ in 0..threads.clamp(1, records.len().max(1)) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(rec) = records.get(i) else { return };
+                    let result = self.mount(rec);
+                    results.lock().push((rec.scope_id.clone(), result));
+                });
+            }
+        });
+        results.into_inner()
+    }
+
     /// The engine of a scope if it is open.
     pub fn get(&self, scope: &ScopeId) -> Option<Arc<ScopeEngine>> {
         self.table.lock().get(scope).map(|open| open.engine.clone())
@@ -103,5 +122,52 @@ impl OpenScopes {
     pub fn close_all(&self) {
         self.mounter.unmount_all();
         self.table.lock().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use scopefs::engine::{Quota, Storage, StorageSettings};
+    use scopefs::ids::ThreadId;
+    use scopefs::registry::Registry;
+    use scopefs::store::MemoryStore;
+
+    use super::OpenScopes;
+    use crate::services::mounter::FakeMounter;
+
+    #[test]
+    fn mount_all_mounts_each_scope_once_in_parallel_and_reports_each_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let storage = Storage::new(
+            Arc::new(MemoryStore::new()),
+            StorageSettings::default(),
+            &dir.path().join("data"),
+            rt.handle().clone(),
+        )
+        .unwrap();
+        let registry = Arc::new(Registry::open_in_memory().unwrap()).deployment("d");
+        let records: Vec<_> = (0..40)
+            .map(|i| {
+                let rec = registry.create_scope(&ThreadId::parse(&format!("t{i}")).unwrap(), None).unwrap();
+                registry.complete_provision(&rec.scope_id).unwrap()
+            })
+            .collect();
+        let mounter = Arc::new(FakeMounter::new(&dir.path().join("mnt")));
+        let open = OpenScopes::new(storage, mounter.clone(), Quota { bytes: 1 << 20, inodes: 100 });
+        mounter.fail_next_mounts(3);
+        let results = open.mount_all(&records, 8);
+        assert_eq!(results.len(), records.len());
+        let failed: Vec<_> = results.iter().filter(|(_, r)| r.is_err()).map(|(id, _)| id.clone()).collect();
+        assert_eq!(failed.len(), 3, "every injected failure is reported for its own scope");
+        assert_eq!(mounter.mounts_made(), 37);
+        assert_eq!(open.counts().mounted, 37);
+        // Again: the failed ones mount now, the mounted ones are not mounted twice.
+        let again = open.mount_all(&records, 8);
+        assert!(again.iter().all(|(_, r)| r.is_ok()));
+        assert_eq!(mounter.mounts_made(), 40);
+        assert!(records.iter().all(|r| mounter.is_mounted(&r.scope_id)));
     }
 }

@@ -6,8 +6,10 @@
 //! filesystem is opened and mounted, then the scope becomes `draft` and the operation `completed`
 //! in one transaction. If opening or mounting fails the operation is marked `failed` (with an
 //! error code) and the scope stays `provisioning`; it is finished by the next provision request for
-//! the same operation or thread, by the mount route, or at the next daemon start (`recover`).
-//! Nothing is ever compensated away: a provisioning scope only ever moves forward to `draft`.
+//! the same operation or thread, by the mount route, or at the next daemon start (`recover`, which
+//! drives every open operation of the registry, see `sagas`); one that still cannot be finished
+//! after the draft TTL is compensated (undone, the scope `deleted`). In cutover mode `required`, a
+//! thread without a scope is provisioned only once the migration report checks out (`sagas`).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +26,12 @@ use scopefs::registry::{
 
 use super::lifecycle::LifecycleSettings;
 use super::open_scopes::OpenScopes;
+use super::sagas::CutoverGate;
 use super::{failpoint, validate_operation_id, ComputeService, RecoveryReport, ScopeStatus, ServiceError};
+
+/// Threads mounting scopes at startup: a mount mostly waits on the kernel, and different scopes
+/// mount side by side (a restart with thousands of scopes is bounded by this, not by one core).
+const STARTUP_MOUNT_THREADS: usize = 8;
 
 /// Scopes of one deployment and their lifecycle (see the module docs).
 pub struct Scopes {
@@ -32,11 +39,12 @@ pub struct Scopes {
     pub(super) open: Arc<OpenScopes>,
     /// A deleted scope's environments and processes are stopped through it.
     pub(super) compute: Arc<ComputeService>,
-    /// Serializes provisioning completion so one scope is never finished twice at once.
-    provisioning: Mutex<()>,
+    /// Serializes provisioning completion (and compensation) so one scope is never finished twice at once.
+    pub(super) provisioning: Mutex<()>,
     /// Serializes delete completion and purges (see `lifecycle`).
     pub(super) lifecycle_lock: Mutex<()>,
     pub(super) lifecycle: LifecycleSettings,
+    pub(super) cutover: CutoverGate,
     ready: AtomicBool,
 }
 
@@ -54,8 +62,15 @@ impl Scopes {
             provisioning: Mutex::new(()),
             lifecycle_lock: Mutex::new(()),
             lifecycle,
+            cutover: CutoverGate::default(),
             ready: AtomicBool::new(false),
         }
+    }
+
+    /// Sets the cutover gate (config `[cutover]`; off by default).
+    pub fn with_cutover(mut self, gate: CutoverGate) -> Scopes {
+        self.cutover = gate;
+        self
     }
 
     pub fn registry(&self) -> &DeploymentRegistry {
@@ -79,7 +94,7 @@ impl Scopes {
     }
 
     /// Opens and mounts a `provisioning` scope, then records it as `draft` (see the module docs).
-    fn finish_provisioning(&self, rec: &ScopeRecord) -> Result<ScopeRecord, ServiceError> {
+    pub(super) fn finish_provisioning(&self, rec: &ScopeRecord) -> Result<ScopeRecord, ServiceError> {
         let _one_at_a_time = self.provisioning.lock();
         let mounted = self.open.mount(rec);
         if mounted.is_ok() {
@@ -147,8 +162,10 @@ impl Scopes {
     }
 
     /// Idempotent provisioning (operation id and thread); returns the scope and whether it is new.
+    /// `MigrationRequired` for a thread without a scope while the cutover gate is closed.
     pub fn provision(&self, operation_id: &str, thread: &ThreadId) -> Result<(ScopeRecord, bool), ServiceError> {
         validate_operation_id(operation_id)?;
+        self.check_cutover_gate(thread)?;
         let p = self.registry.provision(operation_id, thread, None)?;
         failpoint("provision_after_record");
         let rec = if p.scope.state == ScopeState::Provisioning { self.finish_provisioning(&p.scope)? } else { p.scope };
@@ -184,20 +201,35 @@ impl Scopes {
         Ok((rec, path))
     }
 
-    /// Startup: finishes scopes left in `provisioning` and remounts every draft and active scope.
+    /// Startup: finishes or compensates every open operation (`recover_operations`), finishes any
+    /// scope still left in `provisioning` without one, and remounts every draft and active scope.
     /// A scope that cannot be mounted is logged and skipped (the mount route retries it).
     pub fn recover(&self) -> Result<RecoveryReport, ServiceError> {
         let mut report = RecoveryReport::default();
-        for rec in self.registry.list()? {
-            let result = match rec.state {
-                ScopeState::Provisioning => self.finish_provisioning(&rec).map(|_| ()),
-                ScopeState::Draft | ScopeState::Active => self.open.mount(&rec).map(|_| ()),
-                ScopeState::Deleting | ScopeState::Deleted => continue,
-            };
+        let ops = self.recover_operations()?;
+        if ops != Default::default() {
+            tracing::info!(?ops, "open operations recovered");
+        }
+        let (provisioning, mountable): (Vec<_>, Vec<_>) = self
+            .registry
+            .list()?
+            .into_iter()
+            .filter(|rec| rec.state == ScopeState::Provisioning || rec.state.is_mountable())
+            .partition(|rec| rec.state == ScopeState::Provisioning);
+        let mut results: Vec<_> = provisioning
+            .iter()
+            .map(|rec| (rec.scope_id.clone(), rec.state, self.finish_provisioning(rec).map(|_| ())))
+            .collect();
+        let states: std::collections::HashMap<_, _> = mountable.iter().map(|r| (r.scope_id.clone(), r.state)).collect();
+        for (scope, result) in self.open.mount_all(&mountable, STARTUP_MOUNT_THREADS) {
+            let state = states[&scope];
+            results.push((scope, state, result.map(|_| ())));
+        }
+        for (scope, state, result) in results {
             match result {
                 Ok(()) => report.mounted += 1,
                 Err(e) => {
-                    tracing::error!(scope_id = %rec.scope_id, state = %rec.state, error = %e, "scope could not be mounted at startup");
+                    tracing::error!(scope_id = %scope, %state, error = %e, "scope could not be mounted at startup");
                     report.failed += 1;
                 }
             }

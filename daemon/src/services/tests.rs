@@ -4,14 +4,16 @@
 use std::sync::Arc;
 
 use scopefs::clock::ManualClock;
-use scopefs::config::Config;
+use scopefs::config::{Config, CutoverConfig, CutoverMode};
 use scopefs::engine::{EngineError, Quota, Storage, StorageSettings, WriteMode};
 use scopefs::executor::ContainerSpec;
 use scopefs::ids::{ScopeId, ThreadId};
 use scopefs::limits::LimitsConfig;
 use scopefs::registry::environments::{EnvironmentState, NewEnvironment};
 use scopefs::registry::imports::ImportRequest;
-use scopefs::registry::{DeleteStep, DeploymentRegistry, Registry, ScopeState};
+use scopefs::registry::{
+    DeleteStep, DeploymentRegistry, NewOwner, OperationState, OwnerState, OwnerType, Registry, RunReserve, ScopeState,
+};
 use scopefs::store::MemoryStore;
 
 use super::compute::{Compute, ComputeError, ComputeSettings};
@@ -358,4 +360,193 @@ fn live_processes_and_kept_logs_are_capped_per_scope() {
     let (_, tail) = svc.check_process(&a, &ids[0], None).unwrap();
     assert_eq!((tail.text.as_str(), tail.log_bytes), ("", 0));
     assert_eq!(svc.check_process(&a, &ids[2], None).unwrap().1.text, "third");
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+/// Seed 000 §5.3, provisioning: a crash after the record is resumed by recovery (mounted, draft);
+/// a provisioning that keeps failing is retried until the draft TTL, then compensated (mount and
+/// local data removed, scope `deleted`); a crash between `compensating` and `compensated` is
+/// finished by the next recovery.
+#[test]
+fn provisioning_is_resumed_or_compensated_by_recovery() {
+    let h = harness(LimitsConfig::default());
+    let scopes = &h.services.scopes;
+    let storage = scopes.open_scopes().storage().clone();
+    let resumed = h.registry.provision("op-crash", &thread("t0"), None).unwrap().scope;
+    let report = scopes.recover().unwrap();
+    assert_eq!(h.registry.get(&resumed.scope_id).unwrap().unwrap().state, ScopeState::Draft);
+    assert!(h.mounter.is_mounted(&resumed.scope_id));
+    assert_eq!(report.failed, 0);
+
+    h.mounter.fail_next_mounts(2);
+    assert!(matches!(scopes.provision("op-1", &thread("t1")), Err(ServiceError::Mount(_))));
+    let stuck = h.registry.find_by_thread(&thread("t1")).unwrap().unwrap();
+    let ops = scopes.recover_operations().unwrap();
+    assert_eq!((ops.failed, ops.compensated), (1, 0), "retried before the TTL: {ops:?}");
+    h.clock.advance_ms(DAY_MS + 1);
+    let ops = scopes.recover_operations().unwrap();
+    assert_eq!(ops.compensated, 1, "{ops:?}");
+    let gone = h.registry.get(&stuck.scope_id).unwrap().unwrap();
+    assert_eq!(gone.state, ScopeState::Deleted);
+    assert!(!h.mounter.is_mounted(&stuck.scope_id));
+    assert!(!storage.has_local_metadata(&stuck.scope_id), "the partial local data is removed");
+    let op = h.registry.operation("op-1").unwrap().unwrap();
+    assert_eq!((op.state, op.last_error_code.as_deref()), (OperationState::Compensated, Some("provision_expired")));
+
+    // Crash after `compensating` was recorded: the next recovery undoes and ends it.
+    let half = h.registry.provision("op-2", &thread("t2"), None).unwrap().scope;
+    h.registry.begin_compensation("op-2", "operator_abort").unwrap();
+    assert_eq!(scopes.recover_operations().unwrap().compensated, 1);
+    assert_eq!(h.registry.get(&half.scope_id).unwrap().unwrap().state, ScopeState::Deleted);
+    assert!(h.registry.open_operations().unwrap().is_empty());
+}
+
+/// A delete interrupted after `deleting` was recorded is finished by recovery; a run reservation
+/// and a cron registered in a scope being deleted are compensated (run cancelled, owners
+/// terminal), which lets the delete finish in the same maintenance pass.
+#[test]
+fn deletes_resume_and_runs_and_crons_of_a_deleted_scope_are_compensated() {
+    let h = harness(LimitsConfig::default());
+    let scopes = &h.services.scopes;
+    let (crashed, _) = scopes.provision("op-0", &thread("t0")).unwrap();
+    h.registry.begin_delete(&crashed.scope_id, crashed.revision).unwrap();
+    scopes.recover().unwrap();
+    assert_eq!(h.registry.get(&crashed.scope_id).unwrap().unwrap().state, ScopeState::Deleted);
+    assert!(!h.mounter.is_mounted(&crashed.scope_id));
+
+    let (rec, _) = scopes.provision("op-1", &thread("t1")).unwrap();
+    let req = RunReserve {
+        run_request_id: "r1".into(),
+        turn_id: "turn".into(),
+        interrupt_key: None,
+        request_hash: "h".into(),
+    };
+    let reserved = scopes.reserve_run(&rec.scope_id, &req).unwrap();
+    let cron = NewOwner { owner_type: OwnerType::Cron, resource_id: Some("cron-1".into()), parent_owner_id: None };
+    let (cron_owner, _) = scopes.create_owner(&rec.scope_id, &cron).unwrap();
+    assert_eq!(scopes.maintenance_pass().unwrap().compensated, 0, "open scope: the caller drives them");
+    let rec = h.registry.get(&rec.scope_id).unwrap().unwrap();
+    let deleting = scopes.request_state(&rec.scope_id, rec.revision, ScopeState::Deleting).unwrap();
+    assert_eq!(deleting.state, ScopeState::Deleting, "blocked by the run and the cron");
+
+    let report = scopes.maintenance_pass().unwrap();
+    assert_eq!((report.compensated, report.deleted), (2, 1), "{report:?}");
+    assert_eq!(h.registry.get(&rec.scope_id).unwrap().unwrap().state, ScopeState::Deleted);
+    let run = h.registry.run_request(&rec.scope_id, "r1").unwrap();
+    assert_eq!(run.state, scopefs::registry::RunRequestState::Cancelled);
+    for owner in [&reserved.run.run_owner_id, &cron_owner.owner_id] {
+        assert_eq!(h.registry.owner(&rec.scope_id, owner).unwrap().state, OwnerState::Terminal);
+    }
+    let run_op = h.registry.operation(&scopefs::registry::run_operation_id(&rec.scope_id, "r1")).unwrap();
+    assert_eq!(run_op.unwrap().state, OperationState::Compensated);
+    assert_eq!(h.registry.operation("cron:cron-1").unwrap().unwrap().state, OperationState::Compensated);
+    assert!(h.registry.open_operations().unwrap().is_empty());
+}
+
+/// Seed 000 §11.1: in cutover mode `required` a thread without a scope is refused
+/// (`MigrationRequired`, 409 `migration-required`) until the report is passed, for this deployment
+/// and recorded with its SHA-256; a changed report closes the gate again; known threads pass.
+#[test]
+fn the_required_cutover_gate_opens_only_for_a_verified_report() {
+    let h = harness(LimitsConfig::default());
+    let report = h.tmp.join("latest.json");
+    let cfg = Config {
+        deployment_id: "d".into(),
+        cutover: CutoverConfig { mode: CutoverMode::Required, report: Some(report.clone()) },
+        ..Config::default()
+    };
+    let s = &h.services.scopes;
+    let gated = Scopes::new(h.registry.clone(), s.open.clone(), s.compute.clone(), s.lifecycle)
+        .with_cutover(super::CutoverGate::from_config(&cfg));
+    let refused = gated.provision("op-1", &thread("t1"));
+    assert!(matches!(refused, Err(ServiceError::MigrationRequired)), "{refused:?}");
+
+    let write = |deployment: &str, status: &str| {
+        let body = format!(r#"{{"operation_id":"cut-1","deployment_id":"{deployment}","status":"{status}"}}"#);
+        std::fs::write(&report, body).unwrap();
+    };
+    write("d", "failed");
+    assert!(matches!(gated.record_cutover_report(), Err(ServiceError::MigrationRequired)));
+    write("other", "passed");
+    assert!(matches!(gated.record_cutover_report(), Err(ServiceError::MigrationRequired)));
+    write("d", "passed");
+    assert!(matches!(gated.provision("op-1", &thread("t1")), Err(ServiceError::MigrationRequired)), "not recorded");
+    let op = gated.record_cutover_report().unwrap();
+    assert_eq!((op.operation_id.as_str(), op.scope_id), ("cut-1", None));
+    let (rec, created) = gated.provision("op-1", &thread("t1")).unwrap();
+    assert!(created && rec.state == ScopeState::Draft);
+
+    std::fs::write(&report, br#"{"operation_id":"cut-1","deployment_id":"d","status":"passed","x":1}"#).unwrap();
+    assert!(matches!(gated.provision("op-2", &thread("t2")), Err(ServiceError::MigrationRequired)), "hash changed");
+    assert_eq!(gated.provision("op-1", &thread("t1")).unwrap().0.scope_id, rec.scope_id, "known thread");
+    assert!(h.services.scopes.provision("op-3", &thread("t3")).is_ok(), "mode off by default");
+}
+
+/// Seed 000 §11.1: the maintenance pass shares the `maintenance` lease: while an operator holds
+/// it the pass does no registry work (counted as skipped); otherwise it takes and releases it.
+#[test]
+fn the_maintenance_pass_takes_the_lease_and_skips_while_an_operator_holds_it() {
+    let h = harness(LimitsConfig::default());
+    let scopes = &h.services.scopes;
+    let (draft, _) = scopes.provision("op-1", &thread("t1")).unwrap();
+    h.clock.advance_ms(2 * DAY_MS);
+    h.registry.acquire_lease("maintenance", "operator-run", 60_000).unwrap();
+    let skipped_before = crate::metrics::consistency_counters().2;
+    let report = scopes.maintenance_pass().unwrap();
+    assert!(report.skipped && report.drafts_expired == 0, "{report:?}");
+    assert!(crate::metrics::consistency_counters().2 > skipped_before);
+    assert_eq!(h.registry.get(&draft.scope_id).unwrap().unwrap().state, ScopeState::Draft);
+
+    h.registry.release_lease("maintenance", "operator-run").unwrap();
+    let report = scopes.maintenance_pass().unwrap();
+    assert!(!report.skipped && report.drafts_expired == 1, "{report:?}");
+    assert!(h.registry.lease("maintenance").unwrap().is_none(), "released after the pass");
+    // A lease the daemon's previous process left behind is taken back, not waited for.
+    h.registry.acquire_lease("maintenance", super::lifecycle::MAINTENANCE_HOLDER, 60_000).unwrap();
+    scopes.provision("op-2", &thread("t2")).unwrap_err();
+    h.registry.release_lease("maintenance", super::lifecycle::MAINTENANCE_HOLDER).unwrap();
+    let (late, _) = scopes.provision("op-2", &thread("t2")).unwrap();
+    h.clock.advance_ms(2 * DAY_MS);
+    h.registry.acquire_lease("maintenance", super::lifecycle::MAINTENANCE_HOLDER, 60_000).unwrap();
+    assert_eq!(scopes.maintenance_pass().unwrap().drafts_expired, 1);
+    assert_eq!(h.registry.get(&late.scope_id).unwrap().unwrap().state, ScopeState::Deleted);
+}
+
+/// Seed 000 §17: tool requests of a thread without a scope, scopes whose local metadata is
+/// missing and local directories of no registry scope are counted and reach `/metrics`; the
+/// orphan directory is left in place.
+#[test]
+fn runs_without_scope_metadata_mismatches_and_orphan_directories_are_measured() {
+    let h = harness(LimitsConfig::default());
+    let (scopes, files) = (&h.services.scopes, &h.services.files);
+    let (before_runs, before_mismatch, _) = crate::metrics::consistency_counters();
+    assert!(matches!(files.tool_scope(&thread("nobody")), Err(ServiceError::ScopeNotFound)));
+    assert!(crate::metrics::consistency_counters().0 > before_runs);
+
+    assert_eq!(scopes.maintenance_pass().unwrap(), Default::default());
+    let orphan = h.tmp.join("data/scopes").join(ScopeId::generate().as_str());
+    std::fs::create_dir_all(&orphan).unwrap();
+    let (rec, _) = scopes.provision("op-1", &thread("t1")).unwrap();
+    scopes.open_scopes().close(&rec.scope_id).unwrap();
+    std::fs::remove_dir_all(h.tmp.join("data/scopes").join(rec.scope_id.as_str())).unwrap();
+    let report = scopes.maintenance_pass().unwrap();
+    assert_eq!((report.orphan_directories, report.metadata_mismatches), (1, 1), "{report:?}");
+    assert!(report.is_quiet(), "a scan alone changes nothing");
+    assert!(orphan.is_dir(), "orphans are reported, not deleted");
+    let after_mismatch = crate::metrics::consistency_counters().1;
+    assert!(after_mismatch > before_mismatch);
+    scopes.maintenance_pass().unwrap();
+    assert_eq!(crate::metrics::consistency_counters().1, after_mismatch, "a scope counts once");
+
+    let storage = scopes.open_scopes().storage();
+    let text = crate::metrics::render(&h.registry, &[], storage).unwrap();
+    for family in [
+        "scopefs_runs_without_scope_total",
+        "scopefs_metadata_mismatch_total",
+        "scopefs_orphan_directories",
+        "scopefs_maintenance_skipped_total",
+    ] {
+        assert!(text.contains(&format!("# TYPE {family} ")), "{family} missing from /metrics");
+    }
 }

@@ -72,6 +72,17 @@ impl Registry {
         if mismatched != 0 {
             audit.problems.push(format!("{mismatched} usage records disagree with the ledger about being settled"));
         }
+        // The artifact registry agrees with the usage log: a usage whose artifacts are registered
+        // has every manifest row registered (settlement itself refuses pending artifacts).
+        let unregistered: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM compute_usage_log u JOIN artifacts a ON a.environment_id = u.environment_id
+             WHERE u.artifacts_state = 'registered' AND a.registered_at IS NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        if unregistered != 0 {
+            audit.problems.push(format!("{unregistered} artifacts disagree with their usage about being registered"));
+        }
         Ok(audit)
     }
 }

@@ -29,7 +29,7 @@ impl Registry {
         user: &str,
         requested_runtime_seconds: Option<u64>,
     ) -> Result<u64, BillingError> {
-        self.compute_preflight(pricing, user, requested_runtime_seconds)?.into_effective()
+        self.compute_preflight(pricing, user, requested_runtime_seconds)?.into_effective(pricing)
     }
 }
 

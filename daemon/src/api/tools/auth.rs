@@ -41,6 +41,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::super::{blocking, ApiError, AppState};
+use super::object_scope::ObjectScope;
 use crate::pools::RouteClass;
 use crate::tokens::Token;
 
@@ -94,11 +95,10 @@ impl ToolsAuth {
 /// - `body`: the request body minus `auth_context`, deserialized into `T` (unknown fields are
 ///   ignored unless `T` says otherwise; a mismatch is 400 `invalid_request`);
 /// - `user_id`, `thread_id`: from the signed `auth_context`;
-/// - `object_scope`: `auth_context.object_scope` if present (as JSON). It is covered by the
-///   signature and otherwise not enforced, because nothing here could exceed it: it grants
-///   object-store keys (seed 003: `"read": ["objects/in/…"]`, `"write_prefixes": ["jobs/…/artifacts/"]`,
-///   for `input_objects` and `artifact_prefix`), and no route reads or writes an object key for a
-///   request (create_environment takes only `max_runtime_seconds`; destroy returns no artifacts);
+/// - `object_scope`: `auth_context.object_scope` if present (as JSON, covered by the signature);
+/// - `grant`: the same, parsed ([`ObjectScope`]: the paths the request may read and write;
+///   malformed is 400 `invalid_auth_context`); every file tool checks it, and commands check it
+///   with [`super::object_scope::permit_command`];
 /// - `scope`: the registry record of the scope (draft or active) the thread acts in;
 /// - `role`: `Primary`, or `Owner { owner_id, owner_type }` for a registered thread owner;
 /// - `engine`: the scope's open file engine (path API in `scopefs::engine::paths`).
@@ -109,6 +109,7 @@ pub struct SignedRequest<T> {
     pub user_id: String,
     pub thread_id: ThreadId,
     pub object_scope: Option<serde_json::Value>,
+    pub grant: Option<ObjectScope>,
     pub scope: ScopeRecord,
     pub role: ThreadRole,
     pub engine: Arc<ScopeEngine>,
@@ -120,6 +121,14 @@ impl<T> SignedRequest<T> {
     /// Whether this thread may change files: a memory worker acts read-only (SPEC §8).
     pub fn may_write(&self) -> bool {
         !matches!(self.role, ThreadRole::Owner { owner_type: OwnerType::MemoryWorker, .. })
+    }
+
+    /// Whether this request's `object_scope` lets it run a command in an environment whose
+    /// `/workspace` is read-only (`read_only`) or writable: 403 `object_scope_denied` unless it
+    /// covers what a command can reach (see [`super::object_scope::permit_command`]). For the
+    /// compute routes (execute_command, start_process), next to their role checks.
+    pub fn permit_command(&self, read_only: bool) -> Result<(), ApiError> {
+        super::object_scope::permit_command(self.grant.as_ref(), read_only)
     }
 }
 
@@ -227,6 +236,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
                 })?),
                 None => None,
             };
+            let grant = object_scope.as_ref().map(ObjectScope::parse).transpose()?;
             // Remembered until the request could no longer verify (its window has passed).
             let window_ms = i64::try_from(auth.window_secs).unwrap_or(i64::MAX / 2_000).saturating_mul(1000);
             let expires = ctx.issued_at.saturating_mul(1000).saturating_add(window_ms).saturating_add(1000);
@@ -240,6 +250,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
                 user_id,
                 thread_id,
                 object_scope,
+                grant,
                 scope: binding.scope,
                 role: binding.role,
                 engine,

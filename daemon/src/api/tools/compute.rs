@@ -25,8 +25,16 @@ use super::super::routes::{Auth, RouteTable};
 use super::super::{blocking, ApiError, AppState};
 use super::auth::SignedRequest;
 use crate::pools::RouteClass::Tools;
-use crate::services::compute::{Caller, CreateEnvironment};
+use crate::services::compute::Caller;
 use crate::services::{ComputeService, ServiceError};
+
+mod seed;
+use seed::{ArtifactView, CreateParams, DestroyParams};
+
+/// Every environment is a dedicated Docker container (shared compute is not built: seed 003 §5
+/// option 2, a request for `shared` is routed to `standard` and says so).
+const EXECUTION_MODE: &str = "standard";
+const BACKEND_TYPE: &str = "docker";
 
 pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
     table
@@ -34,14 +42,14 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "POST",
             "/tools/create_environment",
             Auth::Signed,
-            "Create a sandbox environment bound to the thread's scope ({max_runtime_seconds?})",
+            "Create a sandbox environment bound to the thread's scope (seed 003 §4.5 fields: {max_runtime_seconds?, resource_class?, backend_policy?, execution_mode?, shared_compute_eligible?, image_ref?, limits?, input_objects?, artifact_prefix?, default_output_paths?, budget_snapshot?})",
             post(create_environment),
         )
         .add(
             "POST",
             "/tools/destroy_environment",
             Auth::Signed,
-            "Destroy an environment ({environment_id}); again is harmless",
+            "Destroy an environment ({environment_id, persist_outputs?, output_paths?, force_destroy?, artifact_prefix?}); its outputs become artifacts; again is harmless",
             post(destroy_environment),
         )
         .add("POST", "/tools/list_environments", Auth::Signed, "The scope's environments", post(list_environments))
@@ -145,7 +153,14 @@ fn permit_id<T>(svc: &ComputeService, req: &SignedRequest<T>, env_id: &str, what
         .environment(&req.scope.scope_id, env_id)
         .map_err(|e| ApiError::from(ServiceError::Registry(e)))?;
     match env {
-        Some(env) => permit(&Who::of(req), &env, what),
+        Some(env) => {
+            permit(&Who::of(req), &env, what)?;
+            // A command reaches the whole `/workspace`: the signed object_scope must cover it.
+            match what {
+                Use::Run => req.permit_command(env.read_only),
+                Use::End => Ok(()),
+            }
+        }
         None => Ok(()),
     }
 }
@@ -173,6 +188,11 @@ struct EnvView {
     ended_at: Option<i64>,
     runtime_seconds: Option<u64>,
     end_reason: Option<String>,
+    /// Seed 003 §5: always `standard` (a dedicated container).
+    execution_mode: &'static str,
+    backend_type: &'static str,
+    /// Names the environment's backend resource (never the container id).
+    resource_ref: String,
 }
 
 impl EnvView {
@@ -185,6 +205,7 @@ impl EnvView {
     /// `env`, with or without its identities.
     fn of(env: EnvironmentRecord, with_identity: bool) -> EnvView {
         let shown = |id: String| with_identity.then_some(id);
+        let resource_ref = format!("{BACKEND_TYPE}/dedicated/{}", env.environment_id);
         EnvView {
             environment_id: env.environment_id,
             scope_id: env.scope_id,
@@ -202,6 +223,9 @@ impl EnvView {
             ended_at: env.ended_at,
             runtime_seconds: env.runtime_seconds,
             end_reason: env.end_reason,
+            execution_mode: EXECUTION_MODE,
+            backend_type: BACKEND_TYPE,
+            resource_ref,
         }
     }
 }
@@ -213,8 +237,10 @@ struct DestroyedView {
     env: EnvView,
     /// The environment had ended before this request.
     already_ended: bool,
-    /// Always empty: no route returns object keys (see `SignedRequest::object_scope`).
-    artifacts: Vec<String>,
+    /// The manifest of its outputs (seed 003 §3.8): files under the output paths.
+    artifacts: Vec<ArtifactView>,
+    /// `force_destroy` left output files uncollected.
+    artifacts_lost: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -260,11 +286,6 @@ struct ProcListView {
     processes: Vec<ProcessRecord>,
 }
 
-#[derive(Debug, Deserialize)]
-struct CreateParams {
-    max_runtime_seconds: Option<u64>,
-}
-
 async fn create_environment(
     State(st): State<AppState>,
     req: SignedRequest<CreateParams>,
@@ -276,7 +297,7 @@ async fn create_environment(
             thread_id: req.thread_id.as_str().to_string(),
             read_only: !req.may_write(),
         };
-        let create = CreateEnvironment { max_runtime_seconds: req.body.max_runtime_seconds };
+        let create = req.body.into_request()?;
         let env = svc.create_environment(&req.scope.scope_id, &caller, &create)?;
         Ok(Json(EnvView::of(env, true)))
     })
@@ -284,25 +305,29 @@ async fn create_environment(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct EnvParams {
     environment_id: String,
 }
 
 async fn destroy_environment(
     State(st): State<AppState>,
-    req: SignedRequest<EnvParams>,
+    req: SignedRequest<DestroyParams>,
 ) -> Result<Json<DestroyedView>, ApiError> {
     let svc = st.compute.clone();
     blocking(Tools, move || -> Result<_, ApiError> {
         permit_id(&svc, &req, &req.body.environment_id, Use::End)?;
-        let (env, ended_now) = svc.destroy_environment(&req.scope.scope_id, &req.body.environment_id)?;
-        let env = EnvView::seen_by(env, &Who::of(&req));
-        Ok(Json(DestroyedView { env, already_ended: !ended_now, artifacts: Vec::new() }))
+        let params = req.body.to_request()?;
+        let done = svc.destroy_environment(&req.scope.scope_id, &req.body.environment_id, &params)?;
+        let env = EnvView::seen_by(done.env, &Who::of(&req));
+        let artifacts = done.artifacts.into_iter().map(ArtifactView::of).collect();
+        Ok(Json(DestroyedView { env, already_ended: !done.ended_now, artifacts, artifacts_lost: done.artifacts_lost }))
     })
     .await
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct NoParams {}
 
 async fn list_environments(
@@ -331,6 +356,7 @@ async fn get_environment_status(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ExecParams {
     environment_id: String,
     command: String,
@@ -359,6 +385,7 @@ async fn execute_command(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct StartParams {
     command: String,
     environment_id: Option<String>,
@@ -376,15 +403,17 @@ async fn start_process(
                 permit_id(&svc, &req, id, Use::Run)?;
                 Some(id.clone())
             }
-            None if who.may_write => None,
+            // A writer whose object_scope covers a writable `/workspace` may use any environment.
+            None if who.may_write && req.permit_command(false).is_ok() => None,
             // The newest running environment this thread may use (the service's own default
             // could be another thread's read-write one).
             None => {
                 let envs = svc.list_environments(&req.scope.scope_id)?;
-                let mine = envs
-                    .iter()
-                    .rev()
-                    .find(|e| e.state == EnvironmentState::Running && permit(&who, e, Use::Run).is_ok());
+                let mine = envs.iter().rev().find(|e| {
+                    e.state == EnvironmentState::Running
+                        && permit(&who, e, Use::Run).is_ok()
+                        && req.permit_command(e.read_only).is_ok()
+                });
                 Some(mine.map(|e| e.environment_id.clone()).ok_or_else(run_refused)?)
             }
         };
@@ -395,6 +424,7 @@ async fn start_process(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CheckParams {
     process_id: String,
     tail_bytes: Option<u64>,
@@ -413,6 +443,7 @@ async fn check_process(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ProcParams {
     process_id: String,
 }
@@ -433,6 +464,7 @@ async fn stop_process(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ListProcParams {
     environment_id: Option<String>,
 }
@@ -527,6 +559,10 @@ mod tests {
         // Former `env_json`: the record's serialization plus `status`.
         let mut former = serde_json::to_value(&record).unwrap();
         former["status"] = json!(record.state.as_str());
+        // Plus the seed's response fields (003 §5).
+        former["execution_mode"] = json!("standard");
+        former["backend_type"] = json!("docker");
+        former["resource_ref"] = json!("docker/dedicated/env_1");
         assert_eq!(serde_json::to_value(EnvView::of(record.clone(), true)).unwrap(), former);
         // Former destroy_environment of another user's environment: identities removed, two keys added.
         let mut theirs = former.clone();
@@ -535,8 +571,9 @@ mod tests {
         }
         theirs["already_ended"] = json!(true);
         theirs["artifacts"] = json!([]);
+        theirs["artifacts_lost"] = json!(false);
         let env = EnvView::seen_by(record, &who("u2", "thr-b", true));
-        let destroyed = DestroyedView { env, already_ended: true, artifacts: Vec::new() };
+        let destroyed = DestroyedView { env, already_ended: true, artifacts: Vec::new(), artifacts_lost: false };
         assert_eq!(serde_json::to_value(destroyed).unwrap(), theirs);
 
         let out = ExecOutput {

@@ -2,11 +2,17 @@
 //! download, on the scope's file engine (no container needed).
 //!
 //! Conventions:
-//! - Every route takes a [`SignedRequest`]; `environment_id` may be sent and is ignored: the files
-//!   of every environment of a scope are the scope's files.
+//! - Every route takes a [`SignedRequest`]; its parameters are the seed's (§4.5) and nothing else:
+//!   an unknown field is 400 `invalid_request` naming it. `environment_id` may be sent: it must
+//!   name a live environment (creating or running) of the request's scope, else 404
+//!   `environment_not_found` (an unknown id, another scope's, or one that has ended); the files of
+//!   every environment of a scope are the scope's files.
 //! - Paths are `/workspace/...` or relative to `/workspace`; anything else (another absolute path,
 //!   `..`, control characters, reserved names) is 400 `invalid_path` (rules of `scopefs::vpath`).
-//!   Answers name files as `/workspace/...`.
+//!   Answers name files as `/workspace/...`, which every route takes back as a path.
+//! - `auth_context.object_scope`, when signed, bounds every route (rules in [`super::object_scope`]):
+//!   reading a path it does not cover, or writing one no write prefix covers, is 403
+//!   `object_scope_denied`; listings, grep and glob show only what it lets the caller see.
 //! - Symlinks are never followed: the engine's path API resolves without following them, and
 //!   `grep_files`/`glob_files` walk directories with `list_path`, descending only into real
 //!   directories, so nothing outside the scope is ever reached whatever the pattern.
@@ -16,16 +22,20 @@
 //!   `old_string_not_found`, several → 409 `old_string_not_unique` (a conflict with the file's
 //!   current content, not a malformed request). The edit is an atomic replace of the whole file,
 //!   and only of the version it read: a write in between answers 409 `file_changed` (nothing lost).
-//! - `edit_file`: the size of the result (`len + count × (len(new) − len(old))`) is computed with
-//!   checked arithmetic before anything is built; over the file limit is 413 (`edit_result`).
-//! - `grep_files`: `pattern` is a literal substring (no regular expressions: nothing to backtrack)
-//!   of at most `[limits] grep_max_pattern_bytes` (more is 413), found with `memchr::memmem`
-//!   (linear); optional `glob` filters file paths (relative to `path`); at most 200 matches,
-//!   files over the file limit are skipped, lines are cut at 1000 bytes.
-//! - `glob_files`: `*` and `?` within a name, `**` across directories, `[abc]` classes; patterns
-//!   of at most `glob_max_pattern_bytes` (more is 413), matched as a set of states (linear in the
-//!   path whatever the number of `**`; directories no match can lie below are not walked); at
-//!   most 1000 results. Patterns with `..`, or absolute outside `/workspace`, are 400.
+//!   The size of the result (`len + count × (len(new) − len(old))`) is computed with checked
+//!   arithmetic before anything is built; over the file limit is 413 (`edit_result`). The answer's
+//!   `diff` is a unified diff of the change (seed 003 §6 `EditResult(diff)`), at most
+//!   `[limits] edit_max_diff_bytes`: a longer one is cut there and `diff_truncated` is true.
+//! - `grep_files`: `pattern` is a regular expression (Rust `regex` syntax: no backreferences or
+//!   look-around, so matching is linear in the data; `^`/`$` match at line ends) of at most
+//!   `[limits] grep_max_pattern_bytes` (more is 413) that compiles to at most `grep_max_regex_bytes`
+//!   (more is 413, before any file is read); an invalid one is 400 `invalid_pattern` naming the
+//!   problem. Optional `glob` filters file paths (relative to `path`); at most 200 matches, files
+//!   over the file limit are skipped, lines are cut at 1000 bytes.
+//! - `glob_files` answers `matches`: `*` and `?` within a name, `**` across directories, `[abc]`
+//!   classes; patterns of at most `glob_max_pattern_bytes` (more is 413), matched as a set of states
+//!   (linear in the path whatever the number of `**`; directories no match can lie below are not
+//!   walked); at most 1000 results. Patterns with `..`, or absolute outside `/workspace`, are 400.
 //! - Walks stop after `max_walk_entries` entries or `http_request_timeout_secs` and say `truncated`.
 //! - Writes (write_file, edit_file, upload_file) are refused with 403 `read_only` for a memory
 //!   worker's thread (SPEC §8).
@@ -46,10 +56,14 @@ use std::time::UNIX_EPOCH;
 use super::super::routes::{Auth, RouteTable};
 use super::super::{blocking, file_kind_name, ApiError, AppState};
 use super::auth::SignedRequest;
+use super::edit::{edited_len, replace_bounded, unified_diff};
 use super::engine_err;
+use super::object_scope::{check_list, check_read, check_write};
 use super::search::{self, Glob, Visit, WalkBudget};
 use crate::pools::RouteClass::Tools;
+use crate::services::compute::ComputeError;
 use crate::services::files::write_creating_parents;
+use crate::services::ServiceError;
 
 /// Most entries `list_dir` returns.
 const MAX_LIST: usize = 1000;
@@ -164,12 +178,26 @@ fn require_write<T>(req: &SignedRequest<T>) -> Result<(), ApiError> {
     }
 }
 
+/// `environment_id`, when sent, names a live environment of the request's scope; otherwise the
+/// 404 an unknown environment gets everywhere (another scope's or an ended one included).
+fn check_environment<T>(st: &AppState, req: &SignedRequest<T>, env_id: Option<&str>) -> Result<(), ApiError> {
+    let Some(id) = env_id else { return Ok(()) };
+    let env = st.compute.registry().environment(&req.scope.scope_id, id).map_err(ServiceError::Registry)?;
+    match env {
+        Some(env) if env.state.is_live() => Ok(()),
+        _ => Err(ComputeError::EnvironmentNotFound.into()),
+    }
+}
+
 fn text(data: Vec<u8>) -> Result<String, ApiError> {
     String::from_utf8(data).map_err(|_| conflict("not_utf8", "the file is not UTF-8 text; use download_file"))
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PathParams {
+    #[serde(default)]
+    environment_id: Option<String>,
     path: String,
 }
 
@@ -183,7 +211,9 @@ struct ReadView {
 async fn read_file(State(st): State<AppState>, req: SignedRequest<PathParams>) -> Result<Json<ReadView>, ApiError> {
     let limit = st.tools.file_limit;
     blocking(Tools, move || -> Result<_, ApiError> {
+        check_environment(&st, &req, req.body.environment_id.as_deref())?;
         let rel = tool_path(&req.body.path, false)?;
+        check_read(req.grant.as_ref(), &shown(&rel))?;
         let content = text(read_whole(&req.engine, &rel, limit)?)?;
         Ok(Json(ReadView { path: shown(&rel), size_bytes: content.len(), content }))
     })
@@ -191,7 +221,10 @@ async fn read_file(State(st): State<AppState>, req: SignedRequest<PathParams>) -
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct WriteParams {
+    #[serde(default)]
+    environment_id: Option<String>,
     path: String,
     content: String,
 }
@@ -211,7 +244,9 @@ async fn write_file(
     require_write(&req)?;
     let limit = st.tools.file_limit;
     blocking(Tools, move || -> Result<_, ApiError> {
+        check_environment(&st, &req, req.body.environment_id.as_deref())?;
         let rel = tool_path(&req.body.path, false)?;
+        check_write(req.grant.as_ref(), &shown(&rel))?;
         let data = req.body.content.as_bytes();
         let attr = write_whole(&req.engine, &rel, data, limit)?;
         Ok(Json(WrittenView { path: shown(&rel), size_bytes: attr.size, sha256: sha256_hex(data) }))
@@ -220,7 +255,10 @@ async fn write_file(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct EditParams {
+    #[serde(default)]
+    environment_id: Option<String>,
     path: String,
     old_string: String,
     new_string: String,
@@ -235,14 +273,32 @@ struct EditView {
     lines_removed: usize,
     lines_added: usize,
     size_bytes: u64,
+    /// Unified diff of the change, at most `edit_max_diff_bytes`.
+    diff: String,
+    diff_truncated: bool,
+}
+
+/// How often `old` occurs in `text`, refused unless once (or `replace_all`).
+fn occurrences(text: &str, old: &str, replace_all: bool) -> Result<usize, ApiError> {
+    match text.matches(old).count() {
+        0 => Err(conflict("old_string_not_found", "old_string does not occur in the file")),
+        n if n > 1 && !replace_all => Err(conflict(
+            "old_string_not_unique",
+            format!("old_string occurs {n} times; give more context or set replace_all"),
+        )),
+        n => Ok(n),
+    }
 }
 
 async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -> Result<Json<EditView>, ApiError> {
     require_write(&req)?;
     let limit = st.tools.file_limit;
+    let max_diff = usize::try_from(st.tools.limits.edit_max_diff_bytes).unwrap_or(usize::MAX);
     blocking(Tools, move || -> Result<_, ApiError> {
         let p = &req.body;
+        check_environment(&st, &req, p.environment_id.as_deref())?;
         let rel = tool_path(&p.path, false)?;
+        check_write(req.grant.as_ref(), &shown(&rel))?;
         if p.old_string.is_empty() {
             return Err(bad("invalid_request", "old_string must not be empty"));
         }
@@ -251,18 +307,7 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
         }
         let (read, bytes) = read_whole_versioned(&req.engine, &rel, limit)?;
         let before = text(bytes)?;
-        let count = before.matches(p.old_string.as_str()).count();
-        match count {
-            0 => return Err(conflict("old_string_not_found", "old_string does not occur in the file")),
-            1 => {}
-            n if !p.replace_all => {
-                return Err(conflict(
-                    "old_string_not_unique",
-                    format!("old_string occurs {n} times; give more context or set replace_all"),
-                ))
-            }
-            _ => {}
-        }
+        let count = occurrences(&before, &p.old_string, p.replace_all)?;
         let Some(size) =
             edited_len(before.len(), count, p.old_string.len(), p.new_string.len()).filter(|n| *n as u64 <= limit)
         else {
@@ -273,6 +318,10 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
         // Replaces only the version that was read: a write in between is never lost (409 file_changed).
         let unchanged = WriteMode::ReplaceIfUnchanged { ino: read.ino, version: read.version };
         let attr = write_whole_as(&req.engine, &rel, after.as_bytes(), limit, unchanged)?;
+        let (diff, diff_truncated) = unified_diff(&shown(&rel), &before, &after, max_diff);
+        if diff_truncated {
+            limits::refuse(Bound::EditDiff);
+        }
         let lines = |s: &str| s.lines().count();
         Ok(Json(EditView {
             path: shown(&rel),
@@ -280,37 +329,18 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
             lines_removed: lines(&p.old_string) * count,
             lines_added: lines(&p.new_string) * count,
             size_bytes: attr.size,
+            diff,
+            diff_truncated,
         }))
     })
     .await
 }
 
-/// The length of `len` bytes after `count` replacements of `old` bytes by `new` bytes; `None` when
-/// it does not fit a `usize`.
-fn edited_len(len: usize, count: usize, old: usize, new: usize) -> Option<usize> {
-    if new >= old {
-        len.checked_add(count.checked_mul(new - old)?)
-    } else {
-        len.checked_sub(count.checked_mul(old - new)?)
-    }
-}
-
-/// `text` with every `old` replaced by `new`, built in one allocation of `size` bytes (the length
-/// [`edited_len`] computed and the caller bounded).
-fn replace_bounded(text: &str, old: &str, new: &str, size: usize) -> String {
-    let mut out = String::with_capacity(size);
-    let mut last = 0;
-    for (at, _) in text.match_indices(old) {
-        out.push_str(&text[last..at]);
-        out.push_str(new);
-        last = at + old.len();
-    }
-    out.push_str(&text[last..]);
-    out
-}
-
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DirParams {
+    #[serde(default)]
+    environment_id: Option<String>,
     #[serde(default = "workspace_root")]
     path: String,
 }
@@ -350,10 +380,14 @@ struct DirView {
     truncated: bool,
 }
 
-async fn list_dir(req: SignedRequest<DirParams>) -> Result<Json<DirView>, ApiError> {
+async fn list_dir(State(st): State<AppState>, req: SignedRequest<DirParams>) -> Result<Json<DirView>, ApiError> {
     blocking(Tools, move || -> Result<_, ApiError> {
+        check_environment(&st, &req, req.body.environment_id.as_deref())?;
         let rel = tool_path(&req.body.path, true)?;
-        let entries = req.engine.list_path(&rel, false).map_err(engine_err)?;
+        let grant = req.grant.as_ref();
+        check_list(grant, &shown(&rel))?;
+        let mut entries = req.engine.list_path(&rel, false).map_err(engine_err)?;
+        entries.retain(|e| grant.is_none_or(|g| g.may_see(&shown(&e.path))));
         let truncated = entries.len() > MAX_LIST;
         let entries = entries.iter().take(MAX_LIST).map(|e| DirEntryView::of(&e.path, &e.attr)).collect();
         Ok(Json(DirView { path: shown(&rel), entries, truncated }))
@@ -371,7 +405,10 @@ fn below<'a>(base: &str, path: &'a str) -> &'a str {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct GrepParams {
+    #[serde(default)]
+    environment_id: Option<String>,
     pattern: String,
     #[serde(default = "workspace_root")]
     path: String,
@@ -399,20 +436,17 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
     let bounds = st.tools.limits.clone();
     blocking(Tools, move || -> Result<_, ApiError> {
         let p = &req.body;
-        if p.pattern.is_empty() {
-            return Err(bad("invalid_request", "pattern must not be empty"));
-        }
-        if p.pattern.len() as u64 > bounds.grep_max_pattern_bytes {
-            return Err(search::pattern_too_large(Bound::GrepPattern, "grep_max_pattern_bytes"));
-        }
+        check_environment(&st, &req, p.environment_id.as_deref())?;
+        let regex = search::compile_regex(&p.pattern, &bounds)?;
         let base = tool_path(&p.path, true)?;
+        let grant = req.grant.as_ref();
+        check_list(grant, &shown(&base))?;
         let filter = p.glob.as_deref().map(|g| Glob::parse(g, bounds.glob_max_pattern_bytes)).transpose()?;
-        let needle = memchr::memmem::Finder::new(p.pattern.as_bytes());
         let engine = &req.engine;
         let mut matches = Vec::new();
         let mut files_searched = 0u64;
         let mut grep_one = |path: &str, attr: &Attr| -> Result<bool, ApiError> {
-            if attr.kind != FileKind::File || attr.size > limit {
+            if attr.kind != FileKind::File || attr.size > limit || grant.is_some_and(|g| !g.may_read(&shown(path))) {
                 return Ok(true);
             }
             if filter.as_ref().is_some_and(|g| !g.matches(below(&base, path))) {
@@ -424,7 +458,7 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
                 Err(e) => return Err(engine_err(e)),
             };
             files_searched += 1;
-            let (found, more) = search::matching_lines(&data, &needle, MAX_GREP_MATCHES - matches.len());
+            let (found, more) = search::matching_lines(&data, &regex, MAX_GREP_MATCHES - matches.len());
             for (line_number, line) in found {
                 let cut = &line[..line.len().min(MAX_LINE)];
                 matches.push(GrepMatch {
@@ -441,6 +475,9 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
         } else {
             let budget = WalkBudget::from_limits(&bounds);
             search::walk(engine, &base, (), &budget, |path, attr, _| {
+                if grant.is_some_and(|g| !g.may_see(&shown(path))) {
+                    return Ok(Visit::Skip);
+                }
                 Ok(if grep_one(path, attr)? { Visit::Descend(()) } else { Visit::Stop })
             })?
         };
@@ -450,7 +487,10 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct GlobParams {
+    #[serde(default)]
+    environment_id: Option<String>,
     pattern: String,
     #[serde(default = "workspace_root")]
     path: String,
@@ -458,37 +498,47 @@ struct GlobParams {
 
 #[derive(Debug, Serialize)]
 struct GlobView {
-    paths: Vec<String>,
+    matches: Vec<String>,
     truncated: bool,
 }
 
 async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) -> Result<Json<GlobView>, ApiError> {
     let bounds = st.tools.limits.clone();
     blocking(Tools, move || -> Result<_, ApiError> {
+        check_environment(&st, &req, req.body.environment_id.as_deref())?;
         let base = tool_path(&req.body.path, true)?;
+        let grant = req.grant.as_ref();
+        check_list(grant, &shown(&base))?;
         let pattern = req.body.pattern.strip_prefix("/workspace/").unwrap_or(&req.body.pattern);
         let glob = Glob::parse(pattern, bounds.glob_max_pattern_bytes)?;
         let mut found = Vec::new();
         let budget = WalkBudget::from_limits(&bounds);
         let truncated = search::walk(&req.engine, &base, glob.start(), &budget, |path, _, state| {
+            let view = shown(path);
+            if grant.is_some_and(|g| !g.may_see(&view)) {
+                return Ok(Visit::Skip);
+            }
             let name = path.rsplit('/').next().unwrap_or(path);
             let next = glob.step(state, name.as_bytes());
             if glob.accepts(&next) {
                 if found.len() == MAX_GLOB {
                     return Ok(Visit::Stop);
                 }
-                found.push(shown(path));
+                found.push(view);
             }
             Ok(if Glob::dead(&next) { Visit::Skip } else { Visit::Descend(next) })
         })?;
         found.sort();
-        Ok(Json(GlobView { paths: found, truncated }))
+        Ok(Json(GlobView { matches: found, truncated }))
     })
     .await
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct UploadParams {
+    #[serde(default)]
+    environment_id: Option<String>,
     remote_path: String,
     content_base64: String,
     sha256: String,
@@ -502,7 +552,9 @@ async fn upload_file(
     let limit = st.tools.file_limit;
     blocking(Tools, move || -> Result<_, ApiError> {
         let p = &req.body;
+        check_environment(&st, &req, p.environment_id.as_deref())?;
         let rel = tool_path(&p.remote_path, false)?;
+        check_write(req.grant.as_ref(), &shown(&rel))?;
         if p.content_base64.len() as u64 / 4 * 3 > limit + 3 {
             return Err(ApiError::too_large());
         }
@@ -520,7 +572,10 @@ async fn upload_file(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DownloadParams {
+    #[serde(default)]
+    environment_id: Option<String>,
     remote_path: String,
 }
 
@@ -538,7 +593,9 @@ async fn download_file(
 ) -> Result<Json<DownloadView>, ApiError> {
     let limit = st.tools.file_limit;
     blocking(Tools, move || -> Result<_, ApiError> {
+        check_environment(&st, &req, req.body.environment_id.as_deref())?;
         let rel = tool_path(&req.body.remote_path, false)?;
+        check_read(req.grant.as_ref(), &shown(&rel))?;
         let data = read_whole(&req.engine, &rel, limit)?;
         Ok(Json(DownloadView {
             path: shown(&rel),
@@ -565,18 +622,6 @@ mod tests {
             assert_eq!(tool_path(bad, false).unwrap_err().status, StatusCode::BAD_REQUEST, "{bad:?}");
         }
         assert!(tool_path("/workspace/.control/x", false).is_err());
-    }
-
-    #[test]
-    fn edit_sizes_are_computed_before_building() {
-        assert_eq!(edited_len(10, 2, 1, 3), Some(14));
-        assert_eq!(edited_len(10, 2, 3, 1), Some(6));
-        // 10^7 matches by 1 MB each: too large to build, and overflow is caught, not wrapped.
-        assert_eq!(edited_len(10_000_000, 10_000_000, 1, 1_000_001), Some(10_000_010_000_000));
-        assert_eq!(edited_len(usize::MAX, 2, 1, 3), None);
-        assert_eq!(edited_len(1, usize::MAX, 1, 3), None);
-        let after = replace_bounded("a-b-a", "a", "xyz", edited_len(5, 2, 1, 3).unwrap());
-        assert_eq!((after.as_str(), after.len()), ("xyz-b-xyz", 9));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 
 pub mod auth;
 mod compute;
+mod edit;
 mod files;
+pub mod object_scope;
 mod search;
 
 pub use auth::{SignedRequest, ToolsAuth};

@@ -1,11 +1,12 @@
 //! Bounded search primitives of the file tools: the directory walk (entry budget and deadline),
 //! glob patterns matched as a set of states (linear in the path, whatever the number of `**`),
-//! and literal search (`memchr::memmem`, linear in the data).
+//! and regular-expression search (the `regex` crate: linear in the data, compiled size bounded).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
+use regex::bytes::{Regex, RegexBuilder};
 use scopefs::engine::{Attr, EngineError, FileKind, Ino, ScopeEngine};
 use scopefs::limits::{self, Bound, LimitsConfig};
 
@@ -268,16 +269,42 @@ fn class(p: &[u8], c: u8) -> Option<(bool, usize)> {
     Some((hit != negate, end + 1))
 }
 
-/// The lines of `data` containing `needle`, as (1-based line number, line without its `\n`), in
-/// order; at most `max` of them (and whether more were there). Linear in `data`.
-pub fn matching_lines<'d>(
-    data: &'d [u8],
-    needle: &memchr::memmem::Finder<'_>,
-    max: usize,
-) -> (Vec<(usize, &'d [u8])>, bool) {
+/// `pattern` compiled for grep_files: at most `grep_max_pattern_bytes` long and
+/// `grep_max_regex_bytes` compiled (program and lazy-DFA cache), else 413; invalid is 400
+/// `invalid_pattern` with the parser's explanation. `^` and `$` match at line ends.
+pub fn compile_regex(pattern: &str, l: &LimitsConfig) -> Result<Regex, ApiError> {
+    if pattern.is_empty() {
+        return Err(bad("pattern must not be empty"));
+    }
+    if pattern.len() as u64 > l.grep_max_pattern_bytes {
+        return Err(pattern_too_large(Bound::GrepPattern, "grep_max_pattern_bytes"));
+    }
+    let size = usize::try_from(l.grep_max_regex_bytes).unwrap_or(usize::MAX);
+    let built = RegexBuilder::new(pattern).multi_line(true).size_limit(size).dfa_size_limit(size).build();
+    match built {
+        Ok(re) => Ok(re),
+        Err(regex::Error::CompiledTooBig(_)) => {
+            limits::refuse(Bound::GrepRegex);
+            Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                "pattern compiles to more than limits.grep_max_regex_bytes",
+            ))
+        }
+        Err(e) => {
+            Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_pattern", format!("invalid regular expression: {e}")))
+        }
+    }
+}
+
+/// The lines of `data` where `re` matches (a match spanning lines counts for its first), as
+/// (1-based line number, line without its `\n`), in order; at most `max` of them (and whether more
+/// were there). Linear in `data`.
+pub fn matching_lines<'d>(data: &'d [u8], re: &Regex, max: usize) -> (Vec<(usize, &'d [u8])>, bool) {
     let mut out = Vec::new();
     let (mut from, mut line_no, mut counted) = (0usize, 1usize, 0usize);
-    while let Some(hit) = needle.find(&data[from..]).map(|i| from + i) {
+    while from <= data.len() {
+        let Some(hit) = re.find_at(data, from).map(|m| m.start()) else { break };
         let start = memchr::memrchr(b'\n', &data[..hit]).map_or(0, |i| i + 1);
         let end = memchr::memchr(b'\n', &data[hit..]).map_or(data.len(), |i| hit + i);
         line_no += memchr::memchr_iter(b'\n', &data[counted..start]).count();
@@ -342,20 +369,40 @@ mod tests {
         assert!(!Glob::dead(&fixed.step(&fixed.start(), b"src")));
     }
 
+    fn re(p: &str) -> Regex {
+        compile_regex(p, &LimitsConfig::default()).unwrap()
+    }
+
     #[test]
     fn matching_lines_are_found_linearly() {
-        let f = memchr::memmem::Finder::new("ab");
-        let (lines, more) = matching_lines(b"xab\nno\n\nabab\nlast ab", &f, 10);
+        let (lines, more) = matching_lines(b"xab\nno\n\nabab\nlast ab", &re("ab"), 10);
         assert_eq!(lines, vec![(1, &b"xab"[..]), (4, &b"abab"[..]), (5, &b"last ab"[..])]);
         assert!(!more);
-        let (lines, more) = matching_lines(b"ab\nab\nab\n", &f, 2);
+        let (lines, more) = matching_lines(b"ab\nab\nab\n", &re("ab"), 2);
         assert_eq!((lines.len(), more), (2, true));
-        assert_eq!(matching_lines(b"", &f, 2).0, vec![]);
-        // A needle that almost matches everywhere stays linear (no O(line x pattern)).
+        assert_eq!(matching_lines(b"", &re("ab"), 2).0, vec![]);
+        // Regular expressions, with `^`/`$` at line ends; an empty match still advances.
+        let (lines, _) = matching_lines(b"fn a()\n  fn b()\nfn\n", &re(r"^fn \w+\(\)$"), 10);
+        assert_eq!(lines, vec![(1, &b"fn a()"[..])]);
+        assert_eq!(matching_lines(b"a\nb\n", &re("x*"), 10).0.len(), 3);
+        // A pattern that backtracking engines take exponential time on stays linear here.
         let hay = vec![b'a'; 4 << 20];
-        let needle = [vec![b'a'; 1023], vec![b'b']].concat();
         let started = Instant::now();
-        assert!(matching_lines(&hay, &memchr::memmem::Finder::new(&needle), 10).0.is_empty());
-        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        assert!(matching_lines(&hay, &re("(a*)*b"), 10).0.is_empty());
+        assert!(matching_lines(&hay, &re(&format!("{}b", "a".repeat(1000))), 10).0.is_empty());
+        assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+    }
+
+    #[test]
+    fn regex_patterns_are_bounded_and_explained() {
+        let small = LimitsConfig { grep_max_regex_bytes: 10_000, ..LimitsConfig::default() };
+        let big = compile_regex(r"\w{50}", &small).unwrap_err();
+        assert_eq!((big.status, big.code), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
+        let invalid = compile_regex("a(b", &LimitsConfig::default()).unwrap_err();
+        assert_eq!((invalid.status, invalid.code), (StatusCode::BAD_REQUEST, "invalid_pattern"));
+        assert!(invalid.message.contains("unclosed group"), "{}", invalid.message);
+        let long = compile_regex(&"a".repeat(1025), &LimitsConfig::default()).unwrap_err();
+        assert_eq!(long.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(compile_regex("", &LimitsConfig::default()).unwrap_err().code, "invalid_pattern");
     }
 }

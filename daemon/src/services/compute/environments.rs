@@ -8,7 +8,52 @@ use scopefs::executor::{ContainerSpec, ExecOutput, ExecRequest, ExecutorError};
 use scopefs::ids::ScopeId;
 use scopefs::registry::environments::{EnvironmentRecord, EnvironmentState, NewEnvironment};
 
-use super::{reason, Caller, ComputeError, ComputeService, CreateEnvironment, ReconcileReport};
+use scopefs::limits::{refuse, Bound};
+use scopefs::registry::billing::ArtifactEntry;
+
+use super::outputs::output_path;
+use super::{
+    reason, Caller, Compute, ComputeError, ComputeService, CreateEnvironment, DestroyEnvironment, Destroyed,
+    EnvironmentOptions, ReconcileReport,
+};
+
+/// Collects an environment's outputs once its container is gone.
+type Collect<'a> = &'a dyn Fn() -> Result<Vec<ArtifactEntry>, ComputeError>;
+
+/// Refuses a path list longer than `limits.max_environment_paths` (before any entry is looked at).
+fn check_paths(compute: &Compute, field: &'static str, n: usize) -> Result<(), ComputeError> {
+    let max = compute.settings.max_environment_paths;
+    if n as u64 > max {
+        refuse(Bound::EnvironmentPaths);
+        return Err(ComputeError::Invalid(field, format!("more than {max} entries (limits.max_environment_paths)")));
+    }
+    Ok(())
+}
+
+/// Checks the seed fields of a create request against the configuration: `image_ref` must be the
+/// configured image, path lists are bounded and output paths valid. Returns the options' JSON.
+fn check_create(compute: &Compute, req: &CreateEnvironment) -> Result<String, ComputeError> {
+    if let Some(image) = &req.image_ref {
+        if *image != compute.settings.image {
+            return Err(ComputeError::Forbidden(
+                "image_not_allowed",
+                "image_ref names an image this daemon does not run (only executor.image is allowed)".into(),
+            ));
+        }
+    }
+    check_paths(compute, "input_objects", req.input_objects)?;
+    check_paths(compute, "default_output_paths", req.options.default_output_paths.len())?;
+    for p in &req.options.default_output_paths {
+        output_path(p).map_err(|e| match e {
+            ComputeError::Invalid(_, text) => ComputeError::Invalid("default_output_paths", text),
+            other => other,
+        })?;
+    }
+    if req.options.max_output_bytes == Some(0) {
+        return Err(ComputeError::Invalid("limits", "max_stdout_stderr_bytes must be at least 1".into()));
+    }
+    serde_json::to_string(&req.options).map_err(|e| ComputeError::Invalid("limits", e.to_string()))
+}
 
 impl ComputeService {
     /// Creates an environment: registry row and owner first, then the container (the scope's
@@ -26,6 +71,7 @@ impl ComputeService {
         if requested == Some(0) {
             return Err(ComputeError::Invalid("max_runtime_seconds", "must be at least 1".into()));
         }
+        let options = check_create(compute, req)?;
         let mountpoint = self.mount_scope(scope)?;
         if let Some((uid, gid)) = compute.settings.sandbox_owner.filter(|_| !caller.read_only) {
             use std::os::unix::fs::MetadataExt;
@@ -52,6 +98,7 @@ impl ComputeService {
                 max_live_per_scope: compute.settings.max_environments_per_scope,
             };
             let env = self.registry.create_environment(scope, &new)?.ok_or(ComputeError::AtCapacity)?;
+            self.registry.set_environment_options(&env.environment_id, &options)?;
             (env, effective)
         };
         let spec = ContainerSpec {
@@ -129,23 +176,45 @@ impl ComputeService {
         why: &str,
         record_anyway: bool,
     ) -> Result<(EnvironmentRecord, bool), ComputeError> {
+        self.stop_collecting(env_id, why, record_anyway, None).map(|(env, now, _)| (env, now))
+    }
+
+    /// `stop_environment`; with `collect`, the outputs are collected after the container is gone
+    /// and recorded with the end (and returned). A failed collection still records the end (the
+    /// usage must not be lost) and is returned as the error.
+    fn stop_collecting(
+        &self,
+        env_id: &str,
+        why: &str,
+        record_anyway: bool,
+        collect: Option<Collect<'_>>,
+    ) -> Result<(EnvironmentRecord, bool, Vec<ArtifactEntry>), ComputeError> {
         let compute =
             self.compute.as_ref().ok_or_else(|| ComputeError::Unavailable("no executor is configured".into()))?;
         let env = self.registry.environment_unscoped(env_id)?.ok_or(ComputeError::EnvironmentNotFound)?;
         if !env.state.is_live() {
-            return Ok((env, false));
+            return Ok((env, false, Vec::new()));
         }
         // One stop at a time: a concurrent stop (max-runtime timer, destroy, a status check that
         // finds the container gone) leaves recording the end, and its reason, to the first one.
         if !compute.stopping.lock().insert(env_id.to_string()) {
-            return Ok((env, false));
+            return Ok((env, false, Vec::new()));
         }
         let removed = match &env.container_id {
             Some(c) => compute.executor.remove(c),
             None => Ok(()),
         };
+        let (outputs, collect_error) = match (&removed, collect) {
+            (Ok(()), Some(f)) => match f() {
+                Ok(v) => (v, None),
+                Err(e) => (Vec::new(), Some(e)),
+            },
+            _ => (Vec::new(), None),
+        };
         let result = match removed {
-            Ok(()) => self.registry.end_environment(env_id, false, why).map_err(ComputeError::from),
+            Ok(()) => {
+                self.registry.end_environment_with_outputs(env_id, false, why, &outputs).map_err(ComputeError::from)
+            }
             Err(e) if record_anyway => {
                 tracing::warn!(environment_id = %env_id, error = %e, "container not removed; reconciliation removes it later");
                 compute.set_reconciled(false);
@@ -155,20 +224,58 @@ impl ComputeService {
         };
         compute.stopping.lock().remove(env_id);
         if let Ok((rec, true)) = &result {
-            tracing::info!(environment_id = %env_id, reason = why, runtime_seconds = rec.runtime_seconds, "environment ended");
+            tracing::info!(environment_id = %env_id, reason = why, runtime_seconds = rec.runtime_seconds, artifacts = outputs.len(), "environment ended");
         }
-        result
+        match collect_error {
+            Some(e) => {
+                tracing::error!(environment_id = %env_id, error = %e, "collecting the environment's outputs failed");
+                Err(e)
+            }
+            None => result.map(|(rec, now)| (rec, now, outputs)),
+        }
     }
 
-    /// Destroys an environment of `scope`; destroying an ended one again returns it unchanged.
+    /// The options an environment was created with (defaults when none were recorded).
+    fn options_of(&self, env_id: &str) -> Result<EnvironmentOptions, ComputeError> {
+        match self.registry.environment_options(env_id)? {
+            Some(json) => serde_json::from_str(&json)
+                .map_err(|e| ComputeError::Service(scopefs::registry::RegistryError::Corrupt(e.to_string()).into())),
+            None => Ok(EnvironmentOptions::default()),
+        }
+    }
+
+    /// Destroys an environment of `scope` (seed 003 §4.5, §7.5). Its outputs (the regular files
+    /// under `output_paths`, else its `default_output_paths`) become artifacts recorded with its
+    /// usage: bounds are checked before the container is removed (507, the environment keeps
+    /// running), the files are hashed after. Destroying an ended one again returns it unchanged,
+    /// and records its outputs if asked (for an environment the max-runtime timer ended).
     pub fn destroy_environment(
         &self,
         scope: &ScopeId,
         env_id: &str,
-    ) -> Result<(EnvironmentRecord, bool), ComputeError> {
-        self.compute_ready()?;
+        req: &DestroyEnvironment,
+    ) -> Result<Destroyed, ComputeError> {
+        let compute = self.compute_ready()?;
         let env = self.scoped_env(scope, env_id)?;
-        self.stop_environment(&env.environment_id, reason::DESTROYED, false)
+        let opts = self.options_of(&env.environment_id)?;
+        let raw = req.output_paths.as_ref().unwrap_or(&opts.default_output_paths);
+        check_paths(compute, "output_paths", raw.len())?;
+        let paths = raw.iter().map(|p| output_path(p)).collect::<Result<Vec<_>, _>>()?;
+        let persist = req.persist_outputs.unwrap_or(true) && !paths.is_empty();
+        let id = env.environment_id.as_str();
+        if req.force_destroy || !persist {
+            let lost = req.force_destroy && persist && self.check_outputs(scope, &paths, &opts).map_or(true, |n| n > 0);
+            let (env, ended_now) = self.stop_environment(id, reason::DESTROYED, req.force_destroy)?;
+            return Ok(Destroyed { env, ended_now, artifacts: Vec::new(), artifacts_lost: lost });
+        }
+        self.check_outputs(scope, &paths, &opts)?;
+        let collect = || self.collect_outputs(scope, &paths, &opts);
+        let (env, ended_now, mut artifacts) = self.stop_collecting(id, reason::DESTROYED, false, Some(&collect))?;
+        if !ended_now {
+            artifacts = collect()?;
+            self.registry.registry().record_artifacts(id, &artifacts)?;
+        }
+        Ok(Destroyed { env, ended_now, artifacts, artifacts_lost: false })
     }
 
     /// The environments of `scope`, oldest first.
@@ -227,8 +334,10 @@ impl ComputeService {
             Some(s) => Duration::from_secs(s).min(limit),
             None => limit,
         };
-        let max_out = max_output_bytes.unwrap_or(u64::MAX).min(compute.settings.max_output_bytes);
         let (_, container) = self.running_container(scope, env_id)?;
+        // The environment's own cap (`limits.max_stdout_stderr_bytes` at create) applies too.
+        let env_cap = self.options_of(env_id)?.max_output_bytes.unwrap_or(u64::MAX);
+        let max_out = max_output_bytes.unwrap_or(u64::MAX).min(compute.settings.max_output_bytes).min(env_cap);
         // Held until the command ends: a scope cannot occupy more than its share of threads.
         let _slot = compute.exec_slot(scope.as_str())?;
         let req = ExecRequest { command: command.to_string(), timeout, max_output_bytes: max_out };

@@ -17,7 +17,10 @@
 //! as soon as it answers again, before any compute request is served.
 
 mod environments;
+mod outputs;
 mod processes;
+
+pub use outputs::{content_type, output_path, WORKSPACE};
 
 use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom};
@@ -57,6 +60,12 @@ pub enum ComputeError {
     TooMany(&'static str),
     #[error("invalid {0}: {1}")]
     Invalid(&'static str, String),
+    /// The request names something the configuration does not allow (code, text).
+    #[error("{1}")]
+    Forbidden(&'static str, String),
+    /// The environment's outputs exceed a `[limits]` bound (the text names it); nothing was read.
+    #[error("{0}")]
+    OutputsTooLarge(String),
     #[error(transparent)]
     Service(#[from] ServiceError),
     #[error("executor: {0}")]
@@ -101,6 +110,13 @@ pub struct ComputeSettings {
     /// The sandbox user (`uid:gid` of `executor.user`): a scope root still owned by root is given
     /// to it before its first container, so commands can write `/workspace`.
     pub sandbox_owner: Option<(u32, u32)>,
+    /// `executor.image`: the only `image_ref` a request may name.
+    pub image: String,
+    /// `limits.max_artifact_files` / `limits.max_artifact_bytes`: outputs one destroy collects.
+    pub max_artifact_files: u64,
+    pub max_artifact_bytes: u64,
+    /// `limits.max_environment_paths`: entries of a request's path lists.
+    pub max_environment_paths: u64,
 }
 
 impl ComputeSettings {
@@ -117,6 +133,10 @@ impl ComputeSettings {
             max_process_logs: cfg.limits.max_process_logs_per_scope,
             runtime_dir: cfg.data_dir.join("runtime"),
             sandbox_owner: policy::parse_user(&e.user),
+            image: e.image.clone(),
+            max_artifact_files: cfg.limits.max_artifact_files,
+            max_artifact_bytes: cfg.limits.max_artifact_bytes,
+            max_environment_paths: cfg.limits.max_environment_paths,
         }
     }
 }
@@ -187,10 +207,62 @@ pub struct Caller {
     pub read_only: bool,
 }
 
-/// `create_environment` parameters the daemon honours.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// `create_environment` parameters the daemon honours (seed 003 §4.5).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CreateEnvironment {
+    /// The requested max runtime (already the smallest of the request's caps).
     pub max_runtime_seconds: Option<u64>,
+    /// `image_ref`: refused (403 `image_not_allowed`) unless it is the configured `executor.image`.
+    pub image_ref: Option<String>,
+    /// The environment's options, recorded with it.
+    pub options: EnvironmentOptions,
+    /// Entries of `input_objects` (validated by the caller; counted against the path bound here).
+    pub input_objects: usize,
+}
+
+/// What an environment was created with, recorded as JSON (`environments.create_options`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EnvironmentOptions {
+    /// Output paths as sent (`/workspace/...`); destroy collects the files under them.
+    #[serde(default)]
+    pub default_output_paths: Vec<String>,
+    /// `limits.max_stdout_stderr_bytes`: caps the output of every command of the environment.
+    #[serde(default)]
+    pub max_output_bytes: Option<u64>,
+    /// `limits.max_files` / `limits.max_output_bytes`: the environment's own artifact bounds
+    /// (the smaller of these and `limits.max_artifact_files` / `max_artifact_bytes` applies).
+    #[serde(default)]
+    pub max_artifact_files: Option<u64>,
+    #[serde(default)]
+    pub max_artifact_bytes: Option<u64>,
+    /// The other seed fields as sent (`resource_class`, `backend_policy`, `execution_mode`,
+    /// `shared_compute_eligible`, `limits`, `input_objects`, `artifact_prefix`, `budget_snapshot`).
+    #[serde(default)]
+    pub recorded: serde_json::Value,
+}
+
+/// `destroy_environment` parameters (seed 003 §4.5, §7.5).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DestroyEnvironment {
+    /// Collect the outputs as artifacts (default: yes, when there are output paths).
+    pub persist_outputs: Option<bool>,
+    /// Output paths of this destroy; default: the environment's `default_output_paths`.
+    pub output_paths: Option<Vec<String>>,
+    /// Destroy without collecting outputs (they are reported lost); ends the environment even if
+    /// the engine cannot remove its container now.
+    pub force_destroy: bool,
+}
+
+/// What a destroy did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Destroyed {
+    pub env: EnvironmentRecord,
+    /// This call ended the environment (`false`: it had ended before).
+    pub ended_now: bool,
+    /// The manifest of its outputs (empty when none were asked for).
+    pub artifacts: Vec<scopefs::registry::billing::ArtifactEntry>,
+    /// `force_destroy` left output files behind uncollected.
+    pub artifacts_lost: bool,
 }
 
 /// The end of a process log.

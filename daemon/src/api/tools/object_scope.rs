@@ -1,0 +1,203 @@
+//! `auth_context.object_scope` (seed 003 §2.2, §4.7): the paths a signed request may read and
+//! write, and the checks the tools make against it (403 `object_scope_denied` beyond it).
+//!
+//! Shape (seed 003 §4.4's vector): `{"read": [entry, …], "write_prefixes": [entry, …]}`.
+//! - An entry is a path as the file tools take it: `/workspace/…` or relative to `/workspace`,
+//!   `/__global__/…`, `/threads/{thread_id}/…`. It is a prefix **by components**: it covers
+//!   itself and everything below it (`/workspace/out` covers `/workspace/out/a.csv`, not
+//!   `/workspace/output.txt`); a trailing `/` changes nothing; `/workspace` covers the whole
+//!   workspace. Exact paths in `read` are the one-file case of the same rule.
+//! - A write prefix grants reading too (what a request may write it may read back).
+//! - Fails closed: an entry that is no such path (an object key of another store such as
+//!   `objects/in/…` is read as a workspace path; another absolute path, `..`, a control character
+//!   grant nothing), and keys other than `read` and `write_prefixes` grant nothing. `read` or
+//!   `write_prefixes` that is not a list of strings, or an `object_scope` that is not an object, is
+//!   400 `invalid_auth_context`.
+//! - Without `object_scope` a request is bounded by its thread alone (the seed's gateway adds it
+//!   only when it has one: `if object_scope:`).
+//!
+//! File tools: reading a path no entry covers, or writing one no write prefix covers, is 403.
+//! list_dir, grep_files and glob_files may start at a covered directory or one on the way to a
+//! covered entry; they show only entries that are covered or lie on the way to one, and grep reads
+//! only covered files. Commands cannot be checked path by path: see [`permit_command`].
+
+use axum::http::StatusCode;
+use serde_json::Value;
+
+use scopefs::ids::ThreadId;
+use scopefs::vpath;
+
+use super::super::ApiError;
+
+/// The namespaces an entry may name, besides `/threads/{thread_id}`.
+const NAMESPACES: [&str; 2] = ["/workspace", "/__global__"];
+
+/// A parsed `object_scope`: normalized entries (`/workspace/a/b`, `/__global__`, …).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectScope {
+    read: Vec<String>,
+    write: Vec<String>,
+}
+
+fn invalid(message: &'static str) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_auth_context", message)
+}
+
+/// A list of strings under `key` (absent: empty).
+fn strings<'a>(obj: &'a serde_json::Map<String, Value>, key: &str) -> Result<Vec<&'a str>, ApiError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => {
+            items.iter().map(|v| v.as_str().ok_or_else(|| invalid("object_scope lists must hold strings"))).collect()
+        }
+        Some(_) => Err(invalid("object_scope.read and object_scope.write_prefixes must be lists")),
+    }
+}
+
+/// One entry as a normalized path, or `None` when it names nothing the tools can reach.
+fn entry(raw: &str) -> Option<String> {
+    let raw = raw.trim_end_matches('/');
+    for ns in NAMESPACES {
+        if raw == ns {
+            return Some(ns.to_string());
+        }
+        if let Some(rest) = raw.strip_prefix(ns).and_then(|r| r.strip_prefix('/')) {
+            return vpath::normalize(rest).ok().map(|r| format!("{ns}/{r}"));
+        }
+    }
+    if let Some(rest) = raw.strip_prefix("/threads/") {
+        let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
+        let id = ThreadId::parse(id).ok()?;
+        let root = format!("/threads/{}", id.as_str());
+        return if tail.is_empty() { Some(root) } else { vpath::normalize(tail).ok().map(|t| format!("{root}/{t}")) };
+    }
+    if raw.starts_with('/') {
+        return None;
+    }
+    vpath::normalize(raw).ok().map(|r| format!("/workspace/{r}"))
+}
+
+/// Whether `entry` covers `path` (itself or below it, by components).
+fn covers(entry: &str, path: &str) -> bool {
+    path == entry || path.strip_prefix(entry).is_some_and(|rest| rest.starts_with('/'))
+}
+
+impl ObjectScope {
+    /// Parses `auth_context.object_scope` (see the module docs).
+    pub fn parse(v: &Value) -> Result<ObjectScope, ApiError> {
+        let obj = v.as_object().ok_or_else(|| invalid("object_scope must be an object"))?;
+        let read = strings(obj, "read")?.into_iter().filter_map(entry).collect();
+        let write = strings(obj, "write_prefixes")?.into_iter().filter_map(entry).collect();
+        Ok(ObjectScope { read, write })
+    }
+
+    fn all(&self) -> impl Iterator<Item = &String> {
+        self.read.iter().chain(&self.write)
+    }
+
+    /// Whether `path` (`/workspace/…`) may be read.
+    pub fn may_read(&self, path: &str) -> bool {
+        self.all().any(|e| covers(e, path))
+    }
+
+    /// Whether `path` may be written (created, replaced, edited).
+    pub fn may_write(&self, path: &str) -> bool {
+        self.write.iter().any(|e| covers(e, path))
+    }
+
+    /// Whether `path` may be shown in a listing: readable, or a directory on the way to an entry.
+    pub fn may_see(&self, path: &str) -> bool {
+        self.all().any(|e| covers(e, path) || covers(path, e))
+    }
+}
+
+/// Reading `path` under `grant` (none: allowed), else 403.
+pub fn check_read(grant: Option<&ObjectScope>, path: &str) -> Result<(), ApiError> {
+    match grant {
+        Some(g) if !g.may_read(path) => Err(ApiError::object_scope_denied("reading this path")),
+        _ => Ok(()),
+    }
+}
+
+/// Writing `path` under `grant` (none: allowed), else 403.
+pub fn check_write(grant: Option<&ObjectScope>, path: &str) -> Result<(), ApiError> {
+    match grant {
+        Some(g) if !g.may_write(path) => Err(ApiError::object_scope_denied("writing this path")),
+        _ => Ok(()),
+    }
+}
+
+/// Listing or walking directory `path` under `grant` (none: allowed), else 403.
+pub fn check_list(grant: Option<&ObjectScope>, path: &str) -> Result<(), ApiError> {
+    match grant {
+        Some(g) if !g.may_see(path) => Err(ApiError::object_scope_denied("listing this directory")),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a request under `grant` may run a command (execute_command, start_process) in an
+/// environment whose `/workspace` is mounted read-only (`read_only`) or writable. A command can
+/// read, and in a writable environment change, anything below `/workspace`, which no path check
+/// can follow; so a writable environment needs a write prefix covering `/workspace` and a
+/// read-only one needs `/workspace` readable. Without `object_scope`: allowed (the thread's rules
+/// apply). Refused: 403 `object_scope_denied`.
+pub fn permit_command(grant: Option<&ObjectScope>, read_only: bool) -> Result<(), ApiError> {
+    match grant {
+        Some(g) if !read_only && !g.may_write("/workspace") => {
+            Err(ApiError::object_scope_denied("writing /workspace, which a command in a writable environment can"))
+        }
+        Some(g) if !g.may_read("/workspace") => {
+            Err(ApiError::object_scope_denied("reading /workspace, which a command can"))
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn scope(v: Value) -> ObjectScope {
+        ObjectScope::parse(&v).unwrap()
+    }
+
+    #[test]
+    fn entries_are_prefixes_by_components() {
+        let g = scope(json!({"read": ["data.csv", "/workspace/in/"], "write_prefixes": ["/workspace/out"]}));
+        assert!(g.may_read("/workspace/data.csv"));
+        assert!(g.may_read("/workspace/in/a/b.txt"));
+        assert!(g.may_read("/workspace/out/x"), "a write prefix can be read back");
+        assert!(!g.may_read("/workspace/data.csv.bak"));
+        assert!(!g.may_read("/workspace/output.txt"));
+        assert!(!g.may_read("/workspace"));
+        assert!(g.may_write("/workspace/out/x") && g.may_write("/workspace/out"));
+        assert!(!g.may_write("/workspace/in/a") && !g.may_write("/workspace/data.csv"));
+        assert!(g.may_see("/workspace") && g.may_see("/workspace/in/a"));
+        assert!(!g.may_see("/workspace/other"));
+    }
+
+    #[test]
+    fn unreachable_entries_grant_nothing_and_shapes_are_checked() {
+        let g = scope(json!({"read": ["/etc/passwd", "../x", "a/../../b", "", "/", "a\u{1}"], "other": 1}));
+        assert_eq!(g, ObjectScope::default());
+        assert!(!g.may_see("/workspace"));
+        let threads = scope(json!({"read": ["/threads/thr_1/", "/__global__"]}));
+        assert!(threads.may_read("/threads/thr_1/a") && threads.may_read("/__global__/x"));
+        assert!(!threads.may_read("/threads/thr_10/a") && !threads.may_read("/workspace/a"));
+        for bad in [json!([]), json!({"read": "x"}), json!({"write_prefixes": [1]})] {
+            assert_eq!(ObjectScope::parse(&bad).unwrap_err().code, "invalid_auth_context", "{bad}");
+        }
+    }
+
+    #[test]
+    fn commands_need_the_whole_workspace() {
+        let whole = scope(json!({"write_prefixes": ["/workspace/"]}));
+        let reader = scope(json!({"read": ["/workspace"], "write_prefixes": ["jobs/j/artifacts/"]}));
+        assert!(permit_command(None, false).is_ok());
+        assert!(permit_command(Some(&whole), false).is_ok());
+        assert_eq!(permit_command(Some(&reader), false).unwrap_err().code, "object_scope_denied");
+        assert!(permit_command(Some(&reader), true).is_ok());
+        assert!(permit_command(Some(&ObjectScope::default()), true).is_err());
+    }
+}

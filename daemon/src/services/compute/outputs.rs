@@ -1,0 +1,211 @@
+//! Outputs of an environment (seed 003 §3.8, §7.5): the regular files under its output paths,
+//! walked through the scope's engine (never the host), become a bounded artifact manifest —
+//! path, size, SHA-256 and a content type from the extension.
+//!
+//! Output paths are relative to `/workspace` (`/workspace/out`, `out`, `/workspace` itself) and
+//! validated like file-tool paths. The walk refuses (`limits.max_artifact_files`,
+//! `limits.max_artifact_bytes`) from the listing, before any file is read.
+
+use std::collections::BTreeMap;
+
+use scopefs::engine::{FileKind, ScopeEngine};
+use scopefs::ids::ScopeId;
+use scopefs::limits::{refuse, Bound};
+use scopefs::registry::billing::ArtifactEntry;
+use sha2::{Digest, Sha256};
+
+use super::{ComputeError, ComputeService, EnvironmentOptions};
+use crate::services::ServiceError;
+
+/// The container's view of the scope root.
+pub const WORKSPACE: &str = "/workspace";
+
+/// Bytes read per engine call while hashing.
+const CHUNK: u64 = 1 << 20;
+
+/// An output path (`/workspace/...`, `/workspace` or relative) as a scope path (`""`: the root).
+pub fn output_path(raw: &str) -> Result<String, ComputeError> {
+    let invalid = |e: String| ComputeError::Invalid("output_paths", e);
+    let rel = if raw == WORKSPACE || raw == "/workspace/" {
+        ""
+    } else if let Some(rest) = raw.strip_prefix("/workspace/") {
+        rest
+    } else if raw.starts_with('/') {
+        return Err(invalid(format!("{raw:?} is outside /workspace")));
+    } else {
+        raw
+    };
+    if rel.trim_matches('/').is_empty() || rel == "." {
+        return Ok(String::new());
+    }
+    scopefs::vpath::normalize(rel).map_err(|e| invalid(format!("{raw:?}: {e}")))
+}
+
+/// The content type of a file name, from its extension (`application/octet-stream` otherwise).
+pub fn content_type(path: &str) -> &'static str {
+    let ext = path.rsplit('/').next().and_then(|n| n.rsplit_once('.')).map(|(_, e)| e.to_ascii_lowercase());
+    match ext.as_deref() {
+        Some("txt" | "log") => "text/plain",
+        Some("md") => "text/markdown",
+        Some("csv") => "text/csv",
+        Some("tsv") => "text/tab-separated-values",
+        Some("html" | "htm") => "text/html",
+        Some("css") => "text/css",
+        Some("js") => "text/javascript",
+        Some("json") => "application/json",
+        Some("xml") => "application/xml",
+        Some("yaml" | "yml") => "application/yaml",
+        Some("py") => "text/x-python",
+        Some("pdf") => "application/pdf",
+        Some("zip") => "application/zip",
+        Some("gz" | "tgz") => "application/gzip",
+        Some("tar") => "application/x-tar",
+        Some("png") => "image/png",
+        Some("jpg" | "jpeg") => "image/jpeg",
+        Some("gif") => "image/gif",
+        Some("svg") => "image/svg+xml",
+        Some("webp") => "image/webp",
+        Some("parquet") => "application/vnd.apache.parquet",
+        Some("ipynb") => "application/x-ipynb+json",
+        _ => "application/octet-stream",
+    }
+}
+
+/// The regular files under `paths` (deduplicated, by path) with their listed sizes; refuses past
+/// the file and byte bounds before anything is read. A path that does not exist has no files.
+fn output_files(
+    engine: &ScopeEngine,
+    paths: &[String],
+    max_files: u64,
+    max_bytes: u64,
+) -> Result<BTreeMap<String, u64>, ComputeError> {
+    let mut files = BTreeMap::new();
+    for p in paths {
+        let attr = match engine.resolve_path(p) {
+            Ok(a) => a,
+            Err(scopefs::engine::EngineError::NotFound) => continue,
+            Err(e) => return Err(ServiceError::from(e).into()),
+        };
+        match attr.kind {
+            FileKind::File => {
+                files.insert(p.clone(), attr.size);
+            }
+            FileKind::Dir => {
+                for e in engine.list_path(p, true).map_err(ServiceError::from)? {
+                    if e.attr.kind == FileKind::File {
+                        files.insert(e.path, e.attr.size);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if files.len() as u64 > max_files {
+            refuse(Bound::ArtifactFiles);
+            return Err(ComputeError::OutputsTooLarge(format!(
+                "more than {max_files} output files (limits.max_artifact_files)"
+            )));
+        }
+    }
+    let total = files.values().fold(0u64, |a, s| a.saturating_add(*s));
+    if total > max_bytes {
+        refuse(Bound::ArtifactBytes);
+        return Err(ComputeError::OutputsTooLarge(format!(
+            "output files hold more than {max_bytes} bytes (limits.max_artifact_bytes)"
+        )));
+    }
+    Ok(files)
+}
+
+/// SHA-256 and length of the first `size` bytes of a file (a file that shrank is hashed as it is).
+fn hash_file(engine: &ScopeEngine, path: &str, size: u64) -> Result<(String, u64), ComputeError> {
+    let mut hasher = Sha256::new();
+    let mut read = 0u64;
+    while read < size {
+        let chunk = engine.read_path(path, read, CHUNK.min(size - read)).map_err(ServiceError::from)?;
+        if chunk.is_empty() {
+            break;
+        }
+        read += chunk.len() as u64;
+        hasher.update(&chunk);
+    }
+    Ok((hex(&hasher.finalize()), read))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl ComputeService {
+    /// The scope's engine (opened if needed).
+    fn scope_engine(&self, scope: &ScopeId) -> Result<std::sync::Arc<ScopeEngine>, ComputeError> {
+        let rec = self.registry.get(scope)?.ok_or(ServiceError::ScopeNotFound)?;
+        Ok(self.open.engine(&rec)?)
+    }
+
+    /// Checks the bounds of the outputs under `paths` (scope paths) without reading any file.
+    pub(super) fn check_outputs(
+        &self,
+        scope: &ScopeId,
+        paths: &[String],
+        opts: &EnvironmentOptions,
+    ) -> Result<usize, ComputeError> {
+        let (max_files, max_bytes) = self.artifact_bounds(opts);
+        Ok(output_files(&*self.scope_engine(scope)?, paths, max_files, max_bytes)?.len())
+    }
+
+    /// The artifact manifest of the regular files under `paths` (scope paths), by path.
+    pub(super) fn collect_outputs(
+        &self,
+        scope: &ScopeId,
+        paths: &[String],
+        opts: &EnvironmentOptions,
+    ) -> Result<Vec<ArtifactEntry>, ComputeError> {
+        let (max_files, max_bytes) = self.artifact_bounds(opts);
+        let engine = self.scope_engine(scope)?;
+        let mut out = Vec::new();
+        for (path, size) in output_files(&engine, paths, max_files, max_bytes)? {
+            let (sha256, size_bytes) = match hash_file(&engine, &path, size) {
+                Ok(h) => h,
+                // Removed between the listing and the read: not an output any more.
+                Err(ComputeError::Service(ServiceError::Engine(scopefs::engine::EngineError::NotFound))) => continue,
+                Err(e) => return Err(e),
+            };
+            let content_type = content_type(&path).to_string();
+            out.push(ArtifactEntry { path, size_bytes, sha256, content_type });
+        }
+        Ok(out)
+    }
+
+    /// The configured artifact bounds, lowered by the environment's own `limits`.
+    fn artifact_bounds(&self, opts: &EnvironmentOptions) -> (u64, u64) {
+        let (files, bytes) = match self.compute.as_ref() {
+            Some(c) => (c.settings.max_artifact_files, c.settings.max_artifact_bytes),
+            None => (0, 0),
+        };
+        (files.min(opts.max_artifact_files.unwrap_or(u64::MAX)), bytes.min(opts.max_artifact_bytes.unwrap_or(u64::MAX)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_paths_stay_in_the_workspace() {
+        assert_eq!(output_path("/workspace").unwrap(), "");
+        assert_eq!(output_path("/workspace/").unwrap(), "");
+        assert_eq!(output_path("/workspace/out/a.csv").unwrap(), "out/a.csv");
+        assert_eq!(output_path("out").unwrap(), "out");
+        for bad in ["/etc", "/workspace/../etc", "out/../../x", "/threads/t/x"] {
+            assert!(matches!(output_path(bad), Err(ComputeError::Invalid("output_paths", _))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn content_types_come_from_the_extension() {
+        assert_eq!(content_type("out/result.CSV"), "text/csv");
+        assert_eq!(content_type("a.tar.gz"), "application/gzip");
+        assert_eq!(content_type("dir.d/noext"), "application/octet-stream");
+        assert_eq!(content_type("plot.png"), "image/png");
+    }
+}

@@ -1,0 +1,497 @@
+//! Contract of the compute `/tools/*` routes against seed 003 (issue 12, acceptance a and b).
+//!
+//! a. Every compute route is called with a body built from seed 003's own examples (§4.5 method
+//!    signatures, §4.3 `execute_command`, §5 `create_environment`) — field names and JSON types as
+//!    the seed writes them — and its answer is checked field by field (names and JSON types); a
+//!    field the daemon does not know is a 400 naming it on every route.
+//! b. End to end: create with `default_output_paths` → a command writes files → destroy → the
+//!    artifacts (path, size, sha256, content type) are in the answer → `/admin/pending-usage` lists
+//!    them (`id`, `artifacts_registered`, `output_manifest_json`) → a registrar that fails twice
+//!    then succeeds → settled exactly once; ledger, usage log and artifact registry agree.
+//!
+//! Needs root, /dev/fuse, a Docker engine and `SCOPEFS_TEST_DOCKER_IMAGE` (scripts/docker.sh);
+//! without them it fails.
+
+pub mod serve_process;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::blocking::Client;
+use reqwest::StatusCode;
+use scopefs::billing::{run_pending_pass, ArtifactRegistrar, PassSettings, PricingConfig, RegistryRegistrar};
+use scopefs::registry::billing::UsageRecord;
+use scopefs::registry::Registry;
+use serde_json::{json, Value};
+use serve_process::{free_port, write_config, ServeProcess};
+use sha2::{Digest, Sha256};
+
+const SERVICE_TOKEN: &str = "contract-compute-service-token-0123456789";
+const HMAC_SECRET: &str = "contract-compute-hmac-secret";
+const ADMIN_TOKEN: &str = "contract-compute-admin-token";
+const USER: &str = "test_user";
+
+/// New accounts get `pro`; `metered` pays every minute from cash. The loop runs once at startup
+/// and then waits an hour: the test drives the settlement rounds itself.
+const PRICING: &str = "[pricing]\ndefault_plan = \"pro\"\nsettle_interval_secs = 3600\n\
+    [pricing.plans.pro]\ncompute_allowed = true\nmonthly_minutes = 120\nhard_max_runtime_seconds = 7200\n\
+    [pricing.plans.metered]\ncompute_allowed = true\nmonthly_minutes = 0\nhard_max_runtime_seconds = 7200\n";
+
+fn image() -> String {
+    let image = std::env::var("SCOPEFS_TEST_DOCKER_IMAGE").unwrap_or_default();
+    assert!(!image.is_empty(), "SCOPEFS_TEST_DOCKER_IMAGE is not set: run scripts/test.sh (or scripts/docker.sh)");
+    let ok = Command::new("docker").args(["image", "inspect", &image]).output().expect("docker CLI missing");
+    assert!(ok.status.success(), "Docker engine not answering or image {image} missing (run scripts/docker.sh)");
+    image
+}
+
+fn uid() -> String {
+    uuid::Uuid::now_v7().simple().to_string()
+}
+
+struct Daemon {
+    serve: ServeProcess,
+    client: Client,
+    deployment: String,
+    image: String,
+}
+
+impl Daemon {
+    fn start(dir: &Path) -> Daemon {
+        let image = image();
+        let port = free_port();
+        let deployment = format!("cc-{}", &uid()[20..]);
+        let rest = format!(
+            "deployment_id = {deployment:?}\nservice_token = {SERVICE_TOKEN:?}\nhmac_secret = {HMAC_SECRET:?}\n\
+             admin_token = {ADMIN_TOKEN:?}\n\n[store]\nkind = \"local\"\n\n[executor]\nimage = {image:?}\n\
+             max_runtime_secs = 600\ncommand_timeout_secs = 30\n{PRICING}"
+        );
+        let cfg = write_config(dir, port, &rest);
+        let serve = ServeProcess::start(dir, &cfg, port, &format!("daemon-{}.log", uid()), &[]);
+        let mut d = Daemon {
+            serve,
+            client: Client::builder().timeout(Duration::from_secs(120)).build().unwrap(),
+            deployment,
+            image,
+        };
+        d.serve.wait_ready(&d.client);
+        d
+    }
+
+    fn provision(&self, thread: &str) {
+        let resp = self
+            .client
+            .post(format!("{}/internal/workspace-scopes/provision", self.serve.base))
+            .bearer_auth(SERVICE_TOKEN)
+            .json(&json!({"operation_id": format!("op-{thread}"), "primary_thread_id": thread}))
+            .send()
+            .unwrap();
+        assert!(resp.status().is_success(), "provision: {}", resp.status());
+    }
+
+    /// A signed `/tools/<tool>` call (seed 003 §4.3: `auth_context` with the HMAC token).
+    fn tool(&self, thread: &str, tool: &str, params: Value) -> (StatusCode, Value) {
+        let path = format!("/tools/{tool}");
+        let issued_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let nonce = uid();
+        let mut body = params;
+        body["auth_context"] = json!({"user_id": USER, "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
+        let canonical = scopefs::signing::parse(&serde_json::to_vec(&body).unwrap()).unwrap().to_canonical();
+        let hash = scopefs::signing::payload_hash(&canonical);
+        let string = scopefs::signing::canonical_string("POST", &path, &issued_at.to_string(), &nonce, &hash);
+        body["auth_context"]["token"] = json!(scopefs::signing::sign(HMAC_SECRET.as_bytes(), &string));
+        let resp = self.client.post(format!("{}{path}", self.serve.base)).json(&body).send().expect("request failed");
+        let status = resp.status();
+        let text = resp.text().unwrap();
+        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("non-JSON answer ({e}): {text}")))
+    }
+
+    fn ok(&self, thread: &str, tool: &str, params: Value) -> Value {
+        let (s, v) = self.tool(thread, tool, params);
+        assert_eq!(s, StatusCode::OK, "{tool}: {v}\nlog:\n{}", self.serve.log_text());
+        v
+    }
+
+    fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut req =
+            self.client.request(method, format!("{}{path}", self.serve.base)).header("X-Admin-Token", ADMIN_TOKEN);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().expect("admin request");
+        let status = resp.status();
+        let v: Value = resp.json().expect("admin JSON");
+        assert!(status.is_success(), "{path}: {status} {v}");
+        v
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let out = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("label=io.scopefs.deployment={}", self.deployment)])
+            .output();
+        if let Ok(out) = out {
+            for c in String::from_utf8_lossy(&out.stdout).lines() {
+                let _ = Command::new("docker").args(["rm", "-f", c]).output();
+            }
+        }
+    }
+}
+
+/// The JSON type of a value, as the seed's Python types map to JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum T {
+    Str,
+    Int,
+    Bool,
+    Arr,
+    /// A string or null (`str | None`).
+    OptStr,
+    /// An integer or null (`int | None`).
+    OptInt,
+}
+
+fn type_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "int",
+        Value::Number(_) => "float",
+        Value::String(_) => "str",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Asserts that `v` has each field with its JSON type.
+fn assert_shape(what: &str, v: &Value, fields: &[(&str, T)]) {
+    for (name, want) in fields {
+        let got = v.get(*name).unwrap_or_else(|| panic!("{what}: no field {name:?} in {v}"));
+        let ok = match want {
+            T::Str => got.is_string(),
+            T::Int => got.is_i64() || got.is_u64(),
+            T::Bool => got.is_boolean(),
+            T::Arr => got.is_array(),
+            T::OptStr => got.is_string() || got.is_null(),
+            T::OptInt => got.is_i64() || got.is_u64() || got.is_null(),
+        };
+        assert!(ok, "{what}: field {name:?} is {} ({got}), expected {want:?}", type_of(got));
+    }
+}
+
+/// The fields every environment answer carries (seed 003 §5 response plus the record).
+const ENV_FIELDS: &[(&str, T)] = &[
+    ("environment_id", T::Str),
+    ("status", T::Str),
+    ("execution_mode", T::Str),
+    ("backend_type", T::Str),
+    ("resource_ref", T::Str),
+    ("effective_max_runtime_seconds", T::Int),
+    ("requested_max_runtime_seconds", T::OptInt),
+    ("created_at", T::Int),
+    ("started_at", T::OptInt),
+    ("ended_at", T::OptInt),
+    ("runtime_seconds", T::OptInt),
+    ("end_reason", T::OptStr),
+];
+
+const ARTIFACT_FIELDS: &[(&str, T)] =
+    &[("path", T::Str), ("logical_path", T::Str), ("size_bytes", T::Int), ("sha256", T::Str), ("content_type", T::Str)];
+
+/// Seed 003 §5's `create_environment` example, with this daemon's image and a 300 s budget.
+fn seed_create_body(image: &str, thread: &str) -> Value {
+    json!({
+        "execution_mode": "simple",
+        "shared_compute_eligible": true,
+        "resource_class": "shared-small",
+        "backend_policy": "auto",
+        "input_objects": [{
+            "file_id": "file_123",
+            "object_key": format!("threads/{thread}/files/file_123"),
+            "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            "size_bytes": 1024,
+            "mount_path": "/workspace/data.csv",
+            "read_only": false
+        }],
+        "artifact_prefix": format!("jobs/{thread}/req_1/artifacts/"),
+        "default_output_paths": ["/workspace/out"],
+        "max_runtime_seconds": 300,
+        "budget_snapshot": {
+            "plan": "pro",
+            "quota_ok": true,
+            "remaining_minutes": 120,
+            "cash_balance_snapshot": "10.000000",
+            "overtime_price_per_minute": "0.050000",
+            "affordable_runtime_seconds": 19200,
+            "effective_max_runtime_seconds": 300,
+            "pricing_version": "2026-05-23"
+        },
+        "limits": {
+            "max_input_bytes": 10485760,
+            "max_output_bytes": 10485760,
+            "max_stdout_stderr_bytes": 1048576,
+            "max_files": 100
+        },
+        "image_ref": image
+    })
+}
+
+/// A field the daemon does not know is a 400 that names it, on `tool`.
+fn assert_unknown_field_refused(d: &Daemon, thread: &str, tool: &str, mut body: Value) {
+    body["no_such_field_xyz"] = json!(1);
+    let (s, v) = d.tool(thread, tool, body);
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{tool}: {v}");
+    assert!(v.to_string().contains("no_such_field_xyz"), "{tool}: the 400 does not name the field: {v}");
+}
+
+#[test]
+fn compute_routes_take_the_seed_bodies_and_answer_the_seed_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path());
+    // The default plan of new accounts is said at startup (item 8).
+    let log = d.serve.log_text();
+    assert!(log.contains("new accounts get plan") && log.contains("pricing.default_plan"), "{log}");
+    let t = format!("thr_{}", uid());
+    d.provision(&t);
+
+    let created = d.ok(&t, "create_environment", seed_create_body(&d.image, &t));
+    assert_shape("create_environment", &created, ENV_FIELDS);
+    assert_eq!((created["status"].as_str(), created["execution_mode"].as_str()), (Some("running"), Some("standard")));
+    assert_eq!(created["backend_type"], "docker");
+    assert_eq!(created["effective_max_runtime_seconds"], 300);
+    let env = created["environment_id"].as_str().unwrap().to_string();
+
+    let listed = d.ok(&t, "list_environments", json!({}));
+    assert_shape("list_environments", &listed, &[("environments", T::Arr)]);
+    assert_shape("list_environments[0]", &listed["environments"][0], ENV_FIELDS);
+
+    let status = d.ok(&t, "get_environment_status", json!({"environment_id": env}));
+    assert_shape("get_environment_status", &status, ENV_FIELDS);
+
+    // Seed 003 §4.3's example body, plus §4.5's optional fields.
+    let exec = json!({"environment_id": env, "command": "echo hello", "timeout_seconds": 30, "max_output_bytes": 4096});
+    let out = d.ok(&t, "execute_command", exec.clone());
+    assert_shape(
+        "execute_command",
+        &out,
+        &[
+            ("stdout", T::Str),
+            ("stderr", T::Str),
+            ("exit_code", T::OptInt),
+            ("truncated", T::Bool),
+            ("timed_out", T::Bool),
+        ],
+    );
+    assert_eq!(out["stdout"], "hello\n");
+
+    let proc_fields: &[(&str, T)] =
+        &[("process_id", T::Str), ("environment_id", T::Str), ("state", T::Str), ("command", T::Str)];
+    let p = d.ok(&t, "start_process", json!({"environment_id": env, "command": "echo started; sleep 300"}));
+    assert_shape("start_process", &p, proc_fields);
+    let pid = p["process_id"].as_str().unwrap().to_string();
+    let checked = d.ok(&t, "check_process", json!({"process_id": pid, "tail_bytes": 1024}));
+    assert_shape("check_process", &checked, proc_fields);
+    assert_shape("check_process", &checked, &[("log_tail", T::Str), ("log_bytes", T::Int), ("log_truncated", T::Bool)]);
+    let procs = d.ok(&t, "list_processes", json!({"environment_id": env}));
+    assert_shape("list_processes", &procs, &[("processes", T::Arr)]);
+    assert_shape("list_processes[0]", &procs["processes"][0], proc_fields);
+    let stopped = d.ok(&t, "stop_process", json!({"process_id": pid}));
+    assert_shape("stop_process", &stopped, proc_fields);
+
+    // Every route refuses a field it does not know, by name.
+    let cases = [
+        ("create_environment", json!({})),
+        ("destroy_environment", json!({"environment_id": env})),
+        ("list_environments", json!({})),
+        ("get_environment_status", json!({"environment_id": env})),
+        ("execute_command", exec),
+        ("start_process", json!({"environment_id": env, "command": "true"})),
+        ("check_process", json!({"process_id": pid})),
+        ("stop_process", json!({"process_id": pid})),
+        ("list_processes", json!({})),
+    ];
+    for (tool, body) in cases {
+        assert_unknown_field_refused(&d, &t, tool, body);
+    }
+    let mut bad_limits = seed_create_body(&d.image, &t);
+    bad_limits["limits"]["max_gpus"] = json!(1);
+    let (s, v) = d.tool(&t, "create_environment", bad_limits);
+    assert!(s == StatusCode::BAD_REQUEST && v.to_string().contains("max_gpus"), "{s} {v}");
+    // An image the configuration does not allow is refused before anything runs.
+    let mut other_image = seed_create_body(&d.image, &t);
+    other_image["image_ref"] = json!("docker.io/library/ubuntu:latest");
+    let (s, v) = d.tool(&t, "create_environment", other_image);
+    assert_eq!(
+        (s, v["error"]["code"].as_str().or(v["code"].as_str())),
+        (StatusCode::FORBIDDEN, Some("image_not_allowed")),
+        "{v}"
+    );
+
+    // Seed 003 §4.5 destroy_environment(persist_outputs, output_paths, force_destroy, artifact_prefix).
+    d.ok(
+        &t,
+        "execute_command",
+        json!({"environment_id": env, "command": "mkdir -p /workspace/out && echo a,b > /workspace/out/r.csv"}),
+    );
+    let destroyed = d.ok(
+        &t,
+        "destroy_environment",
+        json!({"environment_id": env, "persist_outputs": true, "output_paths": ["/workspace/out"],
+               "force_destroy": false, "artifact_prefix": format!("jobs/{t}/req_1/artifacts/")}),
+    );
+    assert_shape("destroy_environment", &destroyed, ENV_FIELDS);
+    assert_shape(
+        "destroy_environment",
+        &destroyed,
+        &[("artifacts", T::Arr), ("artifacts_lost", T::Bool), ("already_ended", T::Bool)],
+    );
+    assert_eq!(destroyed["status"], "ended");
+    assert_shape("destroy_environment.artifacts[0]", &destroyed["artifacts"][0], ARTIFACT_FIELDS);
+    assert_eq!(destroyed["artifacts"][0]["path"], "/workspace/out/r.csv");
+    assert_eq!(destroyed["artifacts"][0]["content_type"], "text/csv");
+
+    // The environment's own limits bound its outputs: over them, destroy is 507 before anything is
+    // read and the environment keeps running; force_destroy then ends it and reports them lost.
+    let body = json!({"default_output_paths": ["/workspace/out"], "limits": {"max_files": 1}});
+    let env2 = d.ok(&t, "create_environment", body)["environment_id"].as_str().unwrap().to_string();
+    d.ok(&t, "execute_command", json!({"environment_id": env2, "command": "echo 2 > /workspace/out/second.txt"}));
+    let (s, v) = d.tool(&t, "destroy_environment", json!({"environment_id": env2}));
+    assert_eq!((s, v["error"]["code"].as_str()), (StatusCode::INSUFFICIENT_STORAGE, Some("artifact_limit")), "{v}");
+    assert_eq!(d.ok(&t, "get_environment_status", json!({"environment_id": env2}))["status"], "running");
+    let forced = d.ok(&t, "destroy_environment", json!({"environment_id": env2, "force_destroy": true}));
+    let got =
+        (forced["status"].as_str(), forced["artifacts"].as_array().map(Vec::len), forced["artifacts_lost"].as_bool());
+    assert_eq!(got, (Some("ended"), Some(0), Some(true)), "{forced}");
+}
+
+/// Fails its first `fail_first` calls, then registers through the daemon's own registrar.
+struct FailThenRegistry {
+    calls: AtomicU32,
+    fail_first: u32,
+    inner: RegistryRegistrar,
+}
+
+impl ArtifactRegistrar for FailThenRegistry {
+    fn register(&self, usage: &UsageRecord, paths: &[String]) -> Result<(), String> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) < self.fail_first {
+            return Err("artifact store unavailable".into());
+        }
+        self.inner.register(usage, paths)
+    }
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The pricing of the daemon's configuration (the test settles with the same prices).
+fn daemon_pricing() -> PricingConfig {
+    #[derive(serde::Deserialize)]
+    struct Only {
+        pricing: PricingConfig,
+    }
+    toml::from_str::<Only>(PRICING).unwrap().pricing
+}
+
+#[test]
+fn outputs_become_artifacts_registered_with_retries_then_settled_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path());
+    let t = format!("thr_{}", uid());
+    d.provision(&t);
+    d.admin(reqwest::Method::PUT, &format!("/admin/accounts/{USER}/plan"), Some(json!({"plan": "metered"})));
+    d.admin(
+        reqwest::Method::POST,
+        &format!("/admin/accounts/{USER}/credit"),
+        Some(json!({"amount": "1.000000", "idempotency_key": "seed-credit"})),
+    );
+
+    let env =
+        d.ok(&t, "create_environment", json!({"default_output_paths": ["/workspace/out"], "max_runtime_seconds": 120}))
+            ["environment_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let cmd = "mkdir -p /workspace/out/sub && printf 'x,y\\n1,2\\n' > /workspace/out/result.csv \
+               && printf 'note' > /workspace/out/sub/n.txt && echo outside > /workspace/not-an-output.txt";
+    let out = d.ok(&t, "execute_command", json!({"environment_id": env, "command": cmd}));
+    assert_eq!(out["exit_code"], 0, "{out}");
+
+    let destroyed = d.ok(&t, "destroy_environment", json!({"environment_id": env}));
+    let arts = destroyed["artifacts"].as_array().expect("artifacts").clone();
+    let expect = [
+        ("/workspace/out/result.csv", &b"x,y\n1,2\n"[..], "text/csv"),
+        ("/workspace/out/sub/n.txt", b"note", "text/plain"),
+    ];
+    assert_eq!(arts.len(), expect.len(), "{destroyed}");
+    for (a, (path, content, ctype)) in arts.iter().zip(expect) {
+        assert_eq!(a["path"], path);
+        assert_eq!(a["size_bytes"], content.len());
+        assert_eq!(a["sha256"], sha256_hex(content));
+        assert_eq!(a["content_type"], ctype);
+    }
+
+    // The seed's poll loop reads the pending record: id, artifacts_registered, output_manifest_json.
+    let pending = d.admin(reqwest::Method::POST, "/admin/pending-usage", Some(json!({"settled": 0, "limit": 50})));
+    let rec = pending["usage"].as_array().unwrap().iter().find(|r| r["environment_id"] == env.as_str()).cloned();
+    let rec = rec.unwrap_or_else(|| panic!("no pending usage for {env}: {pending}"));
+    assert_eq!(rec["artifacts_registered"], false, "{rec}");
+    let usage_id = rec["id"].as_i64().expect("id");
+    assert_eq!(rec["usage_id"], usage_id);
+    let manifest: Value = serde_json::from_str(rec["output_manifest_json"].as_str().expect("manifest JSON")).unwrap();
+    assert_eq!(manifest, Value::Array(arts.clone()), "the manifest is what destroy answered");
+
+    // The settlement rounds, run against the daemon's registry with a registrar failing twice.
+    let reg = Arc::new(Registry::open(&dir.path().join("data/control/registry.sqlite3")).unwrap());
+    let pricing = daemon_pricing();
+    let registrar =
+        FailThenRegistry { calls: AtomicU32::new(0), fail_first: 2, inner: RegistryRegistrar::new(reg.clone()) };
+    let settings = PassSettings::default();
+    for attempt in 1..=2 {
+        let r = run_pending_pass(&reg, &pricing, &registrar, &settings).unwrap();
+        assert_eq!((r.artifact_failures, r.settled), (1, 0), "attempt {attempt}");
+        let acct = d.admin(reqwest::Method::GET, &format!("/admin/accounts/{USER}"), None);
+        assert_eq!(acct["cash_balance"], "1.000000", "no money before the artifacts are registered: {acct}");
+    }
+    let r = run_pending_pass(&reg, &pricing, &registrar, &settings).unwrap();
+    assert_eq!((r.artifacts_registered, r.settled), (1, 1), "{r:?}");
+    let r = run_pending_pass(&reg, &pricing, &registrar, &settings).unwrap();
+    assert_eq!((r.listed, r.settled), (0, 0), "settled exactly once");
+
+    let settled = d.admin(reqwest::Method::POST, "/admin/pending-usage", Some(json!({"settled": 1})));
+    let rec =
+        settled["usage"].as_array().unwrap().iter().find(|r| r["id"] == usage_id).cloned().expect("settled record");
+    assert_eq!(
+        (rec["settlement_status"].as_str(), rec["artifacts_registered"].as_bool()),
+        (Some("settled"), Some(true))
+    );
+    let ledger = d.admin(reqwest::Method::GET, &format!("/admin/accounts/{USER}/ledger"), None);
+    let rows: Vec<&Value> =
+        ledger["entries"].as_array().unwrap().iter().filter(|e| e["entry_type"] == "compute_overtime").collect();
+    assert_eq!(rows.len(), 1, "{ledger}");
+    assert_eq!(rows[0]["source_id"], env.as_str());
+    assert_eq!(rec["ledger_entry_id"], rows[0]["entry_id"]);
+    // The artifact registry holds the same manifest, every row registered.
+    let registered = reg.artifact_manifest(&env).unwrap();
+    assert_eq!(registered.len(), arts.len());
+    assert!(registered.iter().all(|r| r.registered_at.is_some()), "{registered:?}");
+    for (row, a) in registered.iter().zip(&arts) {
+        assert_eq!(
+            (row.entry.sha256.as_str(), row.entry.size_bytes),
+            (a["sha256"].as_str().unwrap(), a["size_bytes"].as_u64().unwrap())
+        );
+    }
+    let audit = reg.billing_audit().unwrap();
+    assert!(audit.problems.is_empty(), "{:?}", audit.problems);
+    // Marking by the seed's ids is accepted (idempotent: nothing left to change).
+    let marked =
+        d.admin(reqwest::Method::POST, "/admin/mark-artifacts-registered", Some(json!({"environment_id": env})));
+    assert_eq!(marked["updated"], 0);
+    let marked =
+        d.admin(reqwest::Method::POST, "/admin/mark-artifacts-registered", Some(json!({"usage_id": usage_id})));
+    assert_eq!(marked["updated"], 0);
+}
