@@ -45,10 +45,22 @@ pub struct ContainerSpec {
     pub scope_id: String,
     pub owner_id: String,
     pub environment_id: String,
-    /// The host mountpoint of the scope, bound at `/workspace` (the only bind mount).
+    /// The host mountpoint of the scope, bound at `/workspace` (the only writable bind mount).
     pub workspace: PathBuf,
     /// Bind `/workspace` read-only (memory workers).
     pub read_only_workspace: bool,
+    /// Read-only views of other scopes of the same user, granted by the request (seed 003 §3.7):
+    /// each bound read-only at its target (`/threads/{thread_id}`, `/__global__`).
+    pub read_only_views: Vec<ReadOnlyView>,
+}
+
+/// One read-only bind of another scope's mountpoint into a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOnlyView {
+    /// The host mountpoint of the viewed scope.
+    pub source: PathBuf,
+    /// Where the container sees it: `/threads/{thread_id}` or `/__global__`.
+    pub target: String,
 }
 
 /// A container carrying the deployment's label, as listed by the engine.

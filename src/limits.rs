@@ -89,6 +89,25 @@ pub struct LimitsConfig {
     /// Entries of a `create_environment`/`destroy_environment` path list (`input_objects`,
     /// `default_output_paths`, `output_paths`).
     pub max_environment_paths: u64,
+
+    // --- shared compute (seed 003 §5, §15) ---
+    /// Shared-pool environments one user may have live at once (seed §15.2
+    /// `max_user_concurrency`); one more shared request is 429 before anything runs. 0 turns
+    /// shared compute off (every environment gets a dedicated container).
+    pub max_shared_environments_per_user: u64,
+    /// Longest runtime a shared environment may ask for (seconds); a request asking more (or
+    /// naming no runtime) is not eligible and gets a dedicated container.
+    pub shared_max_runtime_secs: u64,
+    /// Seconds a warm shared container may stay unused before it is removed.
+    pub shared_idle_secs: u64,
+    /// Total `size_bytes` of a shared request's `input_objects`.
+    pub shared_max_input_bytes: u64,
+    /// `limits.max_output_bytes` (artifact bytes) of a shared environment, at most and by default.
+    pub shared_max_output_bytes: u64,
+    /// `limits.max_stdout_stderr_bytes` of a shared environment, at most and by default.
+    pub shared_max_stdout_stderr_bytes: u64,
+    /// `limits.max_files` (input objects, artifacts) of a shared environment, at most and by default.
+    pub shared_max_files: u64,
 }
 
 impl Default for LimitsConfig {
@@ -122,6 +141,13 @@ impl Default for LimitsConfig {
             max_artifact_files: 1000,
             max_artifact_bytes: 1024 * 1024 * 1024,
             max_environment_paths: 64,
+            max_shared_environments_per_user: 2,
+            shared_max_runtime_secs: 60,
+            shared_idle_secs: 120,
+            shared_max_input_bytes: 10 * 1024 * 1024,
+            shared_max_output_bytes: 10 * 1024 * 1024,
+            shared_max_stdout_stderr_bytes: 1024 * 1024,
+            shared_max_files: 100,
         }
     }
 }
@@ -129,7 +155,7 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 28] = [
+        let checks: [(&'static str, u64); 34] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.max_path_depth", u64::from(self.max_path_depth)),
             ("limits.max_path_bytes", u64::from(self.max_path_bytes)),
@@ -158,6 +184,12 @@ impl LimitsConfig {
             ("limits.max_artifact_files", self.max_artifact_files),
             ("limits.max_artifact_bytes", self.max_artifact_bytes),
             ("limits.max_environment_paths", self.max_environment_paths),
+            ("limits.shared_max_runtime_secs", self.shared_max_runtime_secs),
+            ("limits.shared_idle_secs", self.shared_idle_secs),
+            ("limits.shared_max_input_bytes", self.shared_max_input_bytes),
+            ("limits.shared_max_output_bytes", self.shared_max_output_bytes),
+            ("limits.shared_max_stdout_stderr_bytes", self.shared_max_stdout_stderr_bytes),
+            ("limits.shared_max_files", self.shared_max_files),
         ];
         match checks.iter().find(|(_, v)| *v == 0) {
             Some((key, _)) => Err((key, "must be at least 1".into())),
@@ -197,11 +229,12 @@ pub enum Bound {
     FileSize,
     InodeXattrs,
     HardLinks,
+    SharedPerUser,
 }
 
 impl Bound {
     /// Every bound, in metric order.
-    pub const ALL: [Bound; 28] = [
+    pub const ALL: [Bound; 29] = [
         Bound::StagingGlobal,
         Bound::StagingPerScope,
         Bound::PathDepth,
@@ -230,6 +263,7 @@ impl Bound {
         Bound::FileSize,
         Bound::InodeXattrs,
         Bound::HardLinks,
+        Bound::SharedPerUser,
     ];
 
     /// The metric label of this bound.
@@ -263,6 +297,7 @@ impl Bound {
             Bound::FileSize => "file_size",
             Bound::InodeXattrs => "inode_xattrs",
             Bound::HardLinks => "hard_links",
+            Bound::SharedPerUser => "shared_environments_per_user",
         }
     }
 

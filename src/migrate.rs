@@ -28,6 +28,7 @@ pub const REGISTRY: &[Migration] = &[
     Migration { version: 6, sql: include_str!("../migrations/registry/0006_billing.sql") },
     Migration { version: 7, sql: include_str!("../migrations/registry/0007_environment_outputs.sql") },
     Migration { version: 8, sql: include_str!("../migrations/registry/0008_operations_sagas.sql") },
+    Migration { version: 9, sql: include_str!("../migrations/registry/0009_scope_users.sql") },
 ];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.

@@ -231,7 +231,9 @@ def main() -> None:
             if r.random() < 0.5:
                 object_scope = {"read": [rand_string(r)], "write_prefixes": [rand_string(r)], "n": rand_value(r, 2, http)}
         nonce = "%032x" % r.getrandbits(128)
-        body = build_body(secret, "POST", path, params, user_id="u_" + str(i), thread_id=thread,
+        # Through a real route one thread belongs to one user (a scope's first user; issue 12).
+        user_id = "u_http" if http else "u_" + str(i)
+        body = build_body(secret, "POST", path, params, user_id=user_id, thread_id=thread,
                           object_scope=object_scope, nonce=nonce)
         mutated = mutate(r, body)
         record = {"path": path, "body": wire(r, body), "mutated": wire(r, mutated)}

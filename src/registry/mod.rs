@@ -179,6 +179,8 @@ pub struct ScopeRecord {
     pub delete_blocked_by: Vec<String>,
     /// When a deleted scope's objects and local data were purged.
     pub purged_at: Option<i64>,
+    /// The user the scope belongs to (seed 003 §3.7), once provisioning or a tool request named one.
+    pub user_id: Option<String>,
 }
 
 impl ScopeRecord {

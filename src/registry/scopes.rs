@@ -7,7 +7,7 @@ use crate::engine::Quota;
 use crate::ids::{ScopeId, ThreadId};
 
 pub(super) const COLUMNS: &str = "deployment_id, scope_id, primary_thread_id, state, revision, quota_bytes, \
-                       quota_inodes, created_at, updated_at, deleted_at, delete_blocked_by, purged_at";
+                       quota_inodes, created_at, updated_at, deleted_at, delete_blocked_by, purged_at, user_id";
 
 /// The one statement every scope state change goes through: revision CAS plus the transition table.
 const TRANSITION_SQL: &str = "UPDATE scopes
@@ -32,6 +32,7 @@ pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawScope> {
         deleted_at: row.get(9)?,
         delete_blocked_by: row.get(10)?,
         purged_at: row.get(11)?,
+        user_id: row.get(12)?,
     })
 }
 
@@ -49,6 +50,7 @@ pub(super) struct RawScope {
     deleted_at: Option<i64>,
     delete_blocked_by: Option<String>,
     purged_at: Option<i64>,
+    user_id: Option<String>,
 }
 
 impl RawScope {
@@ -66,7 +68,7 @@ impl RawScope {
         Ok(ScopeRecord {
             deployment_id: self.deployment_id,
             scope_id: ScopeId::parse(&self.scope_id).map_err(|_| bad("scope_id"))?,
-            primary_thread_id: ThreadId::parse(&self.primary_thread_id).map_err(|_| bad("primary_thread_id"))?,
+            primary_thread_id: ThreadId::parse_stored(&self.primary_thread_id).map_err(|_| bad("primary_thread_id"))?,
             state: self.state.parse()?,
             revision: to_u64(self.revision, "revision")?,
             quota,
@@ -75,6 +77,7 @@ impl RawScope {
             deleted_at: self.deleted_at,
             delete_blocked_by,
             purged_at: self.purged_at,
+            user_id: self.user_id,
         })
     }
 }
@@ -197,6 +200,25 @@ impl DeploymentRegistry {
             out.push(raw?.validate()?);
         }
         Ok(out)
+    }
+
+    /// Binds `scope` to `user` if it has no user yet; returns the user it belongs to afterwards
+    /// (`user` or the one bound before: the caller compares). `NotFound` for an unknown scope.
+    pub fn bind_scope_user(&self, scope: &ScopeId, user: &str) -> Result<String, RegistryError> {
+        let deployment = self.id.as_str();
+        let conn = self.conn.lock();
+        conn.execute(
+            "UPDATE scopes SET user_id = ?3 WHERE deployment_id = ?1 AND scope_id = ?2 AND user_id IS NULL",
+            params![deployment, scope.as_str(), user],
+        )?;
+        let bound: Option<Option<String>> = conn
+            .query_row(
+                "SELECT user_id FROM scopes WHERE deployment_id = ?1 AND scope_id = ?2",
+                params![deployment, scope.as_str()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        bound.flatten().ok_or(RegistryError::NotFound)
     }
 
     /// Compare-and-set state change: succeeds only if the scope is at `expected_revision` and

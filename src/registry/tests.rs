@@ -215,3 +215,27 @@ fn complete_provision_of_unknown_scope_is_not_found() {
     let reg = Arc::new(Registry::open_in_memory().unwrap());
     assert!(matches!(reg.deployment(DEP).complete_provision(&ScopeId::generate()), Err(RegistryError::NotFound)));
 }
+
+/// A scope belongs to the first user bound to it; binding another user later changes nothing, and
+/// the user survives reopening (migration 9). Reserved global-store threads are stored and read.
+#[test]
+fn scopes_belong_to_their_first_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.db");
+    let reg = Arc::new(Registry::open(&path).unwrap());
+    let dep = reg.deployment(DEP);
+    let rec = dep.create_scope(&thread("t-user"), None).unwrap();
+    assert_eq!(rec.user_id, None, "no user until one is named");
+    assert_eq!(dep.bind_scope_user(&rec.scope_id, "user-1").unwrap(), "user-1");
+    assert_eq!(dep.bind_scope_user(&rec.scope_id, "user-2").unwrap(), "user-1", "the first user stays");
+    assert!(matches!(dep.bind_scope_user(&ScopeId::generate(), "user-1"), Err(RegistryError::NotFound)));
+    let global = dep.create_scope(&ThreadId::global_store("user-1"), None).unwrap();
+    drop(dep);
+    drop(reg);
+    let reg = Arc::new(Registry::open(&path).unwrap());
+    let dep = reg.deployment(DEP);
+    assert_eq!(dep.get(&rec.scope_id).unwrap().unwrap().user_id.as_deref(), Some("user-1"));
+    let again = dep.find_by_thread(&ThreadId::global_store("user-1")).unwrap().unwrap();
+    assert_eq!(again.scope_id, global.scope_id);
+    assert!(again.primary_thread_id.is_global_store());
+}

@@ -29,7 +29,8 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "/internal/workspace-scopes/provision",
             Auth::Service,
             "Create (or return) the draft scope of a primary thread; idempotent on operation_id. \
-             Body {operation_id, primary_thread_id}; 201 new / 200 existing: scope view with `created`. \
+             Body {operation_id, primary_thread_id, user_id?} (user_id: the user the scope belongs to; \
+             a scope of another user is 404); 201 new / 200 existing: scope view with `created`. \
              503 cutover_in_progress while a blocking lease is held; 409 migration-required for a thread without \
              a scope while cutover.mode is required and the migration report is not verified",
             post(provision),
@@ -149,6 +150,8 @@ struct ScopeView {
     deleted_at: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     purged_at: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user_id: Option<String>,
 }
 
 impl ScopeView {
@@ -165,6 +168,7 @@ impl ScopeView {
             delete_blocked_by: rec.delete_blocked_by,
             deleted_at: rec.deleted_at,
             purged_at: rec.purged_at,
+            user_id: rec.user_id,
         }
     }
 }
@@ -181,6 +185,9 @@ fn created_status(created: bool) -> StatusCode {
 struct ProvisionRequest {
     operation_id: String,
     primary_thread_id: String,
+    /// The user the scope belongs to (seed 003 §3.7); a scope of another user is 404.
+    #[serde(default)]
+    user_id: Option<String>,
 }
 
 async fn provision(
@@ -188,7 +195,11 @@ async fn provision(
     ApiJson(req): ApiJson<ProvisionRequest>,
 ) -> Result<(StatusCode, Json<ScopeView>), ApiError> {
     let thread = ThreadId::parse(&req.primary_thread_id)?;
-    let (rec, created) = blocking(Internal, move || st.scopes.provision(&req.operation_id, &thread)).await?;
+    if req.user_id.as_ref().is_some_and(|u| u.is_empty() || u.len() > 256) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_user_id", "user_id must be 1-256 bytes"));
+    }
+    let provision = move || st.scopes.provision_for_user(&req.operation_id, &thread, req.user_id.as_deref());
+    let (rec, created) = blocking(Internal, provision).await?;
     Ok((created_status(created), Json(ScopeView { created: Some(created), ..ScopeView::of(rec) })))
 }
 

@@ -132,8 +132,20 @@ impl DockerExecutor {
             }),
             ..Default::default()
         };
+        let mut mounts = vec![workspace];
+        mounts.extend(spec.read_only_views.iter().map(|v| Mount {
+            target: Some(v.target.clone()),
+            source: Some(v.source.to_string_lossy().into_owned()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }));
         let host = HostConfig {
-            mounts: Some(vec![workspace]),
+            mounts: Some(mounts),
             network_mode: Some(p.network.clone()),
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),

@@ -10,6 +10,7 @@ use scopefs::ids::ThreadId;
 use scopefs::registry::{DeploymentRegistry, ScopeRecord};
 
 use super::open_scopes::OpenScopes;
+use super::peers::{self, View};
 use super::{require_open_state, ServiceError};
 
 /// File work of the HTTP API in threads' scopes (see the module docs).
@@ -49,19 +50,30 @@ impl WorkspaceFiles {
     }
 
     /// The scope `thread` acts in (its primary thread, or a live thread owner of it) with its open
-    /// engine. `ScopeNotFound` for an unknown thread or a scope that is not draft/active,
-    /// `NotMountable(Deleting)` while it is being deleted.
+    /// engine, for a request of `user`: a scope no user owns yet becomes `user`'s, one of another
+    /// user is `ScopeNotFound` like an unknown thread (`services::peers`). `ScopeNotFound` also for
+    /// a scope that is not draft/active, `NotMountable(Deleting)` while it is being deleted.
     pub fn tool_scope(
         &self,
         thread: &ThreadId,
+        user: &str,
     ) -> Result<(scopefs::registry::nonces::ThreadBinding, Arc<ScopeEngine>), ServiceError> {
         let Some(binding) = self.registry.thread_binding(thread)? else {
             crate::metrics::note_run_without_scope();
             return Err(ServiceError::ScopeNotFound);
         };
+        peers::bind_user(&self.registry, &binding.scope, user)?;
         require_open_state(binding.scope.state)?;
         let engine = self.open.engine(&binding.scope)?;
         Ok((binding, engine))
+    }
+
+    /// The scope and open engine of a `/threads/{id}` or `/__global__` view for `user` (rules in
+    /// `services::peers`; the global store is created on first use).
+    pub fn view_engine(&self, user: &str, view: &View) -> Result<(ScopeRecord, Arc<ScopeEngine>), ServiceError> {
+        let rec = peers::resolve(&self.registry, &self.open, user, view)?;
+        let engine = self.open.engine(&rec)?;
+        Ok((rec, engine))
     }
 
     /// Copies one regular file from the read-only legacy workspace into the thread's scope, recorded

@@ -12,6 +12,7 @@ pub mod files;
 mod lifecycle;
 pub mod mounter;
 pub mod open_scopes;
+pub mod peers;
 mod sagas;
 pub mod scopes;
 #[cfg(test)]

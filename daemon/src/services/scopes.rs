@@ -175,6 +175,25 @@ impl Scopes {
         Ok((rec, p.created))
     }
 
+    /// `provision`, then the scope belongs to `user` when one is named (a scope of another user
+    /// is `ScopeNotFound`, as for a tool request: `services::peers`).
+    pub fn provision_for_user(
+        &self,
+        operation_id: &str,
+        thread: &ThreadId,
+        user: Option<&str>,
+    ) -> Result<(ScopeRecord, bool), ServiceError> {
+        let (rec, created) = self.provision(operation_id, thread)?;
+        match user {
+            Some(u) => {
+                super::peers::bind_user(&self.registry, &rec, u)?;
+                let rec = self.registry.get(&rec.scope_id)?.ok_or(ServiceError::ScopeNotFound)?;
+                Ok((rec, created))
+            }
+            None => Ok((rec, created)),
+        }
+    }
+
     /// The scope bound to `thread` with its usage, if any.
     pub fn by_thread(&self, thread: &ThreadId) -> Result<Option<ScopeStatus>, ServiceError> {
         let Some(record) = self.registry.find_by_thread(thread)? else {

@@ -161,7 +161,7 @@ fn workspace_files_resolve_threads_nonces_and_imports_without_mounting() {
     let (rec, _) = scopes.provision("op-1", &thread("t1")).unwrap();
     let (found, engine) = files.engine_for_thread(&thread("t1")).unwrap();
     assert_eq!(found.scope_id, rec.scope_id);
-    let (binding, same) = files.tool_scope(&thread("t1")).unwrap();
+    let (binding, same) = files.tool_scope(&thread("t1"), "u1").unwrap();
     assert_eq!(binding.scope.scope_id, rec.scope_id);
     assert!(Arc::ptr_eq(&engine, &same), "one open engine per scope");
 
@@ -223,6 +223,7 @@ fn startup_reconciliation_ends_live_environments_and_removes_every_container() {
         environment_id: env_id.into(),
         workspace: tmp.clone(),
         read_only_workspace: false,
+        read_only_views: Vec::new(),
     };
     let known = fake.adopt(spec(&env.environment_id, "d"));
     svc.registry().attach_container(&env.environment_id, &known).unwrap();
@@ -283,6 +284,7 @@ fn scope_with_env(svc: &ComputeService, fake: &FakeExecutor, t: &str) -> (ScopeI
         environment_id: env.environment_id.clone(),
         workspace: "/nonexistent".into(),
         read_only_workspace: false,
+        read_only_views: Vec::new(),
     });
     svc.registry().attach_container(&env.environment_id, &container).unwrap();
     svc.registry().environment_started(&env.environment_id).unwrap().unwrap();
@@ -521,7 +523,7 @@ fn runs_without_scope_metadata_mismatches_and_orphan_directories_are_measured() 
     let h = harness(LimitsConfig::default());
     let (scopes, files) = (&h.services.scopes, &h.services.files);
     let (before_runs, before_mismatch, _) = crate::metrics::consistency_counters();
-    assert!(matches!(files.tool_scope(&thread("nobody")), Err(ServiceError::ScopeNotFound)));
+    assert!(matches!(files.tool_scope(&thread("nobody"), "u1"), Err(ServiceError::ScopeNotFound)));
     assert!(crate::metrics::consistency_counters().0 > before_runs);
 
     assert_eq!(scopes.maintenance_pass().unwrap(), Default::default());
@@ -549,4 +551,98 @@ fn runs_without_scope_metadata_mismatches_and_orphan_directories_are_measured() 
     ] {
         assert!(text.contains(&format!("# TYPE {family} ")), "{family} missing from /metrics");
     }
+}
+
+/// Shared compute (seed 003 §15) over the fake executor: eligible environments of a user share warm
+/// containers of that user and scope (cleaned at release, reused at the next create), another
+/// user never gets them, a third live shared environment of a user is 429 before any container is
+/// made, ineligible ones get dedicated containers removed at destroy, idle ones are reaped.
+#[test]
+fn shared_environments_reuse_their_users_warm_containers() {
+    use super::compute::shared::SharedRequest;
+    use super::compute::{Caller, CreateEnvironment, DestroyEnvironment};
+    let h = harness(LimitsConfig { max_shared_environments_per_user: 2, ..LimitsConfig::default() });
+    let (svc, fake) = (&h.services.compute, &h.executor);
+    let scope_of = |t: &str| h.services.scopes.provision(&format!("op-{t}"), &thread(t)).unwrap().0.scope_id;
+    let (sa, sb) = (scope_of("ta"), scope_of("tb"));
+    let caller = |u: &str, t: &str| Caller { user_id: u.into(), thread_id: t.into(), read_only: false };
+    let shared = CreateEnvironment {
+        max_runtime_seconds: Some(30),
+        shared: SharedRequest { asked: Some("simple"), ..SharedRequest::default() },
+        ..CreateEnvironment::default()
+    };
+    let container = |env: &str| svc.registry().environment_unscoped(env).unwrap().unwrap().container_id.unwrap();
+    let destroy = |scope: &ScopeId, env: &str| svc.destroy_environment(scope, env, &DestroyEnvironment::default());
+
+    let e1 = svc.create_environment(&sa, &caller("u1", "ta"), &shared).unwrap().environment_id;
+    assert_eq!(svc.execution_of(&e1).mode, "simple");
+    let c1 = container(&e1);
+    let e2 = svc.create_environment(&sa, &caller("u1", "ta"), &shared).unwrap().environment_id;
+    assert_ne!(container(&e2), c1, "one environment per container at a time");
+    let made = fake.container_ids().len();
+    let third = svc.create_environment(&sa, &caller("u1", "ta"), &shared);
+    assert!(matches!(third, Err(ComputeError::TooMany(_))), "{third:?}");
+    assert_eq!(fake.container_ids().len(), made, "the refused environment made no container");
+    let dedicated = svc.create_environment(&sa, &caller("u1", "ta"), &CreateEnvironment::default()).unwrap();
+    assert_eq!(svc.execution_of(&dedicated.environment_id).mode, "standard");
+
+    destroy(&sa, &e1).unwrap();
+    assert!(fake.container_ids().contains(&c1), "a destroyed shared environment's container stays warm");
+    assert!(fake.commands.lock().iter().any(|c| c.contains("kill -9")), "it was cleaned at release");
+    let other_user = svc.create_environment(&sb, &caller("u2", "tb"), &shared).unwrap().environment_id;
+    assert_ne!(container(&other_user), c1, "another user never gets it");
+    let e3 = svc.create_environment(&sa, &caller("u1", "ta"), &shared).unwrap().environment_id;
+    assert_eq!(container(&e3), c1, "the same user and scope reuse it");
+
+    let dc = container(&dedicated.environment_id);
+    destroy(&sa, &dedicated.environment_id).unwrap();
+    assert!(!fake.container_ids().contains(&dc), "a dedicated container is removed at destroy");
+    for (scope, env) in [(&sa, &e2), (&sa, &e3), (&sb, &other_user)] {
+        destroy(scope, env).unwrap();
+    }
+    assert_eq!(svc.reap_shared(std::time::Instant::now()), 0, "not idle long enough yet");
+    let later = std::time::Instant::now() + std::time::Duration::from_secs(LimitsConfig::default().shared_idle_secs);
+    assert_eq!(svc.reap_shared(later), 3);
+    assert!(fake.container_ids().is_empty(), "{:?}", fake.container_ids());
+}
+
+/// Views of other scopes (`services::peers`, seed 003 §3.7): a tool request binds an unowned scope
+/// to its user and is refused (like an unknown thread) in another user's; `/threads/{id}` resolves
+/// only to a draft/active scope of the same user; the global store is created once per user
+/// under its reserved thread and mounted for containers read-only.
+#[test]
+fn peer_views_are_per_user_and_the_global_store_is_made_once() {
+    use super::peers::{mount_views, resolve, View};
+    let h = harness(LimitsConfig::default());
+    let (files, open) = (&h.services.files, h.services.scopes.open_scopes());
+    let (a, _) = h.services.scopes.provision_for_user("op-a", &thread("ta"), Some("u1")).unwrap();
+    let (b, _) = h.services.scopes.provision("op-b", &thread("tb")).unwrap();
+    let (c, _) = h.services.scopes.provision_for_user("op-c", &thread("tc"), Some("u2")).unwrap();
+    assert_eq!(a.user_id.as_deref(), Some("u1"));
+    let view = |t: &str| View::Thread(thread(t));
+    assert!(matches!(resolve(&h.registry, open, "u1", &view("tb")), Err(ServiceError::ScopeNotFound)), "unowned");
+    files.tool_scope(&thread("tb"), "u1").unwrap();
+    assert!(matches!(files.tool_scope(&thread("tb"), "u2"), Err(ServiceError::ScopeNotFound)), "another user");
+    assert!(matches!(files.tool_scope(&thread("tc"), "u1"), Err(ServiceError::ScopeNotFound)));
+    assert_eq!(resolve(&h.registry, open, "u1", &view("tb")).unwrap().scope_id, b.scope_id);
+    assert!(matches!(resolve(&h.registry, open, "u1", &view("tc")), Err(ServiceError::ScopeNotFound)));
+    assert!(matches!(resolve(&h.registry, open, "u2", &view("tb")), Err(ServiceError::ScopeNotFound)));
+    assert!(matches!(resolve(&h.registry, open, "u1", &view("nope")), Err(ServiceError::ScopeNotFound)));
+    assert!(matches!(
+        h.services.scopes.provision_for_user("op-c2", &thread("tc"), Some("u1")),
+        Err(ServiceError::ScopeNotFound)
+    ));
+
+    let g1 = resolve(&h.registry, open, "u1", &View::Global).unwrap();
+    assert_eq!((g1.state, g1.user_id.as_deref()), (ScopeState::Active, Some("u1")), "a draft would expire");
+    assert_eq!(g1.primary_thread_id, ThreadId::global_store("u1"));
+    assert_eq!(resolve(&h.registry, open, "u1", &View::Global).unwrap().scope_id, g1.scope_id, "made once");
+    let g2 = resolve(&h.registry, open, "u2", &View::Global).unwrap();
+    assert_ne!(g2.scope_id, g1.scope_id, "one store per user");
+    assert_ne!(g2.scope_id, c.scope_id);
+
+    let binds = mount_views(&h.registry, open, "u1", &[view("tb"), View::Global, view("tb")]).unwrap();
+    let targets: Vec<&str> = binds.iter().map(|v| v.target.as_str()).collect();
+    assert_eq!(targets, vec!["/threads/tb", "/__global__"], "each view once");
+    assert!(mount_views(&h.registry, open, "u1", &[view("tb"), view("tc")]).is_err(), "all or nothing");
 }

@@ -40,6 +40,9 @@ use scopefs::signing::{self, SigningError};
 use serde::de::DeserializeOwned;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// Longest `auth_context.user_id` (the registry stores it with each scope it owns).
+const MAX_USER_ID: usize = 256;
+
 use super::super::{blocking, ApiError, AppState};
 use super::object_scope::ObjectScope;
 use crate::pools::RouteClass;
@@ -227,8 +230,12 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
             drop((bytes, permit));
             let Verified { ctx, body } = verified?;
             let thread_id = ThreadId::parse(ctx.thread_id.as_deref().unwrap_or(""))?;
-            let user_id = ctx.user_id.clone().filter(|u| !u.is_empty()).ok_or_else(|| {
-                ApiError::new(StatusCode::BAD_REQUEST, "invalid_auth_context", "auth_context.user_id is required")
+            let user_id = ctx.user_id.clone().filter(|u| !u.is_empty() && u.len() <= MAX_USER_ID).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_auth_context",
+                    "auth_context.user_id is required (at most 256 bytes)",
+                )
             })?;
             let object_scope = match &ctx.object_scope {
                 Some(text) => Some(serde_json::from_str(text).map_err(|_| {
@@ -243,7 +250,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
             if !service.consume_nonce(&ctx.nonce, expires).map_err(ApiError::from)? {
                 return Err(SigningError::Replayed.into());
             }
-            let (binding, engine) = service.tool_scope(&thread_id).map_err(ApiError::tools)?;
+            let (binding, engine) = service.tool_scope(&thread_id, &user_id).map_err(ApiError::tools)?;
             let inflight = crate::pools::scope_slot(binding.scope.scope_id.as_str())?;
             Ok(SignedRequest {
                 body,

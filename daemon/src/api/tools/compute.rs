@@ -25,15 +25,14 @@ use super::super::routes::{Auth, RouteTable};
 use super::super::{blocking, ApiError, AppState};
 use super::auth::SignedRequest;
 use crate::pools::RouteClass::Tools;
+use crate::services::compute::shared::Execution;
 use crate::services::compute::Caller;
 use crate::services::{ComputeService, ServiceError};
 
 mod seed;
 use seed::{ArtifactView, CreateParams, DestroyParams};
 
-/// Every environment is a dedicated Docker container (shared compute is not built: seed 003 §5
-/// option 2, a request for `shared` is routed to `standard` and says so).
-const EXECUTION_MODE: &str = "standard";
+/// A dedicated container's `backend_type` (shared ones: `services::compute::shared`).
 const BACKEND_TYPE: &str = "docker";
 
 pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
@@ -188,8 +187,8 @@ struct EnvView {
     ended_at: Option<i64>,
     runtime_seconds: Option<u64>,
     end_reason: Option<String>,
-    /// Seed 003 §5: always `standard` (a dedicated container).
-    execution_mode: &'static str,
+    /// Seed 003 §5: `standard` (a dedicated container) or the shared mode it was asked with.
+    execution_mode: String,
     backend_type: &'static str,
     /// Names the environment's backend resource (never the container id).
     resource_ref: String,
@@ -197,15 +196,18 @@ struct EnvView {
 
 impl EnvView {
     /// `env` as `who` sees it.
-    fn seen_by(env: EnvironmentRecord, who: &Who) -> EnvView {
+    fn seen_by(env: EnvironmentRecord, who: &Who, run: Execution) -> EnvView {
         let own = env.user_id == who.user_id;
-        EnvView::of(env, own)
+        EnvView::of(env, own, run)
     }
 
-    /// `env`, with or without its identities.
-    fn of(env: EnvironmentRecord, with_identity: bool) -> EnvView {
+    /// `env`, with or without its identities, running as `run`.
+    fn of(env: EnvironmentRecord, with_identity: bool, run: Execution) -> EnvView {
         let shown = |id: String| with_identity.then_some(id);
-        let resource_ref = format!("{BACKEND_TYPE}/dedicated/{}", env.environment_id);
+        let resource_ref = match run.resource_ref {
+            Some(r) => r.to_string(),
+            None => format!("{BACKEND_TYPE}/dedicated/{}", env.environment_id),
+        };
         EnvView {
             environment_id: env.environment_id,
             scope_id: env.scope_id,
@@ -223,8 +225,8 @@ impl EnvView {
             ended_at: env.ended_at,
             runtime_seconds: env.runtime_seconds,
             end_reason: env.end_reason,
-            execution_mode: EXECUTION_MODE,
-            backend_type: BACKEND_TYPE,
+            execution_mode: run.mode,
+            backend_type: run.backend_type,
             resource_ref,
         }
     }
@@ -298,8 +300,12 @@ async fn create_environment(
             read_only: !req.may_write(),
         };
         let create = req.body.into_request()?;
+        for view in &create.views {
+            super::object_scope::check_read(req.grant.as_ref(), &view.root())?;
+        }
         let env = svc.create_environment(&req.scope.scope_id, &caller, &create)?;
-        Ok(Json(EnvView::of(env, true)))
+        let run = svc.execution_of(&env.environment_id);
+        Ok(Json(EnvView::of(env, true, run)))
     })
     .await
 }
@@ -319,7 +325,7 @@ async fn destroy_environment(
         permit_id(&svc, &req, &req.body.environment_id, Use::End)?;
         let params = req.body.to_request()?;
         let done = svc.destroy_environment(&req.scope.scope_id, &req.body.environment_id, &params)?;
-        let env = EnvView::seen_by(done.env, &Who::of(&req));
+        let env = EnvView::seen_by(done.env, &Who::of(&req), svc.execution_of(&req.body.environment_id));
         let artifacts = done.artifacts.into_iter().map(ArtifactView::of).collect();
         Ok(Json(DestroyedView { env, already_ended: !done.ended_now, artifacts, artifacts_lost: done.artifacts_lost }))
     })
@@ -338,7 +344,15 @@ async fn list_environments(
     blocking(Tools, move || -> Result<_, ApiError> {
         let envs = svc.list_environments(&req.scope.scope_id)?;
         let who = Who::of(&req);
-        Ok(Json(EnvListView { environments: envs.into_iter().map(|e| EnvView::seen_by(e, &who)).collect() }))
+        Ok(Json(EnvListView {
+            environments: envs
+                .into_iter()
+                .map(|e| {
+                    let run = svc.execution_of(&e.environment_id);
+                    EnvView::seen_by(e, &who, run)
+                })
+                .collect(),
+        }))
     })
     .await
 }
@@ -350,7 +364,8 @@ async fn get_environment_status(
     let svc = st.compute.clone();
     blocking(Tools, move || -> Result<_, ApiError> {
         let env = svc.environment_status(&req.scope.scope_id, &req.body.environment_id)?;
-        Ok(Json(EnvView::seen_by(env, &Who::of(&req))))
+        let run = svc.execution_of(&env.environment_id);
+        Ok(Json(EnvView::seen_by(env, &Who::of(&req), run)))
     })
     .await
 }
@@ -542,7 +557,9 @@ mod tests {
     /// Review L12: another user's environment is listed without its identities.
     #[test]
     fn other_users_identities_are_not_listed() {
-        let view = |e: EnvironmentRecord, w: Who| serde_json::to_value(EnvView::seen_by(e, &w)).unwrap();
+        let view = |e: EnvironmentRecord, w: Who| {
+            serde_json::to_value(EnvView::seen_by(e, &w, Execution::standard())).unwrap()
+        };
         let mine = view(env("u1", "thr-a", false), who("u1", "thr-b", true));
         assert_eq!((mine["user_id"].as_str(), mine["thread_id"].as_str()), (Some("u1"), Some("thr-a")));
         let theirs = view(env("u2", "thr-x", false), who("u1", "thr-a", true));
@@ -563,7 +580,7 @@ mod tests {
         former["execution_mode"] = json!("standard");
         former["backend_type"] = json!("docker");
         former["resource_ref"] = json!("docker/dedicated/env_1");
-        assert_eq!(serde_json::to_value(EnvView::of(record.clone(), true)).unwrap(), former);
+        assert_eq!(serde_json::to_value(EnvView::of(record.clone(), true, Execution::standard())).unwrap(), former);
         // Former destroy_environment of another user's environment: identities removed, two keys added.
         let mut theirs = former.clone();
         for k in ["user_id", "thread_id", "owner_id"] {
@@ -572,9 +589,15 @@ mod tests {
         theirs["already_ended"] = json!(true);
         theirs["artifacts"] = json!([]);
         theirs["artifacts_lost"] = json!(false);
-        let env = EnvView::seen_by(record, &who("u2", "thr-b", true));
+        let env = EnvView::seen_by(record.clone(), &who("u2", "thr-b", true), Execution::standard());
         let destroyed = DestroyedView { env, already_ended: true, artifacts: Vec::new(), artifacts_lost: false };
         assert_eq!(serde_json::to_value(destroyed).unwrap(), theirs);
+        // A shared-pool environment answers the seed's shared fields (003 §5), no container named.
+        let shared = serde_json::to_value(EnvView::of(record, true, Execution::shared("simple"))).unwrap();
+        assert_eq!(
+            (&shared["execution_mode"], &shared["backend_type"], &shared["resource_ref"]),
+            (&json!("simple"), &json!("shared_compute"), &json!("shared-worker-pool/default"))
+        );
 
         let out = ExecOutput {
             stdout: b"out\xff".to_vec(),

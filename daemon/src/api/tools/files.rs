@@ -7,9 +7,11 @@
 //!   name a live environment (creating or running) of the request's scope, else 404
 //!   `environment_not_found` (an unknown id, another scope's, or one that has ended); the files of
 //!   every environment of a scope are the scope's files.
-//! - Paths are `/workspace/...` or relative to `/workspace`; anything else (another absolute path,
-//!   `..`, control characters, reserved names) is 400 `invalid_path` (rules of `scopefs::vpath`).
-//!   Answers name files as `/workspace/...`, which every route takes back as a path.
+//! - Paths are `/workspace/...` or relative to `/workspace`; read, write, edit, list, upload and
+//!   download, grep and glob also take `/threads/{thread_id}/...` (read-only) and `/__global__/...`
+//!   views of the same user's scopes ([`super::target`]). Anything else
+//!   (another absolute path, `..`, control characters, reserved names) is 400 `invalid_path`.
+//!   Answers name files as the request did (`/workspace/...`, ...), which every route takes back.
 //! - `auth_context.object_scope`, when signed, bounds every route (rules in [`super::object_scope`]):
 //!   reading a path it does not cover, or writing one no write prefix covers, is 403
 //!   `object_scope_denied`; listings, grep and glob show only what it lets the caller see.
@@ -58,8 +60,9 @@ use super::super::{blocking, file_kind_name, ApiError, AppState};
 use super::auth::SignedRequest;
 use super::edit::{edited_len, replace_bounded, unified_diff};
 use super::engine_err;
-use super::object_scope::{check_list, check_read, check_write};
+use super::object_scope::{check_list, check_read};
 use super::search::{self, Glob, Visit, WalkBudget};
+use super::target::target;
 use crate::pools::RouteClass::Tools;
 use crate::services::compute::ComputeError;
 use crate::services::files::write_creating_parents;
@@ -117,7 +120,8 @@ pub fn tool_path(raw: &str, dir: bool) -> Result<String, ApiError> {
     Ok(vpath::normalize(rel)?)
 }
 
-/// The container view of a scope path.
+/// The container view of a workspace path (answers use `Target::shown`).
+#[cfg(test)]
 fn shown(rel: &str) -> String {
     if rel.is_empty() {
         WORKSPACE.to_string()
@@ -212,10 +216,10 @@ async fn read_file(State(st): State<AppState>, req: SignedRequest<PathParams>) -
     let limit = st.tools.file_limit;
     blocking(Tools, move || -> Result<_, ApiError> {
         check_environment(&st, &req, req.body.environment_id.as_deref())?;
-        let rel = tool_path(&req.body.path, false)?;
-        check_read(req.grant.as_ref(), &shown(&rel))?;
-        let content = text(read_whole(&req.engine, &rel, limit)?)?;
-        Ok(Json(ReadView { path: shown(&rel), size_bytes: content.len(), content }))
+        let t = target(&st, &req, &req.body.path, false)?;
+        check_read(req.grant.as_ref(), &t.path())?;
+        let content = text(read_whole(&t.engine, &t.rel, limit)?)?;
+        Ok(Json(ReadView { path: t.path(), size_bytes: content.len(), content }))
     })
     .await
 }
@@ -245,11 +249,11 @@ async fn write_file(
     let limit = st.tools.file_limit;
     blocking(Tools, move || -> Result<_, ApiError> {
         check_environment(&st, &req, req.body.environment_id.as_deref())?;
-        let rel = tool_path(&req.body.path, false)?;
-        check_write(req.grant.as_ref(), &shown(&rel))?;
+        let t = target(&st, &req, &req.body.path, false)?;
+        t.check_write(req.grant.as_ref())?;
         let data = req.body.content.as_bytes();
-        let attr = write_whole(&req.engine, &rel, data, limit)?;
-        Ok(Json(WrittenView { path: shown(&rel), size_bytes: attr.size, sha256: sha256_hex(data) }))
+        let attr = write_whole(&t.engine, &t.rel, data, limit)?;
+        Ok(Json(WrittenView { path: t.path(), size_bytes: attr.size, sha256: sha256_hex(data) }))
     })
     .await
 }
@@ -297,15 +301,15 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
     blocking(Tools, move || -> Result<_, ApiError> {
         let p = &req.body;
         check_environment(&st, &req, p.environment_id.as_deref())?;
-        let rel = tool_path(&p.path, false)?;
-        check_write(req.grant.as_ref(), &shown(&rel))?;
+        let t = target(&st, &req, &p.path, false)?;
+        t.check_write(req.grant.as_ref())?;
         if p.old_string.is_empty() {
             return Err(bad("invalid_request", "old_string must not be empty"));
         }
         if p.old_string == p.new_string {
             return Err(bad("invalid_request", "old_string and new_string are the same"));
         }
-        let (read, bytes) = read_whole_versioned(&req.engine, &rel, limit)?;
+        let (read, bytes) = read_whole_versioned(&t.engine, &t.rel, limit)?;
         let before = text(bytes)?;
         let count = occurrences(&before, &p.old_string, p.replace_all)?;
         let Some(size) =
@@ -317,14 +321,14 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
         let after = replace_bounded(&before, &p.old_string, &p.new_string, size);
         // Replaces only the version that was read: a write in between is never lost (409 file_changed).
         let unchanged = WriteMode::ReplaceIfUnchanged { ino: read.ino, version: read.version };
-        let attr = write_whole_as(&req.engine, &rel, after.as_bytes(), limit, unchanged)?;
-        let (diff, diff_truncated) = unified_diff(&shown(&rel), &before, &after, max_diff);
+        let attr = write_whole_as(&t.engine, &t.rel, after.as_bytes(), limit, unchanged)?;
+        let (diff, diff_truncated) = unified_diff(&t.path(), &before, &after, max_diff);
         if diff_truncated {
             limits::refuse(Bound::EditDiff);
         }
         let lines = |s: &str| s.lines().count();
         Ok(Json(EditView {
-            path: shown(&rel),
+            path: t.path(),
             replacements: count,
             lines_removed: lines(&p.old_string) * count,
             lines_added: lines(&p.new_string) * count,
@@ -362,10 +366,10 @@ struct DirEntryView {
 }
 
 impl DirEntryView {
-    fn of(path: &str, attr: &Attr) -> DirEntryView {
+    fn of(shown: String, attr: &Attr) -> DirEntryView {
         DirEntryView {
-            name: vpath::file_name(path).to_string(),
-            path: shown(path),
+            name: vpath::file_name(&shown).to_string(),
+            path: shown,
             kind: file_kind_name(attr.kind),
             size_bytes: attr.size,
             mtime: mtime_secs(attr),
@@ -383,14 +387,14 @@ struct DirView {
 async fn list_dir(State(st): State<AppState>, req: SignedRequest<DirParams>) -> Result<Json<DirView>, ApiError> {
     blocking(Tools, move || -> Result<_, ApiError> {
         check_environment(&st, &req, req.body.environment_id.as_deref())?;
-        let rel = tool_path(&req.body.path, true)?;
+        let t = target(&st, &req, &req.body.path, true)?;
         let grant = req.grant.as_ref();
-        check_list(grant, &shown(&rel))?;
-        let mut entries = req.engine.list_path(&rel, false).map_err(engine_err)?;
-        entries.retain(|e| grant.is_none_or(|g| g.may_see(&shown(&e.path))));
+        check_list(grant, &t.path())?;
+        let mut entries = t.engine.list_path(&t.rel, false).map_err(engine_err)?;
+        entries.retain(|e| grant.is_none_or(|g| g.may_see(&t.shown(&e.path))));
         let truncated = entries.len() > MAX_LIST;
-        let entries = entries.iter().take(MAX_LIST).map(|e| DirEntryView::of(&e.path, &e.attr)).collect();
-        Ok(Json(DirView { path: shown(&rel), entries, truncated }))
+        let entries = entries.iter().take(MAX_LIST).map(|e| DirEntryView::of(t.shown(&e.path), &e.attr)).collect();
+        Ok(Json(DirView { path: t.path(), entries, truncated }))
     })
     .await
 }
@@ -438,15 +442,15 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
         let p = &req.body;
         check_environment(&st, &req, p.environment_id.as_deref())?;
         let regex = search::compile_regex(&p.pattern, &bounds)?;
-        let base = tool_path(&p.path, true)?;
-        let grant = req.grant.as_ref();
-        check_list(grant, &shown(&base))?;
+        let t = target(&st, &req, &p.path, true)?;
+        let (base, grant) = (t.rel.clone(), req.grant.as_ref());
+        check_list(grant, &t.path())?;
         let filter = p.glob.as_deref().map(|g| Glob::parse(g, bounds.glob_max_pattern_bytes)).transpose()?;
-        let engine = &req.engine;
+        let engine = &t.engine;
         let mut matches = Vec::new();
         let mut files_searched = 0u64;
         let mut grep_one = |path: &str, attr: &Attr| -> Result<bool, ApiError> {
-            if attr.kind != FileKind::File || attr.size > limit || grant.is_some_and(|g| !g.may_read(&shown(path))) {
+            if attr.kind != FileKind::File || attr.size > limit || grant.is_some_and(|g| !g.may_read(&t.shown(path))) {
                 return Ok(true);
             }
             if filter.as_ref().is_some_and(|g| !g.matches(below(&base, path))) {
@@ -462,7 +466,7 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
             for (line_number, line) in found {
                 let cut = &line[..line.len().min(MAX_LINE)];
                 matches.push(GrepMatch {
-                    path: shown(path),
+                    path: t.shown(path),
                     line_number,
                     line: String::from_utf8_lossy(cut).into_owned(),
                 });
@@ -475,7 +479,7 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
         } else {
             let budget = WalkBudget::from_limits(&bounds);
             search::walk(engine, &base, (), &budget, |path, attr, _| {
-                if grant.is_some_and(|g| !g.may_see(&shown(path))) {
+                if grant.is_some_and(|g| !g.may_see(&t.shown(path))) {
                     return Ok(Visit::Skip);
                 }
                 Ok(if grep_one(path, attr)? { Visit::Descend(()) } else { Visit::Stop })
@@ -506,15 +510,15 @@ async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) 
     let bounds = st.tools.limits.clone();
     blocking(Tools, move || -> Result<_, ApiError> {
         check_environment(&st, &req, req.body.environment_id.as_deref())?;
-        let base = tool_path(&req.body.path, true)?;
-        let grant = req.grant.as_ref();
-        check_list(grant, &shown(&base))?;
-        let pattern = req.body.pattern.strip_prefix("/workspace/").unwrap_or(&req.body.pattern);
+        let t = target(&st, &req, &req.body.path, true)?;
+        let (base, grant) = (t.rel.clone(), req.grant.as_ref());
+        check_list(grant, &t.path())?;
+        let pattern = req.body.pattern.strip_prefix(&format!("{}/", t.root())).unwrap_or(&req.body.pattern);
         let glob = Glob::parse(pattern, bounds.glob_max_pattern_bytes)?;
         let mut found = Vec::new();
         let budget = WalkBudget::from_limits(&bounds);
-        let truncated = search::walk(&req.engine, &base, glob.start(), &budget, |path, _, state| {
-            let view = shown(path);
+        let truncated = search::walk(&t.engine, &base, glob.start(), &budget, |path, _, state| {
+            let view = t.shown(path);
             if grant.is_some_and(|g| !g.may_see(&view)) {
                 return Ok(Visit::Skip);
             }
@@ -553,8 +557,8 @@ async fn upload_file(
     blocking(Tools, move || -> Result<_, ApiError> {
         let p = &req.body;
         check_environment(&st, &req, p.environment_id.as_deref())?;
-        let rel = tool_path(&p.remote_path, false)?;
-        check_write(req.grant.as_ref(), &shown(&rel))?;
+        let t = target(&st, &req, &p.remote_path, false)?;
+        t.check_write(req.grant.as_ref())?;
         if p.content_base64.len() as u64 / 4 * 3 > limit + 3 {
             return Err(ApiError::too_large());
         }
@@ -565,8 +569,8 @@ async fn upload_file(
         if !digest.eq_ignore_ascii_case(p.sha256.trim()) {
             return Err(bad("sha256_mismatch", "the content does not match sha256"));
         }
-        let attr = write_whole(&req.engine, &rel, &data, limit)?;
-        Ok(Json(WrittenView { path: shown(&rel), size_bytes: attr.size, sha256: digest }))
+        let attr = write_whole(&t.engine, &t.rel, &data, limit)?;
+        Ok(Json(WrittenView { path: t.path(), size_bytes: attr.size, sha256: digest }))
     })
     .await
 }
@@ -594,11 +598,11 @@ async fn download_file(
     let limit = st.tools.file_limit;
     blocking(Tools, move || -> Result<_, ApiError> {
         check_environment(&st, &req, req.body.environment_id.as_deref())?;
-        let rel = tool_path(&req.body.remote_path, false)?;
-        check_read(req.grant.as_ref(), &shown(&rel))?;
-        let data = read_whole(&req.engine, &rel, limit)?;
+        let t = target(&st, &req, &req.body.remote_path, false)?;
+        check_read(req.grant.as_ref(), &t.path())?;
+        let data = read_whole(&t.engine, &t.rel, limit)?;
         Ok(Json(DownloadView {
-            path: shown(&rel),
+            path: t.path(),
             content_base64: BASE64.encode(&data),
             sha256: sha256_hex(&data),
             size_bytes: data.len(),
@@ -655,7 +659,7 @@ mod tests {
             version: 1,
             rdev: 0,
         };
-        let entry = DirEntryView::of("a/b", &attr);
+        let entry = DirEntryView::of(shown("a/b"), &attr);
         let listing = DirView { path: shown("a"), entries: vec![entry], truncated: false };
         let former = json!({
             "path": "/workspace/a",

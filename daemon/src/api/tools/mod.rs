@@ -6,6 +6,7 @@ mod edit;
 mod files;
 pub mod object_scope;
 mod search;
+mod target;
 
 pub use auth::{SignedRequest, ToolsAuth};
 use scopefs::engine::EngineError;

@@ -71,8 +71,13 @@ impl ComputeService {
         if requested == Some(0) {
             return Err(ComputeError::Invalid("max_runtime_seconds", "must be at least 1".into()));
         }
+        // Seed 003 §15: the user's shared pool or a dedicated container (429 before anything runs).
+        let (route, req) = self.route(compute, &caller.user_id, req)?;
+        let req = &req;
         let options = check_create(compute, req)?;
         let mountpoint = self.mount_scope(scope)?;
+        let read_only_views =
+            crate::services::peers::mount_views(&self.registry, &self.open, &caller.user_id, &req.views)?;
         if let Some((uid, gid)) = compute.settings.sandbox_owner.filter(|_| !caller.read_only) {
             use std::os::unix::fs::MetadataExt;
             if std::fs::metadata(&mountpoint)?.uid() == 0 {
@@ -108,8 +113,9 @@ impl ComputeService {
             environment_id: env.environment_id.clone(),
             workspace: mountpoint,
             read_only_workspace: caller.read_only,
+            read_only_views,
         };
-        let container = match compute.executor.create(&spec) {
+        let (container, watch) = match self.container_for(compute, &spec, &caller.user_id, route) {
             Ok(c) => c,
             Err(e) => {
                 self.registry.end_environment(&env.environment_id, true, reason::CREATE_FAILED)?;
@@ -119,16 +125,16 @@ impl ComputeService {
         self.registry.attach_container(&env.environment_id, &container)?;
         let Some(running) = self.registry.environment_started(&env.environment_id)? else {
             // Ended meanwhile (scope deleted): make sure the container goes too.
-            let _ = compute.executor.remove(&container);
+            let _ = self.release_container(compute, &env.environment_id, &container, reason::CREATE_FAILED);
             return Err(ComputeError::NotRunning);
         };
         tracing::info!(scope_id = %scope, environment_id = %running.environment_id, effective_max_runtime_seconds = effective, "environment started");
-        self.arm_environment(&running, &container);
+        self.arm_environment(&running, &container, watch);
         Ok(running)
     }
 
-    /// The max-runtime timer and the death watcher of a running environment.
-    fn arm_environment(self: &Arc<Self>, env: &EnvironmentRecord, container: &str) {
+    /// The max-runtime timer and (with `watch`) the death watcher of a running environment.
+    fn arm_environment(self: &Arc<Self>, env: &EnvironmentRecord, container: &str, watch: bool) {
         let Some(compute) = self.compute.as_ref() else { return };
         let svc = self.clone();
         let env_id = env.environment_id.clone();
@@ -142,6 +148,9 @@ impl ComputeService {
             })
             .await;
         });
+        if !watch {
+            return;
+        }
         let svc = self.clone();
         let env_id = env.environment_id.clone();
         let watched = compute.executor.watch(
@@ -201,7 +210,7 @@ impl ComputeService {
             return Ok((env, false, Vec::new()));
         }
         let removed = match &env.container_id {
-            Some(c) => compute.executor.remove(c),
+            Some(c) => self.release_container(compute, env_id, c, why),
             None => Ok(()),
         };
         let (outputs, collect_error) = match (&removed, collect) {
@@ -359,6 +368,7 @@ impl ComputeService {
         for env in self.registry.environments(scope)?.into_iter().filter(|e| e.state.is_live()) {
             self.stop_environment(&env.environment_id, reason::SCOPE_DELETED, true)?;
         }
+        self.drop_shared_scope(compute, scope.as_str());
         match std::fs::remove_dir_all(compute.settings.runtime_dir.join(scope.as_str())) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -417,7 +427,8 @@ impl ComputeService {
             };
             let known = env
                 .as_ref()
-                .is_some_and(|e| e.state.is_live() && e.container_id.as_deref() == Some(c.container_id.as_str()));
+                .is_some_and(|e| e.state.is_live() && e.container_id.as_deref() == Some(c.container_id.as_str()))
+                || compute.shared.holds(&c.container_id);
             if known {
                 report.containers_kept += 1;
                 continue;

@@ -19,6 +19,7 @@
 mod environments;
 mod outputs;
 mod processes;
+pub mod shared;
 
 pub use outputs::{content_type, output_path, WORKSPACE};
 
@@ -117,6 +118,8 @@ pub struct ComputeSettings {
     pub max_artifact_bytes: u64,
     /// `limits.max_environment_paths`: entries of a request's path lists.
     pub max_environment_paths: u64,
+    /// The `[limits]` of shared compute (seed 003 §15).
+    pub shared: shared::SharedSettings,
 }
 
 impl ComputeSettings {
@@ -137,6 +140,7 @@ impl ComputeSettings {
             max_artifact_files: cfg.limits.max_artifact_files,
             max_artifact_bytes: cfg.limits.max_artifact_bytes,
             max_environment_paths: cfg.limits.max_environment_paths,
+            shared: shared::SharedSettings::from_config(cfg),
         }
     }
 }
@@ -157,6 +161,8 @@ pub struct Compute {
     pub(crate) process_admission: Mutex<()>,
     /// Held while a user's commitments are counted (billing preflight) and an environment is registered.
     pub(crate) environment_admission: Mutex<()>,
+    /// The per-user pools of warm shared containers.
+    pub(crate) shared: Arc<shared::SharedPool>,
 }
 
 /// One running `execute_command` of a scope; dropping it frees the slot.
@@ -167,6 +173,7 @@ impl Compute {
         let execs = PerScopeSlots::new(settings.max_concurrent_execs, Bound::ConcurrentExecs);
         Compute {
             executor,
+            shared: Arc::new(shared::SharedPool::new(settings.shared.clone())),
             settings,
             reconciled: AtomicBool::new(false),
             reconcile_lock: Mutex::new(()),
@@ -218,6 +225,11 @@ pub struct CreateEnvironment {
     pub options: EnvironmentOptions,
     /// Entries of `input_objects` (validated by the caller; counted against the path bound here).
     pub input_objects: usize,
+    /// What the request says about shared compute (seed 003 §5, §15).
+    pub shared: shared::SharedRequest,
+    /// Read-only views the request grants the container (`input_objects` mounted at
+    /// `/threads/{thread_id}` or `/__global__`): `services::peers`.
+    pub views: Vec<crate::services::peers::View>,
 }
 
 /// What an environment was created with, recorded as JSON (`environments.create_options`).
@@ -239,6 +251,9 @@ pub struct EnvironmentOptions {
     /// `shared_compute_eligible`, `limits`, `input_objects`, `artifact_prefix`, `budget_snapshot`).
     #[serde(default)]
     pub recorded: serde_json::Value,
+    /// The mode of a shared-pool environment ("simple"/"shared"); `None`: a dedicated container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_mode: Option<String>,
 }
 
 /// `destroy_environment` parameters (seed 003 §4.5, §7.5).

@@ -10,14 +10,20 @@
 //! image (else 403). `resource_class`, `backend_policy`, `execution_mode`,
 //! `shared_compute_eligible`, the other `limits`, `input_objects` (validated: mount paths, no
 //! duplicates, no writable `/threads/*`), `artifact_prefix` and `budget_snapshot` are validated and
-//! recorded with the environment. Shared compute is not built: every environment is a dedicated
-//! container and answers `execution_mode: "standard"` (seed §5 option 2).
+//! recorded with the environment. `execution_mode`, `shared_compute_eligible`, `resource_class`,
+//! `backend_policy`, the input sizes and the limits also decide shared compute
+//! (`services::compute::shared`: eligible requests answer "simple"/"shared", others "standard").
+//! An `input_objects` entry mounted at or below `/threads/{thread_id}` or at `/__global__` is the
+//! explicit grant of a read-only view of that thread's scope (same user only, else 404) or of the
+//! user's global store, bound read-only into the container (`services::peers`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::services::compute::shared::SharedRequest;
 use crate::services::compute::ComputeError;
 use crate::services::compute::{CreateEnvironment, DestroyEnvironment, EnvironmentOptions, WORKSPACE};
+use crate::services::peers::{View, GLOBAL_ROOT, THREADS_ROOT};
 
 /// Longest `resource_class`, `backend_policy` or `artifact_prefix`.
 const MAX_LABEL: usize = 256;
@@ -103,9 +109,10 @@ fn check_inputs(inputs: &[InputObject]) -> Result<(), ComputeError> {
     let mut seen = std::collections::HashSet::new();
     for o in inputs {
         let p = o.mount_path.as_str();
-        let rooted = [WORKSPACE, "/__global__", "/threads"]
-            .iter()
-            .any(|r| p.strip_prefix(r).is_some_and(|t| t.starts_with('/')));
+        let rooted = p == GLOBAL_ROOT
+            || [WORKSPACE, GLOBAL_ROOT, THREADS_ROOT]
+                .iter()
+                .any(|r| p.strip_prefix(r).is_some_and(|t| t.starts_with('/')));
         if !rooted || p.split('/').any(|c| c == ".." || c == ".") || p.chars().any(char::is_control) {
             return Err(invalid(
                 "input_objects",
@@ -125,6 +132,23 @@ fn check_inputs(inputs: &[InputObject]) -> Result<(), ComputeError> {
     Ok(())
 }
 
+/// The read-only views `input_objects` grant (services::peers): every entry mounted at or below
+/// `/threads/{thread_id}` or `/__global__` grants that view, once.
+fn views_of(inputs: &[InputObject]) -> Result<Vec<View>, ComputeError> {
+    let mut views: Vec<View> = Vec::new();
+    for o in inputs {
+        match View::split(&o.mount_path) {
+            None => {}
+            Some(Err(_)) => {
+                return Err(invalid("input_objects", format!("mount_path {:?} names no valid thread", o.mount_path)))
+            }
+            Some(Ok((view, _))) if !views.contains(&view) => views.push(view),
+            Some(Ok(_)) => {}
+        }
+    }
+    Ok(views)
+}
+
 /// The smallest of the runtime caps a request names.
 fn runtime_cap(p: &CreateParams) -> Result<Option<u64>, ComputeError> {
     let budget = match p.budget_snapshot.as_ref().and_then(|b| b.get("effective_max_runtime_seconds")) {
@@ -138,13 +162,33 @@ fn runtime_cap(p: &CreateParams) -> Result<Option<u64>, ComputeError> {
 }
 
 impl CreateParams {
+    /// What the body says about shared compute (seed 003 §5): asked for by `execution_mode`
+    /// "simple"/"shared", or by `shared_compute_eligible` when no mode is named.
+    fn shared_request(&self) -> SharedRequest {
+        let asked = match (self.execution_mode, self.shared_compute_eligible) {
+            (Some(ExecutionMode::Simple), _) | (None, Some(true)) => Some("simple"),
+            (Some(ExecutionMode::Shared), _) => Some("shared"),
+            _ => None,
+        };
+        let inputs = self.input_objects.as_deref().unwrap_or_default();
+        SharedRequest {
+            asked,
+            resource_class: self.resource_class.clone(),
+            backend_policy: self.backend_policy.clone(),
+            input_bytes: inputs.iter().fold(0u64, |n, o| n.saturating_add(o.size_bytes)),
+            max_input_bytes: self.limits.as_ref().and_then(|l| l.max_input_bytes),
+        }
+    }
+
     /// Validates the body and turns it into the service's request.
     pub fn into_request(self) -> Result<CreateEnvironment, ComputeError> {
         check_label("resource_class", &self.resource_class)?;
         check_label("backend_policy", &self.backend_policy)?;
         check_label("artifact_prefix", &self.artifact_prefix)?;
         check_inputs(self.input_objects.as_deref().unwrap_or_default())?;
+        let views = views_of(self.input_objects.as_deref().unwrap_or_default())?;
         let max_runtime_seconds = runtime_cap(&self)?;
+        let shared = self.shared_request();
         let recorded = serde_json::json!({
             "resource_class": self.resource_class,
             "backend_policy": self.backend_policy,
@@ -161,11 +205,14 @@ impl CreateParams {
             max_artifact_files: self.limits.as_ref().and_then(|l| l.max_files),
             max_artifact_bytes: self.limits.as_ref().and_then(|l| l.max_output_bytes),
             recorded,
+            execution_mode: None,
         };
         Ok(CreateEnvironment {
             max_runtime_seconds,
             image_ref: self.image_ref,
             input_objects: self.input_objects.map_or(0, |v| v.len()),
+            shared,
+            views,
             options,
         })
     }
@@ -248,6 +295,12 @@ mod tests {
             read_only: ro,
         };
         assert!(check_inputs(&[obj("/workspace/a", false), obj("/threads/t1/x", true)]).is_ok());
+        assert!(check_inputs(&[obj("/threads/t1", true), obj("/__global__", true)]).is_ok(), "whole views");
+        let views = views_of(&[obj("/threads/t1/x", true), obj("/threads/t1", true), obj("/__global__/g", false)]);
+        let t1 = View::Thread(scopefs::ids::ThreadId::parse("t1").unwrap());
+        assert_eq!(views.unwrap(), vec![t1, View::Global], "one view per thread, in order");
+        assert!(views_of(&[obj("/workspace/a", false)]).unwrap().is_empty());
+        assert!(views_of(&[obj("/threads/__global__.u/x", true)]).is_err(), "reserved thread ids");
         for bad in [
             vec![obj("/etc/x", true)],
             vec![obj("/workspace/../x", true)],

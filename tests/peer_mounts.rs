@@ -1,0 +1,275 @@
+//! Read-only peer scopes and the per-user global store through the running daemon (issue 12,
+//! acceptance c; seed 003 §3.7, §6.2): a container granted `/threads/{id}` and `/__global__` by
+//! `input_objects` reads a sibling thread's file and the global store, cannot write either
+//! (`EROFS`: "Read-only file system"), cannot see another user's threads at all (the grant is 404,
+//! and nothing of them is in the container), and the escape checks of `docker_isolation.rs` still
+//! hold with the extra mounts. The file tools take the same paths with the same rules. Needs root,
+//! /dev/fuse, a Docker engine and `SCOPEFS_TEST_DOCKER_IMAGE`; without them it fails.
+
+pub mod serve_process;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use reqwest::blocking::Client;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use serve_process::{free_port, write_config as write_base_config, ServeProcess};
+
+const SERVICE_TOKEN: &str = "peer-mounts-service-token-0123456789";
+const HMAC_SECRET: &str = "peer-mounts-hmac-secret";
+const PRICING: &str = "[pricing]\ndefault_plan = \"pro\"\n\
+    [pricing.plans.pro]\ncompute_allowed = true\nmonthly_minutes = 120\nhard_max_runtime_seconds = 7200\n";
+
+fn image() -> String {
+    let image = std::env::var("SCOPEFS_TEST_DOCKER_IMAGE").unwrap_or_default();
+    assert!(
+        !image.is_empty(),
+        "SCOPEFS_TEST_DOCKER_IMAGE is not set: run scripts/test.sh (or `eval \"$(bash scripts/docker.sh)\"`)"
+    );
+    let ok = Command::new("docker").args(["image", "inspect", &image]).output().expect("docker CLI missing");
+    assert!(ok.status.success(), "Docker engine not answering or image {image} missing (run scripts/docker.sh)");
+    image
+}
+
+fn uid() -> String {
+    uuid::Uuid::now_v7().simple().to_string()
+}
+
+struct Daemon {
+    serve: ServeProcess,
+    client: Client,
+    deployment: String,
+}
+
+impl Daemon {
+    fn start(dir: &Path) -> Daemon {
+        let image = image();
+        let port = free_port();
+        let deployment = format!("pm-{}", &uid()[20..]);
+        let rest = format!(
+            "deployment_id = {deployment:?}\nservice_token = {SERVICE_TOKEN:?}\nhmac_secret = {HMAC_SECRET:?}\n\n\
+             [store]\nkind = \"local\"\n\n[executor]\nimage = {image:?}\nmax_runtime_secs = 600\n\
+             command_timeout_secs = 30\n{PRICING}"
+        );
+        let cfg = write_base_config(dir, port, &rest);
+        let serve = ServeProcess::start(dir, &cfg, port, "daemon.log", &[]);
+        let mut d =
+            Daemon { serve, client: Client::builder().timeout(Duration::from_secs(120)).build().unwrap(), deployment };
+        d.serve.wait_ready(&d.client);
+        d
+    }
+
+    /// Provisions `thread`'s scope, for `user` when given; returns its scope id.
+    fn provision(&self, thread: &str, user: Option<&str>) -> String {
+        let mut body = json!({"operation_id": format!("op-{thread}"), "primary_thread_id": thread});
+        if let Some(u) = user {
+            body["user_id"] = json!(u);
+        }
+        let resp = self
+            .client
+            .post(format!("{}/internal/workspace-scopes/provision", self.serve.base))
+            .bearer_auth(SERVICE_TOKEN)
+            .json(&body)
+            .send()
+            .unwrap();
+        assert!(resp.status().is_success(), "provision: {}", resp.status());
+        let v: Value = resp.json().unwrap();
+        assert_eq!(v["user_id"].as_str(), user, "{v}");
+        v["scope_id"].as_str().expect("scope_id").to_string()
+    }
+
+    /// A signed `/tools/<tool>` call of `user` as `thread`, with `object_scope` when given.
+    fn tool(&self, user: &str, thread: &str, tool: &str, params: Value, scope: Option<Value>) -> (StatusCode, Value) {
+        let path = format!("/tools/{tool}");
+        let issued_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let nonce = uid();
+        let mut body = params;
+        body["auth_context"] = json!({"user_id": user, "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
+        if let Some(s) = scope {
+            body["auth_context"]["object_scope"] = s;
+        }
+        let canonical = scopefs::signing::parse(&serde_json::to_vec(&body).unwrap()).unwrap().to_canonical();
+        let hash = scopefs::signing::payload_hash(&canonical);
+        let string = scopefs::signing::canonical_string("POST", &path, &issued_at.to_string(), &nonce, &hash);
+        body["auth_context"]["token"] = json!(scopefs::signing::sign(HMAC_SECRET.as_bytes(), &string));
+        let resp = self.client.post(format!("{}{path}", self.serve.base)).json(&body).send().expect("request failed");
+        let status = resp.status();
+        let text = resp.text().unwrap();
+        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("non-JSON answer ({e}): {text}")))
+    }
+
+    fn ok(&self, user: &str, thread: &str, tool: &str, params: Value) -> Value {
+        let (s, v) = self.tool(user, thread, tool, params, None);
+        assert_eq!(s, StatusCode::OK, "{tool}: {v}\nlog:\n{}", self.serve.log_text());
+        v
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let out = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("label=io.scopefs.deployment={}", self.deployment)])
+            .output();
+        for c in out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default().lines() {
+            let _ = Command::new("docker").args(["rm", "-f", c]).output();
+        }
+    }
+}
+
+/// An `input_objects` entry that grants the view mounted at `mount_path`.
+fn grant(mount_path: &str) -> Value {
+    json!({"file_id": "view", "object_key": "view", "sha256": "0".repeat(64), "size_bytes": 0,
+           "mount_path": mount_path, "read_only": true})
+}
+
+/// The lines between `==NAME==` and the next `==...==` marker.
+fn section<'a>(stdout: &'a str, name: &str) -> Vec<&'a str> {
+    let marker = format!("=={name}==");
+    stdout
+        .lines()
+        .skip_while(|l| *l != marker)
+        .skip(1)
+        .take_while(|l| !(l.starts_with("==") && l.ends_with("==")))
+        .collect()
+}
+
+fn code(v: &Value) -> Option<&str> {
+    v["error"]["code"].as_str()
+}
+
+/// The container's view of a sibling, the global store and another user's thread (see the
+/// module docs), plus the escape checks of `docker_isolation.rs`.
+const SCRIPT: &str = r#"
+echo "==SIBLING=="; cat "/threads/$SIB/notes/sib.txt"; echo
+echo "==SIBWRITE=="; (echo changed > "/threads/$SIB/notes/sib.txt") 2>&1; (touch "/threads/$SIB/new.txt") 2>&1
+echo "==GLOBAL=="; cat /__global__/g.txt; echo
+echo "==GLOBALWRITE=="; (echo changed > /__global__/g.txt) 2>&1; (mkdir /__global__/d) 2>&1
+echo "==THREADS=="; ls -a /threads
+echo "==OTHER=="; ls -a "/threads/$OTHER" 2>&1 || true
+echo "==WORKSPACE=="; echo mine > /workspace/own.txt && cat /workspace/own.txt
+echo "==PARENT=="; ls -a /workspace/..
+echo "==MOUNTINFO=="; cat /proc/self/mountinfo
+echo "==FIND=="; find / -name "$SECRET" 2>/dev/null || true
+echo "==PEEK=="
+for p in "/workspace/../$OSCOPE" "/threads/../$OSCOPE" "/threads/$SIB/../$OTHER" "/__global__/../$OSCOPE"; do
+  if ls -a "$p" >/dev/null 2>&1; then echo "REACHABLE $p"; fi
+done
+echo "==END=="
+"#;
+
+#[test]
+fn containers_get_read_only_views_of_the_same_users_threads_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path());
+    let n = uid();
+    let (main, sib, other) = (format!("main-{n}"), format!("sib-{n}"), format!("other-{n}"));
+    let main_scope = d.provision(&main, Some("user-1"));
+    // The sibling is provisioned without a user: its first signed request binds it to user-1.
+    let sib_scope = d.provision(&sib, None);
+    let other_scope = d.provision(&other, Some("user-2"));
+    let sib_text = format!("sibling notes {n}");
+    d.ok("user-1", &sib, "write_file", json!({"path": "notes/sib.txt", "content": sib_text}));
+    let secret = format!("secret-{n}.txt");
+    d.ok("user-2", &other, "write_file", json!({"path": secret, "content": "user-2 only"}));
+    let (s, v) = d.tool("user-2", &sib, "read_file", json!({"path": "notes/sib.txt"}), None);
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, Some("scope_not_found")), "a thread of user-1: {v}");
+
+    // The global store: written only under a write prefix, read by every thread of the user.
+    let global = json!({"read": ["/workspace"], "write_prefixes": ["/__global__"]});
+    let (s, v) =
+        d.tool("user-1", &main, "write_file", json!({"path": "/__global__/g.txt", "content": "glob"}), Some(global));
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["path"], "/__global__/g.txt", "{v}");
+    let (s, v) = d.tool("user-1", &main, "write_file", json!({"path": "/__global__/h.txt", "content": "x"}), None);
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, Some("object_scope_denied")), "{v}");
+    assert_eq!(d.ok("user-1", &sib, "read_file", json!({"path": "/__global__/g.txt"}))["content"], "glob");
+    let (s, v) = d.tool("user-2", &other, "read_file", json!({"path": "/__global__/g.txt"}), None);
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, Some("file_not_found")), "user-2's own store: {v}");
+
+    // File tools on peer paths: read-only for /threads, another user's thread is 404.
+    let read = d.ok("user-1", &main, "read_file", json!({"path": format!("/threads/{sib}/notes/sib.txt")}));
+    assert_eq!(
+        (read["content"].as_str(), read["path"].clone()),
+        (Some(sib_text.as_str()), json!(format!("/threads/{sib}/notes/sib.txt")))
+    );
+    let listed = d.ok("user-1", &main, "list_dir", json!({"path": format!("/threads/{sib}")}));
+    assert_eq!(listed["entries"][0]["path"], format!("/threads/{sib}/notes"), "{listed}");
+    let grep = d.ok("user-1", &main, "grep_files", json!({"pattern": "sibling", "path": format!("/threads/{sib}")}));
+    assert_eq!(grep["matches"][0]["path"], format!("/threads/{sib}/notes/sib.txt"), "{grep}");
+    let glob = d.ok("user-1", &main, "glob_files", json!({"pattern": "*.txt", "path": "/__global__"}));
+    assert_eq!(glob["matches"], json!(["/__global__/g.txt"]), "{glob}");
+    let (s, v) =
+        d.tool("user-1", &main, "write_file", json!({"path": format!("/threads/{sib}/x.txt"), "content": "x"}), None);
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, Some("read_only")), "{v}");
+    for (tool, params) in [
+        ("read_file", json!({"path": format!("/threads/{other}/{secret}")})),
+        ("list_dir", json!({"path": format!("/threads/{other}")})),
+        ("download_file", json!({"remote_path": format!("/threads/{other}/{secret}")})),
+        ("read_file", json!({"path": format!("/threads/missing-{n}/x")})),
+    ] {
+        let (s, v) = d.tool("user-1", &main, tool, params, None);
+        assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, Some("scope_not_found")), "{tool}: {v}");
+    }
+
+    // A grant of another user's thread is refused like an unknown thread, and nothing is created.
+    let refused = json!({"input_objects": [grant(&format!("/threads/{other}"))]});
+    let (s, v) = d.tool("user-1", &main, "create_environment", refused, None);
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, Some("scope_not_found")), "{v}");
+    let envs = d.ok("user-1", &main, "list_environments", json!({}));
+    assert_eq!(envs["environments"].as_array().map(Vec::len), Some(0), "{envs}");
+
+    let body = json!({"input_objects": [grant(&format!("/threads/{sib}/notes/sib.txt")), grant("/__global__")]});
+    let env = d.ok("user-1", &main, "create_environment", body);
+    let env_id = env["environment_id"].as_str().unwrap().to_string();
+    let script = SCRIPT
+        .replace("$SIB", &sib)
+        .replace("$OTHER", &other)
+        .replace("$OSCOPE", &other_scope)
+        .replace("$SECRET", &secret);
+    let out = d.ok("user-1", &main, "execute_command", json!({"environment_id": env_id, "command": script}));
+    let stdout = out["stdout"].as_str().unwrap().to_string();
+    assert!(stdout.contains("==END=="), "script did not finish: {out}");
+
+    assert_eq!(section(&stdout, "SIBLING"), vec![sib_text.as_str()], "{stdout}");
+    assert_eq!(section(&stdout, "GLOBAL"), vec!["glob"], "{stdout}");
+    for name in ["SIBWRITE", "GLOBALWRITE"] {
+        let errs = section(&stdout, name);
+        assert_eq!(errs.len(), 2, "{name}: both writes must fail: {stdout}");
+        assert!(errs.iter().all(|l| l.contains("Read-only file system")), "{name}: not EROFS: {errs:?}");
+    }
+    assert_eq!(d.ok("user-1", &sib, "read_file", json!({"path": "notes/sib.txt"}))["content"], sib_text.as_str());
+    assert_eq!(d.ok("user-1", &main, "read_file", json!({"path": "/__global__/g.txt"}))["content"], "glob");
+    let mut threads = section(&stdout, "THREADS");
+    threads.sort_unstable();
+    assert_eq!(threads, vec![".", "..", sib.as_str()], "only the granted sibling under /threads");
+    assert!(section(&stdout, "OTHER").iter().any(|l| l.contains("No such file")), "{stdout}");
+    assert_eq!(section(&stdout, "WORKSPACE"), vec!["mine"], "/workspace stays writable");
+
+    // The escape checks of docker_isolation.rs, with the extra mounts present.
+    let parent = section(&stdout, "PARENT");
+    for id in [&main_scope, &sib_scope, &other_scope] {
+        assert!(!parent.iter().any(|l| l == id), "`ls -a /workspace/..` shows a scope id: {parent:?}");
+    }
+    assert!(!parent.contains(&"mnt") && parent.contains(&"workspace"), "not the container's root: {parent:?}");
+    let mountinfo = section(&stdout, "MOUNTINFO").join("\n");
+    let mount_root = dir.path().to_string_lossy().into_owned();
+    assert!(!mountinfo.contains(&other_scope) && !mountinfo.contains(&other), "user-2 in mountinfo:\n{mountinfo}");
+    assert!(!mountinfo.contains(&mount_root), "mountinfo shows a host path:\n{mountinfo}");
+    for target in [format!("/threads/{sib}"), "/__global__".to_string()] {
+        let line = mountinfo
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some(target.as_str()))
+            .unwrap_or_else(|| panic!("no {target} mount in the container's mountinfo:\n{mountinfo}"));
+        let opts = line.split(' ').nth(5).unwrap_or_default();
+        assert!(opts.split(',').any(|o| o == "ro"), "{target} is not mounted read-only: {line}");
+        assert!(line.split(" - ").nth(1).is_some_and(|t| t.starts_with("fuse")), "{target}: {line}");
+    }
+    assert_eq!(section(&stdout, "FIND"), Vec::<&str>::new(), "user-2's file is findable in the container");
+    assert_eq!(section(&stdout, "PEEK"), Vec::<&str>::new(), "another scope is reachable from the container");
+
+    // Destroying the environment ends its views; the sibling's scope is untouched and usable.
+    d.ok("user-1", &main, "destroy_environment", json!({"environment_id": env_id}));
+    d.ok("user-1", &sib, "write_file", json!({"path": "notes/after.txt", "content": "still writable"}));
+}
