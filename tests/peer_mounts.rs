@@ -6,12 +6,14 @@
 //! hold with the extra mounts. The file tools take the same paths with the same rules. Needs root,
 //! /dev/fuse, a Docker engine and `SCOPEFS_TEST_DOCKER_IMAGE`; without them it fails.
 
+pub mod compute_support;
 pub mod serve_process;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use compute_support::{compute_toml, docker_image as image, signed_call, uid, Secrets};
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -21,21 +23,6 @@ const SERVICE_TOKEN: &str = "peer-mounts-service-token-0123456789";
 const HMAC_SECRET: &str = "peer-mounts-hmac-secret";
 const PRICING: &str = "[pricing]\ndefault_plan = \"pro\"\n\
     [pricing.plans.pro]\ncompute_allowed = true\nmonthly_minutes = 120\nhard_max_runtime_seconds = 7200\n";
-
-fn image() -> String {
-    let image = std::env::var("SCOPEFS_TEST_DOCKER_IMAGE").unwrap_or_default();
-    assert!(
-        !image.is_empty(),
-        "SCOPEFS_TEST_DOCKER_IMAGE is not set: run scripts/test.sh (or `eval \"$(bash scripts/docker.sh)\"`)"
-    );
-    let ok = Command::new("docker").args(["image", "inspect", &image]).output().expect("docker CLI missing");
-    assert!(ok.status.success(), "Docker engine not answering or image {image} missing (run scripts/docker.sh)");
-    image
-}
-
-fn uid() -> String {
-    uuid::Uuid::now_v7().simple().to_string()
-}
 
 struct Daemon {
     serve: ServeProcess,
@@ -48,11 +35,8 @@ impl Daemon {
         let image = image();
         let port = free_port();
         let deployment = format!("pm-{}", &uid()[20..]);
-        let rest = format!(
-            "deployment_id = {deployment:?}\nservice_token = {SERVICE_TOKEN:?}\nhmac_secret = {HMAC_SECRET:?}\n\n\
-             [store]\nkind = \"local\"\n\n[executor]\nimage = {image:?}\nmax_runtime_secs = 600\n\
-             command_timeout_secs = 30\n{PRICING}"
-        );
+        let secrets = Secrets { service_token: SERVICE_TOKEN, hmac_secret: HMAC_SECRET, admin_token: None };
+        let rest = compute_toml(&deployment, &secrets, &image, PRICING);
         let cfg = write_base_config(dir, port, &rest);
         let serve = ServeProcess::start(dir, &cfg, port, "daemon.log", &[]);
         let mut d =
@@ -82,22 +66,7 @@ impl Daemon {
 
     /// A signed `/tools/<tool>` call of `user` as `thread`, with `object_scope` when given.
     fn tool(&self, user: &str, thread: &str, tool: &str, params: Value, scope: Option<Value>) -> (StatusCode, Value) {
-        let path = format!("/tools/{tool}");
-        let issued_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-        let nonce = uid();
-        let mut body = params;
-        body["auth_context"] = json!({"user_id": user, "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
-        if let Some(s) = scope {
-            body["auth_context"]["object_scope"] = s;
-        }
-        let canonical = scopefs::signing::parse(&serde_json::to_vec(&body).unwrap()).unwrap().to_canonical();
-        let hash = scopefs::signing::payload_hash(&canonical);
-        let string = scopefs::signing::canonical_string("POST", &path, &issued_at.to_string(), &nonce, &hash);
-        body["auth_context"]["token"] = json!(scopefs::signing::sign(HMAC_SECRET.as_bytes(), &string));
-        let resp = self.client.post(format!("{}{path}", self.serve.base)).json(&body).send().expect("request failed");
-        let status = resp.status();
-        let text = resp.text().unwrap();
-        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("non-JSON answer ({e}): {text}")))
+        signed_call(&self.client, &self.serve.base, HMAC_SECRET, (user, thread), tool, params, scope)
     }
 
     fn ok(&self, user: &str, thread: &str, tool: &str, params: Value) -> Value {

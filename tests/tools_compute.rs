@@ -3,6 +3,7 @@
 //! (503 and nothing runs on the host), and strict mode refusing weak configurations. Needs root,
 //! /dev/fuse, a Docker engine and `SCOPEFS_TEST_DOCKER_IMAGE`; without them it fails.
 
+pub mod compute_support;
 pub mod serve_process;
 
 use std::io::Read;
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use compute_support::signed_call;
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -89,19 +91,7 @@ impl Daemon {
 
     /// A signed `/tools/<tool>` call as `thread` of user `user`.
     fn tool_as(&self, user: &str, thread: &str, tool: &str, params: Value) -> (StatusCode, Value) {
-        let path = format!("/tools/{tool}");
-        let issued_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-        let nonce = uid();
-        let mut body = params;
-        body["auth_context"] = json!({"user_id": user, "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
-        let canonical = scopefs::signing::parse(&serde_json::to_vec(&body).unwrap()).unwrap().to_canonical();
-        let hash = scopefs::signing::payload_hash(&canonical);
-        let string = scopefs::signing::canonical_string("POST", &path, &issued_at.to_string(), &nonce, &hash);
-        body["auth_context"]["token"] = json!(scopefs::signing::sign(HMAC_SECRET.as_bytes(), &string));
-        let resp = self.client.post(format!("{}{path}", self.serve.base)).json(&body).send().expect("request failed");
-        let status = resp.status();
-        let text = resp.text().unwrap();
-        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("non-JSON answer ({e}): {text}")))
+        signed_call(&self.client, &self.serve.base, HMAC_SECRET, (user, thread), tool, params, None)
     }
 
     fn ok(&self, thread: &str, tool: &str, params: Value) -> Value {

@@ -12,6 +12,7 @@
 //! Needs root, /dev/fuse, a Docker engine and `SCOPEFS_TEST_DOCKER_IMAGE` (scripts/docker.sh);
 //! without them it fails.
 
+pub mod compute_support;
 pub mod serve_process;
 
 use std::path::Path;
@@ -20,6 +21,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use compute_support::{compute_toml, docker_image as image, signed_call, uid, Secrets};
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use scopefs::billing::{run_pending_pass, ArtifactRegistrar, PassSettings, PricingConfig, RegistryRegistrar};
@@ -40,18 +42,6 @@ const PRICING: &str = "[pricing]\ndefault_plan = \"pro\"\nsettle_interval_secs =
     [pricing.plans.pro]\ncompute_allowed = true\nmonthly_minutes = 120\nhard_max_runtime_seconds = 7200\n\
     [pricing.plans.metered]\ncompute_allowed = true\nmonthly_minutes = 0\nhard_max_runtime_seconds = 7200\n";
 
-fn image() -> String {
-    let image = std::env::var("SCOPEFS_TEST_DOCKER_IMAGE").unwrap_or_default();
-    assert!(!image.is_empty(), "SCOPEFS_TEST_DOCKER_IMAGE is not set: run scripts/test.sh (or scripts/docker.sh)");
-    let ok = Command::new("docker").args(["image", "inspect", &image]).output().expect("docker CLI missing");
-    assert!(ok.status.success(), "Docker engine not answering or image {image} missing (run scripts/docker.sh)");
-    image
-}
-
-fn uid() -> String {
-    uuid::Uuid::now_v7().simple().to_string()
-}
-
 struct Daemon {
     serve: ServeProcess,
     client: Client,
@@ -64,11 +54,9 @@ impl Daemon {
         let image = image();
         let port = free_port();
         let deployment = format!("cc-{}", &uid()[20..]);
-        let rest = format!(
-            "deployment_id = {deployment:?}\nservice_token = {SERVICE_TOKEN:?}\nhmac_secret = {HMAC_SECRET:?}\n\
-             admin_token = {ADMIN_TOKEN:?}\n\n[store]\nkind = \"local\"\n\n[executor]\nimage = {image:?}\n\
-             max_runtime_secs = 600\ncommand_timeout_secs = 30\n{PRICING}"
-        );
+        let secrets =
+            Secrets { service_token: SERVICE_TOKEN, hmac_secret: HMAC_SECRET, admin_token: Some(ADMIN_TOKEN) };
+        let rest = compute_toml(&deployment, &secrets, &image, PRICING);
         let cfg = write_config(dir, port, &rest);
         let serve = ServeProcess::start(dir, &cfg, port, &format!("daemon-{}.log", uid()), &[]);
         let mut d = Daemon {
@@ -94,19 +82,7 @@ impl Daemon {
 
     /// A signed `/tools/<tool>` call (seed 003 §4.3: `auth_context` with the HMAC token).
     fn tool(&self, thread: &str, tool: &str, params: Value) -> (StatusCode, Value) {
-        let path = format!("/tools/{tool}");
-        let issued_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-        let nonce = uid();
-        let mut body = params;
-        body["auth_context"] = json!({"user_id": USER, "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
-        let canonical = scopefs::signing::parse(&serde_json::to_vec(&body).unwrap()).unwrap().to_canonical();
-        let hash = scopefs::signing::payload_hash(&canonical);
-        let string = scopefs::signing::canonical_string("POST", &path, &issued_at.to_string(), &nonce, &hash);
-        body["auth_context"]["token"] = json!(scopefs::signing::sign(HMAC_SECRET.as_bytes(), &string));
-        let resp = self.client.post(format!("{}{path}", self.serve.base)).json(&body).send().expect("request failed");
-        let status = resp.status();
-        let text = resp.text().unwrap();
-        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("non-JSON answer ({e}): {text}")))
+        signed_call(&self.client, &self.serve.base, HMAC_SECRET, (USER, thread), tool, params, None)
     }
 
     fn ok(&self, thread: &str, tool: &str, params: Value) -> Value {
