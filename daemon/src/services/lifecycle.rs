@@ -20,9 +20,15 @@ use std::time::{Duration, Instant};
 use scopefs::config::Config;
 use scopefs::engine::EngineError;
 use scopefs::ids::ScopeId;
-use scopefs::registry::{DeleteStep, RegistryError, ScopeRecord, ScopeState, CRON_KIND, RUN_KIND};
+use scopefs::registry::{
+    DeleteStep, OperationRecord, RegistryError, ScopeRecord, ScopeState, CRON_KIND, PROVISION_KIND, RUN_KIND,
+};
 
 use super::{failpoint, Scopes, ServiceError};
+
+/// How long an open provisioning must have gone untouched before a maintenance pass treats it as
+/// left over (a request finishes its own in well under this).
+const OPERATION_LEFT_OVER_AFTER: Duration = Duration::from_secs(120);
 
 /// The deployment lease the maintenance pass shares with operators.
 pub const MAINTENANCE_LEASE: &str = "maintenance";
@@ -247,7 +253,9 @@ impl Scopes {
 
     /// Whether the registry has anything for a pass to do (so the lease is only taken then).
     fn maintenance_due(&self) -> Result<bool, ServiceError> {
-        for op in self.registry.open_operations()? {
+        let cutoff = self.left_over_cutoff();
+        let left_over = |op: &OperationRecord| op.kind != PROVISION_KIND || op.updated_at < cutoff;
+        for op in self.registry.open_operations()?.into_iter().filter(left_over) {
             let Some(scope) = &op.scope_id else { continue };
             let waiting = (op.kind == RUN_KIND || op.kind == CRON_KIND)
                 && self.registry.get(scope)?.is_some_and(|r| r.state.is_mountable());
@@ -260,6 +268,13 @@ impl Scopes {
             || !self.registry.purge_due(now.saturating_sub(ms(self.lifecycle.trash_retention)))?.is_empty())
     }
 
+    /// A provisioning updated after this (registry clock) may be in the hands of its request right
+    /// now: a pass neither drives it nor takes the lease for it, so normal traffic (provisioning
+    /// in flight) never makes the pass refuse other requests with 503.
+    fn left_over_cutoff(&self) -> i64 {
+        self.registry.now_ms().saturating_sub(ms(OPERATION_LEFT_OVER_AFTER))
+    }
+
     /// Renews the lease between phases; a lost lease stops the pass (seed 000 §11.1).
     fn renew_maintenance_lease(&self) -> Result<(), ServiceError> {
         Ok(self.registry.renew_lease(MAINTENANCE_LEASE, MAINTENANCE_HOLDER, ms(MAINTENANCE_LEASE_TTL)).map(|_| ())?)
@@ -267,7 +282,7 @@ impl Scopes {
 
     /// The registry work of a pass, under the lease.
     fn maintenance_work(&self, report: &mut MaintenanceReport) -> Result<(), ServiceError> {
-        let ops = self.recover_operations()?;
+        let ops = self.recover_operations_untouched_since(Some(self.left_over_cutoff()))?;
         report.deleted += ops.deleted;
         report.still_deleting += ops.still_deleting;
         report.compensated += ops.compensated;

@@ -91,8 +91,22 @@ impl Scopes {
     /// Finishes or compensates every open operation (see the module docs); a failure is logged per
     /// operation, counted, and retried by the next pass.
     pub fn recover_operations(&self) -> Result<OperationsReport, ServiceError> {
+        self.recover_operations_untouched_since(None)
+    }
+
+    /// Like `recover_operations`, but only for operations not updated since `cutoff_ms` (when
+    /// given): the maintenance pass leaves alone the ones a request is driving right now.
+    pub(super) fn recover_operations_untouched_since(
+        &self,
+        cutoff_ms: Option<i64>,
+    ) -> Result<OperationsReport, ServiceError> {
         let mut report = OperationsReport::default();
         let mut ops = self.registry.open_operations()?;
+        // A provisioning is finished by the request that recorded it; the other kinds wait on a
+        // scope's state (deletes on their drain, runs and crons on their scope), not on a request.
+        let in_flight =
+            |op: &OperationRecord| op.kind == PROVISION_KIND && cutoff_ms.is_some_and(|cutoff| op.updated_at >= cutoff);
+        ops.retain(|op| !in_flight(op));
         // Runs and crons first: compensating them can release a delete driven in the same pass.
         ops.sort_by_key(|op| !(op.kind == RUN_KIND || op.kind == CRON_KIND));
         for op in ops {

@@ -646,3 +646,26 @@ fn peer_views_are_per_user_and_the_global_store_is_made_once() {
     assert_eq!(targets, vec!["/threads/tb", "/__global__"], "each view once");
     assert!(mount_views(&h.registry, open, "u1", &[view("tb"), view("tc")]).is_err(), "all or nothing");
 }
+
+/// A maintenance pass leaves alone an operation a request may be driving right now (so normal
+/// traffic never makes it take the `maintenance` lease, which refuses creates with 503), and
+/// finishes it once it has been left over.
+#[test]
+fn maintenance_leaves_in_flight_operations_to_their_request() {
+    let h = harness(LimitsConfig::default());
+    let scopes = &h.services.scopes;
+    let p = h.registry.provision("op-inflight", &thread("t-inflight"), None).unwrap();
+    assert_eq!(p.scope.state, ScopeState::Provisioning);
+    let report = scopes.maintenance_pass().unwrap();
+    assert!(!report.skipped, "{report:?}");
+    let rec = h.registry.get(&p.scope.scope_id).unwrap().unwrap();
+    assert_eq!(rec.state, ScopeState::Provisioning, "a fresh operation is its request's to finish");
+    assert!(!h.mounter.is_mounted(&p.scope.scope_id));
+    assert!(h.registry.lease("maintenance").unwrap().is_none(), "no lease was taken for it");
+
+    h.clock.advance_ms(3 * 60_000);
+    scopes.maintenance_pass().unwrap();
+    let rec = h.registry.get(&p.scope.scope_id).unwrap().unwrap();
+    assert_eq!(rec.state, ScopeState::Draft, "a left-over provisioning is finished by maintenance");
+    assert!(h.mounter.is_mounted(&p.scope.scope_id));
+}
