@@ -8,7 +8,8 @@
 #
 # TARGETS="native bindfs ..." picks targets; SCOPEFS_BENCH_FUSE adds TOML lines to the scopefs
 # daemon's [fuse] section (e.g. SCOPEFS_BENCH_FUSE='writeback_cache = true') to measure a
-# kernel fast path with and without; SCOPEFS_BENCH_READAHEAD_KB sets the scopefs mounts' readahead.
+# kernel fast path with and without; SCOPEFS_BENCH_READAHEAD_KB sets the scopefs mounts' readahead;
+# SCOPEFS_BENCH_ENV adds VAR=VALUE words to the scopefs daemons' environment.
 # Needs root, a release build (cargo build --release --workspace, or SCOPEFS_BIN=path), bindfs,
 # s3fs, rclone and fuse3 (scripts/install-deps.sh), and Garage (scripts/garage.sh start) for the
 # Garage targets. Everything it creates lives under $BENCH_DIR (default /tmp/scopefs-bench-compare)
@@ -99,7 +100,10 @@ start_scopefs() {
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     printf 'data_dir = "%s/data"\nmount_root = "%s/mnt"\nlisten = "127.0.0.1:%s"\nservice_token = "bench"\nquota_bytes = 68719476736\n[fuse]\n%s\n' \
         "$d" "$d" "$port" "${SCOPEFS_BENCH_FUSE:-}" >"$d/scopefs.toml"
-    env "$@" "$BIN" --config "$d/scopefs.toml" serve >"$d/daemon.log" 2>&1 &
+    # SCOPEFS_BENCH_ENV: extra VAR=VALUE words for the scopefs daemons (e.g. a config key's
+    # SCOPEFS_* override, to measure a setting with and without).
+    # shellcheck disable=SC2086
+    env -u SCOPEFS_BENCH_ENV "$@" ${SCOPEFS_BENCH_ENV:-} "$BIN" --config "$d/scopefs.toml" serve >"$d/daemon.log" 2>&1 &
     DAEMON_PID=$!
     wait_for "scopefs $name ready (log: $d/daemon.log)" 600 0.1 daemon_ready "$name" "$port" "$d/daemon.log"
     # `serve` is a supervisor; the worker (its child) is the daemon that serves the mounts.

@@ -104,6 +104,11 @@ pub struct Config {
     pub block_size: u64,
     pub cache_max_bytes: u64,
     pub staging_max_bytes: u64,
+    /// Largest dirty block kept in memory and journaled inline in the scope's metadata database
+    /// at close (0: every dirty block is a staging file); at most `block_size` and 1 MiB.
+    pub inline_block_max_bytes: u64,
+    /// Bytes of in-memory dirty blocks across all scopes.
+    pub dirty_memory_max_bytes: u64,
     pub upload_parallelism: usize,
     pub store_timeout_ms: u64,
     pub store_attempts: u32,
@@ -172,6 +177,8 @@ impl Default for Config {
             block_size: s.block_size,
             cache_max_bytes: s.cache_max_bytes,
             staging_max_bytes: s.staging_max_bytes,
+            inline_block_max_bytes: s.inline_block_max_bytes,
+            dirty_memory_max_bytes: s.dirty_memory_max_bytes,
             upload_parallelism: s.upload_parallelism,
             store_timeout_ms: s.store_timeout.as_millis() as u64,
             store_attempts: s.store_attempts,
@@ -220,6 +227,9 @@ impl Config {
         let invalid = |key, reason: &str| Err(ConfigError::Invalid { key, reason: reason.into() });
         if self.block_size < 64 * 1024 || self.block_size > 64 * 1024 * 1024 {
             return invalid("block_size", "must be between 64 KiB and 64 MiB");
+        }
+        if self.inline_block_max_bytes > self.block_size.min(1024 * 1024) {
+            return invalid("inline_block_max_bytes", "must be at most block_size and 1 MiB");
         }
         if self.upload_parallelism == 0 {
             return invalid("upload_parallelism", "must be at least 1");
@@ -277,6 +287,8 @@ impl Config {
             max_xattr_bytes_per_inode: self.limits.max_xattr_bytes_per_inode,
             max_links_per_file: self.limits.max_links_per_file,
             max_open_scope_databases: self.limits.max_open_scope_databases,
+            inline_block_max_bytes: self.inline_block_max_bytes,
+            dirty_memory_max_bytes: self.dirty_memory_max_bytes,
         }
     }
 

@@ -25,21 +25,26 @@ fn settings(durability: Durability) -> StorageSettings {
     StorageSettings { block_size: BLOCK, durability, store_timeout: Duration::from_secs(5), ..Default::default() }
 }
 
+/// Every dirty block a staging file (no inline journal): blocks and metadata flushed separately.
+fn staging_files_only(durability: Durability) -> StorageSettings {
+    StorageSettings { inline_block_max_bytes: 0, ..settings(durability) }
+}
+
 fn local_store(objects: &Path) -> Arc<dyn ObjectStore> {
     Arc::new(LocalDirStore::new(objects.to_path_buf()).unwrap())
 }
 
-fn storage(data_dir: &Path, objects: &Path, durability: Durability, rt: &tokio::runtime::Runtime) -> Arc<Storage> {
-    storage_over(local_store(objects), data_dir, durability, rt)
+fn storage(data_dir: &Path, objects: &Path, settings: StorageSettings, rt: &tokio::runtime::Runtime) -> Arc<Storage> {
+    storage_over(local_store(objects), data_dir, settings, rt)
 }
 
 fn storage_over(
     store: Arc<dyn ObjectStore>,
     data_dir: &Path,
-    durability: Durability,
+    settings: StorageSettings,
     rt: &tokio::runtime::Runtime,
 ) -> Arc<Storage> {
-    Storage::new(store, settings(durability), data_dir, rt.handle().clone()).unwrap()
+    Storage::new(store, settings, data_dir, rt.handle().clone()).unwrap()
 }
 
 /// Deterministic content of file `i` (sizes from empty to several blocks).
@@ -101,6 +106,15 @@ fn dirs() -> Dirs {
 
 #[test]
 fn a_power_loss_loses_nothing_that_was_fsynced() {
+    loses_nothing_fsynced(settings(Durability::Fsync));
+}
+
+#[test]
+fn a_power_loss_loses_nothing_that_was_fsynced_with_staging_files_only() {
+    loses_nothing_fsynced(staging_files_only(Durability::Fsync));
+}
+
+fn loses_nothing_fsynced(config: StorageSettings) {
     let d = dirs();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let disk = PowerLossMount::mount(&d.backing, &d.mnt);
@@ -113,7 +127,7 @@ fn a_power_loss_loses_nothing_that_was_fsynced() {
     }
     store.allow_content(scope.as_str(), &content(5, 2), BLOCK as usize);
     let e =
-        storage_over(store.clone(), &d.mnt.join("data"), Durability::Fsync, &rt).open_scope(&scope, quota()).unwrap();
+        storage_over(store.clone(), &d.mnt.join("data"), config.clone(), &rt).open_scope(&scope, quota()).unwrap();
 
     // Phase 1: fsynced files, and closed-only files, interleaved.
     let mut must_survive = Vec::new();
@@ -145,7 +159,7 @@ fn a_power_loss_loses_nothing_that_was_fsynced() {
     drop(e);
     disk.unmount();
 
-    let e = storage(&d.image.join("data"), &d.objects, Durability::Fsync, &rt).open_scope(&scope, quota()).unwrap();
+    let e = storage(&d.image.join("data"), &d.objects, config.clone(), &rt).open_scope(&scope, quota()).unwrap();
     assert_eq!(e.integrity_check().unwrap(), "ok", "metadata database intact");
     assert_eq!(e.consistency_problems().unwrap(), Vec::<String>::new());
     for (name, want) in &must_survive {
@@ -166,7 +180,7 @@ fn close_alone_issues_no_disk_flush_and_fsync_does() {
     let d = dirs();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let disk = PowerLossMount::mount(&d.backing, &d.mnt);
-    let e = storage(&d.mnt.join("data"), &d.objects, Durability::Fsync, &rt)
+    let e = storage(&d.mnt.join("data"), &d.objects, settings(Durability::Fsync), &rt)
         .open_scope(&ScopeId::generate(), quota())
         .unwrap();
     let before = disk.flushes();
@@ -194,7 +208,7 @@ fn close_durability_mode_makes_close_a_flush() {
     let d = dirs();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let disk = PowerLossMount::mount(&d.backing, &d.mnt);
-    let e = storage(&d.mnt.join("data"), &d.objects, Durability::Close, &rt)
+    let e = storage(&d.mnt.join("data"), &d.objects, settings(Durability::Close), &rt)
         .open_scope(&ScopeId::generate(), quota())
         .unwrap();
     let before = disk.flushes();
@@ -220,7 +234,7 @@ fn a_block_lost_before_its_flush_is_never_uploaded_and_reads_fail_cleanly() {
     let store = HeldStore::new(local_store(&d.objects));
     store.allow_content(scope.as_str(), &content(3, 0), BLOCK as usize);
     let e =
-        storage_over(store.clone(), &d.mnt.join("data"), Durability::Fsync, &rt).open_scope(&scope, quota()).unwrap();
+        storage_over(store.clone(), &d.mnt.join("data"), staging_files_only(Durability::Fsync), &rt).open_scope(&scope, quota()).unwrap();
     write(&e, "synced", &content(3, 0), true);
     let lost = content(2, 7);
     write(&e, "closed", &lost, false);
@@ -242,7 +256,7 @@ fn a_block_lost_before_its_flush_is_never_uploaded_and_reads_fail_cleanly() {
     let lost_key = scopefs::store::block_key(scope.as_str(), &hex::encode(sha2::Sha256::digest(&lost)));
     rt.block_on(local_store(&d.objects).delete(&lost_key)).unwrap();
 
-    let e = storage(&d.image.join("data"), &d.objects, Durability::Fsync, &rt).open_scope(&scope, quota()).unwrap();
+    let e = storage(&d.image.join("data"), &d.objects, staging_files_only(Durability::Fsync), &rt).open_scope(&scope, quota()).unwrap();
     assert!(e.wait_uploads(Duration::from_secs(60)), "journal replay finishes");
     assert_eq!(read(&e, "synced").unwrap(), content(3, 0));
     assert!(
@@ -254,6 +268,45 @@ fn a_block_lost_before_its_flush_is_never_uploaded_and_reads_fail_cleanly() {
     assert_eq!(report.damaged_files, vec!["/closed".to_string()], "fsck names the damaged file");
 }
 
+/// The same worst case with the inline journal: a small block is written by the very SQLite commit
+/// that references it, so whatever makes that commit durable (here a checkpoint) makes its bytes
+/// durable too. The closed file is intact after the power loss and is uploaded from the journal.
+#[test]
+fn an_inline_block_is_durable_exactly_when_its_commit_is() {
+    let d = dirs();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let disk = PowerLossMount::mount(&d.backing, &d.mnt);
+    let scope = ScopeId::generate();
+    let store = HeldStore::new(local_store(&d.objects)); // nothing reaches the store before the loss
+    let e = storage_over(store.clone(), &d.mnt.join("data"), settings(Durability::Fsync), &rt)
+        .open_scope(&scope, quota())
+        .unwrap();
+    let small = content(2, 7);
+    write(&e, "closed", &small, false);
+    let db = d.mnt.join("data/scopes").join(scope.as_str()).join("meta.sqlite3");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let (busy, _, _): (i64, i64, i64) =
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap();
+    assert_eq!(busy, 0, "checkpoint ran");
+    drop(conn);
+    disk.power_loss_image(&d.image);
+    store.release();
+    assert!(e.wait_uploads(Duration::from_secs(60)));
+    drop(e);
+    disk.unmount();
+    use sha2::Digest;
+    let key = scopefs::store::block_key(scope.as_str(), &hex::encode(sha2::Sha256::digest(&small)));
+    rt.block_on(local_store(&d.objects).delete(&key)).unwrap(); // the loss came before the upload
+
+    let e = storage(&d.image.join("data"), &d.objects, settings(Durability::Fsync), &rt)
+        .open_scope(&scope, quota())
+        .unwrap();
+    assert_eq!(read(&e, "closed").unwrap(), small, "the bytes were durable with their commit");
+    assert!(e.wait_uploads(Duration::from_secs(60)), "journal replay finishes");
+    assert!(rt.block_on(local_store(&d.objects).head(&key)).unwrap().is_some(), "uploaded from the journal");
+    assert!(e.fsck(false).unwrap().damaged_files.is_empty());
+}
+
 /// `ScopeEngine::sync` (the engine's syncfs): every closed file survives a power loss and has its
 /// blocks in the object store when it returns.
 #[test]
@@ -262,7 +315,7 @@ fn sync_makes_every_closed_file_durable_and_uploaded() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let disk = PowerLossMount::mount(&d.backing, &d.mnt);
     let scope = ScopeId::generate();
-    let e = storage(&d.mnt.join("data"), &d.objects, Durability::Fsync, &rt).open_scope(&scope, quota()).unwrap();
+    let e = storage(&d.mnt.join("data"), &d.objects, settings(Durability::Fsync), &rt).open_scope(&scope, quota()).unwrap();
     for i in 0..6 {
         write(&e, &format!("f{i}"), &content(i, 4), false);
     }
@@ -278,7 +331,7 @@ fn sync_makes_every_closed_file_durable_and_uploaded() {
     assert!(e.wait_uploads(Duration::from_secs(60)));
     drop(e);
     disk.unmount();
-    let e = storage(&d.image.join("data"), &d.objects, Durability::Fsync, &rt).open_scope(&scope, quota()).unwrap();
+    let e = storage(&d.image.join("data"), &d.objects, settings(Durability::Fsync), &rt).open_scope(&scope, quota()).unwrap();
     for i in 0..6 {
         assert_eq!(read(&e, &format!("f{i}")).unwrap(), content(i, 4), "f{i} after the power loss");
     }

@@ -46,6 +46,7 @@ pub const NON_CONFIG_ENV: &[&str] = &[
     "SCOPEFS_BIN",
     "SCOPEFS_BENCH_FUSE",
     "SCOPEFS_BENCH_READAHEAD_KB",
+    "SCOPEFS_BENCH_ENV",
 ];
 
 /// Former names that keep working: (name after `SCOPEFS_`, lower case; the name it stands for).

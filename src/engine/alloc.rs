@@ -8,7 +8,6 @@
 use super::{OpenFile, MAX_FILE_SIZE};
 use crate::engine::meta::now_ns;
 use crate::engine::{EngineError, EngineResult, Fh, Ino, ScopeEngine};
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
 /// What a `fallocate` call asks for (Linux `FALLOC_FL_*`; other modes are refused by the adapter).
@@ -118,9 +117,9 @@ impl ScopeEngine {
             }
             self.ensure_dirty(f, ino, idx, 0, 0)?;
             let d = f.dirty.get_mut(&idx).ok_or(EngineError::BadHandle)?;
-            let stop = e.min(d.len);
+            let stop = e.min(d.len());
             if stop > s {
-                d.file.write_all_at(&vec![0u8; (stop - s) as usize], s)?;
+                d.overwrite(&vec![0u8; (stop - s) as usize], s)?;
             }
         }
         Ok(changed)

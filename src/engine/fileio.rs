@@ -1,10 +1,8 @@
 //! File contents: open-file state, dirty blocks in staging, reads through staging/cache/store, truncate and commit of new versions.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::PathBuf;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -12,7 +10,8 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::error::{EngineError, EngineResult};
-use super::meta::{now_ns, BlockRef};
+use super::dirty::{DirtyBlock, Sealed};
+use super::meta::{now_ns, BlockRef, FileVersion};
 use super::scope::{HandleInfo, ScopeEngine};
 use super::types::*;
 
@@ -29,19 +28,12 @@ pub(crate) struct OpenEntry {
     pub file: Arc<Mutex<OpenFile>>,
 }
 
-/// A block being modified: a whole-block working file in staging. Bytes past `len` read as zeros.
-pub(crate) struct DirtyBlock {
-    file: File,
-    path: PathBuf,
-    len: u64,
-}
-
 pub(crate) struct OpenFile {
     size: u64,
     committed_size: u64,
     /// The committed block list, minus blocks cut away by a pending truncate.
-    blocks: BTreeMap<u64, BlockRef>,
-    dirty: BTreeMap<u64, DirtyBlock>,
+    pub(super) blocks: BTreeMap<u64, BlockRef>,
+    pub(super) dirty: BTreeMap<u64, DirtyBlock>,
     changed: bool,
     mtime_ns: i64,
     last_read_block: Option<u64>,
@@ -206,9 +198,9 @@ impl ScopeEngine {
                 let n = (bs - in_off).min(end - pos);
                 if let Some(d) = f.dirty.get(&idx) {
                     let mut buf = vec![0u8; n as usize];
-                    let avail = d.len.saturating_sub(in_off).min(n) as usize;
+                    let avail = d.len().saturating_sub(in_off).min(n) as usize;
                     if avail > 0 {
-                        d.file.read_exact_at(&mut buf[..avail], in_off)?;
+                        d.read_at(&mut buf[..avail], in_off)?;
                     }
                     pieces.push(Piece::Ready(buf));
                 } else if let Some(b) = f.blocks.get(&idx) {
@@ -252,6 +244,9 @@ impl ScopeEngine {
             return Ok(());
         }
         let buf = &mut out[start..start + avail];
+        if self.read_inline(&b.sha256, offset, buf)? {
+            return Ok(());
+        }
         let scope = self.scope_id.as_str();
         let cache = &self.storage.cache;
         let staged = self.blocks_dir.join(&b.sha256);
@@ -275,7 +270,7 @@ impl ScopeEngine {
     }
 
     /// Reads a whole committed block (for read-modify-write of a partially overwritten block).
-    fn read_block(&self, b: &BlockRef) -> EngineResult<Vec<u8>> {
+    pub(super) fn read_block(&self, b: &BlockRef) -> EngineResult<Vec<u8>> {
         let mut out = Vec::with_capacity(b.len as usize);
         self.read_block_range(b, 0, b.len, &mut out)?;
         Ok(out)
@@ -303,12 +298,7 @@ impl ScopeEngine {
                 let src = &data[(pos - offset) as usize..(pos - offset + n) as usize];
                 self.ensure_dirty(&mut f, ino, idx, in_off, n)?;
                 let d = f.dirty.get_mut(&idx).ok_or(EngineError::BadHandle)?;
-                let new_len = d.len.max(in_off + n);
-                if new_len > d.len {
-                    self.staging_add(new_len - d.len)?;
-                }
-                d.file.write_all_at(src, in_off)?;
-                d.len = new_len;
+                self.write_dirty(d, ino, idx, src, in_off)?;
                 pos += n;
             }
             Ok(())
@@ -341,44 +331,6 @@ impl ScopeEngine {
         self.check_bytes(committed, *pending, growth)?;
         *pending += growth as i64; // ≤ the quota, itself ≤ i64::MAX (checked above)
         Ok(())
-    }
-
-    /// Makes block `idx` dirty, copying its committed bytes unless the coming write replaces them all.
-    fn ensure_dirty(&self, f: &mut OpenFile, ino: Ino, idx: u64, cover_off: u64, cover_len: u64) -> EngineResult<()> {
-        if f.dirty.contains_key(&idx) {
-            return Ok(());
-        }
-        let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let path = self.open_dir.join(format!("{ino}.{idx}.{n}"));
-        let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path)?;
-        let mut len = 0;
-        if let Some(b) = f.blocks.get(&idx) {
-            if !(cover_off == 0 && cover_len >= b.len) {
-                let copied = self.read_block(b).and_then(|data| {
-                    self.staging_add(data.len() as u64)?;
-                    if let Err(e) = file.write_all_at(&data, 0) {
-                        self.staging_sub(data.len() as u64);
-                        return Err(e.into());
-                    }
-                    Ok(data.len() as u64)
-                });
-                match copied {
-                    Ok(n) => len = n,
-                    Err(e) => {
-                        let _ = std::fs::remove_file(&path);
-                        return Err(e);
-                    }
-                }
-            }
-        }
-        f.dirty.insert(idx, DirtyBlock { file, path, len });
-        Ok(())
-    }
-
-    fn discard_dirty(&self, d: DirtyBlock) {
-        if std::fs::remove_file(&d.path).is_ok() {
-            self.staging_sub(d.len);
-        }
     }
 
     /// Sets the size of a file (open or not) and commits the change.
@@ -419,10 +371,8 @@ impl ScopeEngine {
                 self.ensure_dirty(f, 0, idx, 0, 0)?;
             }
             if let Some(d) = f.dirty.get_mut(&idx) {
-                if d.len > tail {
-                    d.file.set_len(tail)?;
-                    self.staging_sub(d.len - tail);
-                    d.len = tail;
+                if d.len() > tail {
+                    self.resize_dirty(d, 0, idx, tail)?;
                 }
             }
         }
@@ -447,6 +397,8 @@ impl ScopeEngine {
         let bs = self.block_size();
         let mut blocks = f.blocks.clone();
         let mut sealed = Vec::new();
+        // In-memory blocks, journaled inline by the commit's transaction (deduplicated by hash).
+        let mut inline = BTreeMap::new();
         // Dirty blocks whose file is now the journal's `blocks/<sha>` (the others are duplicates).
         let mut linked = std::collections::HashSet::new();
         for (&idx, d) in f.dirty.iter_mut() {
@@ -454,39 +406,25 @@ impl ScopeEngine {
                 continue;
             }
             let len = bs.min(f.size - idx * bs);
-            if len != d.len {
-                if len > d.len {
-                    self.staging_add(len - d.len)?;
-                    d.file.set_len(len)?;
-                } else {
-                    d.file.set_len(len)?;
-                    self.staging_sub(d.len - len);
+            self.resize_dirty(d, ino, idx, len)?;
+            let (sha, how) = self.seal_dirty(d)?;
+            match how {
+                Sealed::Inline(data) => {
+                    inline.insert(sha.clone(), data);
                 }
-                d.len = len;
+                Sealed::File(true) => {
+                    linked.insert(idx);
+                    sealed.push(sha.clone());
+                }
+                Sealed::File(false) => sealed.push(sha.clone()),
             }
-            // No flush here: the next durability point fsyncs the journal file (`flush_local`).
-            let sha = hash_file(&mut d.file, len)?;
-            let staged = self.blocks_dir.join(&sha);
-            if self.seal(&d.path, &staged)? {
-                linked.insert(idx);
-            }
-            sealed.push(sha.clone());
             blocks.insert(idx, BlockRef { sha256: sha, len });
         }
         self.note_unsynced(&sealed);
         let content_sha = content_sha256(&blocks, f.size);
-        let new = {
-            let mut meta = self.meta.lock()?;
-            let new = meta.commit_file(ino, f.size, f.mtime_ns, &blocks, content_sha.as_deref())?;
-            // Moved from pending to committed under the metadata lock (see `reserve_growth`).
-            *self.pending_growth.lock() -= f.size as i64 - f.committed_size as i64;
-            new
-        };
-        // The working files' names go; a duplicate's bytes leave staging with it.
+        let new = self.commit_version(ino, f, &blocks, content_sha.as_deref(), &inline)?;
         for (idx, d) in std::mem::take(&mut f.dirty) {
-            if std::fs::remove_file(&d.path).is_ok() && !linked.contains(&idx) {
-                self.staging_sub(d.len);
-            }
+            self.retire_dirty(d, linked.contains(&idx));
         }
         // Sealed copies of blocks the scope already had uploaded are redundant.
         for sha in sealed.iter().filter(|s| !new.contains(s)) {
@@ -510,30 +448,24 @@ impl ScopeEngine {
         Ok(new)
     }
 
-    /// Links a hashed dirty block into the journal as `blocks/<sha>`; `true` when the working file
-    /// is now that journal file. When another file holds that name already (an identical block of
-    /// this or an earlier commit, still staged), `false`: the working file is a duplicate, dropped
-    /// once the commit succeeds. Either way staging counts each file on disk once.
-    fn seal(&self, dirty: &std::path::Path, staged: &std::path::Path) -> EngineResult<bool> {
-        use std::os::unix::fs::MetadataExt;
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            match std::fs::hard_link(dirty, staged) {
-                Ok(()) => return Ok(true),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    // A retried commit finds its own earlier link.
-                    let a = std::fs::metadata(dirty)?;
-                    match std::fs::metadata(staged) {
-                        Ok(b) => return Ok(a.dev() == b.dev() && a.ino() == b.ino()),
-                        // The other copy's upload just finished and moved it to the cache: link again.
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 3 => continue,
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+    /// Records the new version (and its inline journal entries) under the metadata lock, moving
+    /// the file's pending growth to committed usage.
+    fn commit_version(
+        &self,
+        ino: Ino,
+        f: &OpenFile,
+        blocks: &BTreeMap<u64, BlockRef>,
+        content_sha256: Option<&str>,
+        inline: &BTreeMap<String, Vec<u8>>,
+    ) -> EngineResult<Vec<String>> {
+        let version = FileVersion { ino, size: f.size, mtime_ns: f.mtime_ns, blocks, content_sha256 };
+        self.with_inline_journal(inline, || {
+            let mut meta = self.meta.lock()?;
+            let new = meta.commit_file(&version, inline)?;
+            // Moved from pending to committed under the metadata lock (see `reserve_growth`).
+            *self.pending_growth.lock() -= f.size as i64 - f.committed_size as i64;
+            Ok(new)
+        })
     }
 
     /// Commits the file's dirty data (a new version) without a disk flush: it survives a killed
@@ -650,23 +582,6 @@ impl ScopeEngine {
             }
         }
     }
-}
-
-fn hash_file(file: &mut File, len: u64) -> std::io::Result<String> {
-    file.seek(SeekFrom::Start(0))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut left = len;
-    let mut reader = file.take(len);
-    while left > 0 {
-        let n = reader.read(&mut buf)?;
-        if n == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "staging block shorter than recorded"));
-        }
-        h.update(&buf[..n]);
-        left -= n as u64;
-    }
-    Ok(hex::encode(h.finalize()))
 }
 
 /// The SHA-256 of a whole file's content, when known without reading it: the empty file's, or

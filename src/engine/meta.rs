@@ -18,7 +18,8 @@ mod page;
 mod tree;
 mod xattr;
 
-use blocks::{add_ref, drop_ref};
+use blocks::{add_ref, drop_ref, stage_inline};
+pub(crate) use blocks::FileVersion;
 pub(crate) use links::LinkBounds;
 use links::{drop_entry, move_aside, set_entry_name};
 pub(crate) use page::cursor_of;
@@ -391,29 +392,13 @@ impl MetaDb {
         Ok(rows.collect::<Result<BTreeMap<_, _>, _>>()?)
     }
 
-    /// Commits a new version of a file: its full block list, size and mtime, in one transaction.
-    /// Returns the hashes that are new to the scope (to be uploaded from staging).
-    pub fn commit_file(
-        &mut self,
-        ino: Ino,
-        size: u64,
-        mtime_ns: i64,
-        blocks: &BTreeMap<u64, BlockRef>,
-        content_sha256: Option<&str>,
-    ) -> EngineResult<Vec<String>> {
+    /// Commits a new version of a file: its full block list, size and mtime, in one transaction,
+    /// with the bytes of its new blocks found in `inline` (the inline journal). Returns the hashes
+    /// that are new to the scope (to be uploaded from staging).
+    pub fn commit_file(&mut self, version: &FileVersion<'_>, inline: &BTreeMap<String, Vec<u8>>) -> EngineResult<Vec<String>> {
         // NORMAL like every other commit: it survives a killed daemon at once and power loss from
         // the next durability point on (`make_durable`, reached by fsync/fsyncdir/sync).
-        self.commit_file_tx(ino, size, mtime_ns, blocks, content_sha256)
-    }
-
-    fn commit_file_tx(
-        &mut self,
-        ino: Ino,
-        size: u64,
-        mtime_ns: i64,
-        blocks: &BTreeMap<u64, BlockRef>,
-        content_sha256: Option<&str>,
-    ) -> EngineResult<Vec<String>> {
+        let FileVersion { ino, size, mtime_ns, blocks, content_sha256 } = *version;
         let tx = self.tx()?;
         let row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;
         let old = {
@@ -429,6 +414,9 @@ impl MetaDb {
                 continue;
             }
             if add_ref(&tx, b)? {
+                if let Some(data) = inline.get(&b.sha256) {
+                    stage_inline(&tx, &b.sha256, data)?;
+                }
                 new_shas.push(b.sha256.clone());
             }
             exec(

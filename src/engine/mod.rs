@@ -9,8 +9,10 @@
 //! Lock order: an open file's lock, then the metadata lock, then the open-file map.
 
 mod cache;
+mod dirty;
 mod error;
 mod fileio;
+mod journal;
 mod lazy_meta;
 mod meta;
 mod paths;

@@ -49,6 +49,8 @@ pub struct ScopeEngine {
     /// Set when the mount is about to be handed to another process: every write commits.
     pub(crate) commit_each_write: AtomicBool,
     pub(crate) uploads: UploadQueue,
+    /// Small staged blocks journaled in the metadata database.
+    pub(crate) inline: super::journal::InlineJournal,
     pub(crate) observer: Mutex<Option<super::paths::ChangeObserver>>,
 }
 
@@ -74,7 +76,8 @@ impl ScopeEngine {
         // Staging left behind (an upload journal to replay, write buffers to drop) is recovered
         // now; a scope with none opens its database on first use.
         let has_work = |d: &PathBuf| std::fs::read_dir(d).map(|mut e| e.next().is_some()).unwrap_or(true);
-        let eager = has_work(&blocks_dir) || has_work(&open_dir) || !db_path.exists();
+        let inline_journal = staging.join(super::journal::INLINE_MARKER).exists();
+        let eager = has_work(&blocks_dir) || has_work(&open_dir) || inline_journal || !db_path.exists();
         let db = if eager { Some(MetaDb::open(&db_path, 0, 0)?) } else { None };
         let meta = LazyMeta::new(db_path, storage.meta_budget.clone(), db);
         let engine = Arc::new_cyclic(|me| ScopeEngine {
@@ -94,6 +97,7 @@ impl ScopeEngine {
             next_fh: AtomicU64::new(first_handle()),
             commit_each_write: AtomicBool::new(false),
             uploads: UploadQueue::default(),
+            inline: Default::default(),
             observer: Mutex::new(None),
         });
         if eager {
@@ -115,7 +119,9 @@ impl ScopeEngine {
             meta.delete_detached(ino)?;
         }
         let staged = meta.staged_blocks()?;
+        let inline_rows = meta.inline_blocks()?;
         drop(meta);
+        self.recover_inline(inline_rows);
         let staged_set: std::collections::HashSet<&str> = staged.iter().map(String::as_str).collect();
         for entry in std::fs::read_dir(&self.blocks_dir)?.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -128,7 +134,7 @@ impl ScopeEngine {
         }
         let mut missing = 0;
         for sha in staged {
-            if self.blocks_dir.join(&sha).exists() || self.restage_from_cache(&sha) {
+            if self.is_inline(&sha) || self.blocks_dir.join(&sha).exists() || self.restage_from_cache(&sha) {
                 self.enqueue_upload(sha);
             } else {
                 missing += 1;

@@ -25,6 +25,8 @@ pub struct Storage {
     pub(crate) cache: BlockCache,
     pub(crate) upload_slots: Arc<tokio::sync::Semaphore>,
     staging_bytes: AtomicU64,
+    /// Bytes of dirty blocks kept in memory (`dirty_memory_max_bytes`).
+    dirty_memory: AtomicU64,
     prefetching: Mutex<HashSet<(String, String)>>,
     scopes: Mutex<HashMap<ScopeId, Weak<ScopeEngine>>>,
     /// Metadata databases open at once (`limits.max_open_scope_databases`).
@@ -53,6 +55,7 @@ impl Storage {
             rt: runtime,
             cache,
             staging_bytes: AtomicU64::new(staging_bytes),
+            dirty_memory: AtomicU64::new(0),
             prefetching: Mutex::new(HashSet::new()),
             scopes: Mutex::new(HashMap::new()),
             meta_budget: super::lazy_meta::MetaBudget::new(settings_max_open),
@@ -170,6 +173,24 @@ impl Storage {
         let _ = self.staging_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| Some(cur.saturating_sub(n)));
     }
 
+    /// Charges `n` bytes of dirty blocks kept in memory; `false` when the daemon-wide budget
+    /// (`dirty_memory_max_bytes`) has no room (the block then lives in a staging file).
+    pub(crate) fn dirty_memory_charge(&self, n: u64) -> bool {
+        let max = self.settings.dirty_memory_max_bytes;
+        self.dirty_memory
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| cur.checked_add(n).filter(|t| *t <= max))
+            .is_ok()
+    }
+
+    pub(crate) fn dirty_memory_release(&self, n: u64) {
+        let _ = self.dirty_memory.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| Some(cur.saturating_sub(n)));
+    }
+
+    /// Bytes of dirty blocks held in memory by every scope.
+    pub fn dirty_memory_bytes(&self) -> u64 {
+        self.dirty_memory.load(Ordering::Relaxed)
+    }
+
     /// Runs one store request with the configured timeout, retrying transient failures `attempts` times.
     pub(crate) async fn with_retry<T, F, Fut>(&self, attempts: u32, mut op: F) -> Result<T, StoreError>
     where
@@ -273,6 +294,13 @@ impl ScopeEngine {
     pub(crate) fn staging_sub(&self, n: u64) {
         self.staged_sub_local(n);
         self.storage.staging_sub(n);
+    }
+
+    /// Counts `n` bytes already on disk (recovered at startup) even past the budgets: new
+    /// writes are refused until uploads bring staging back under them.
+    pub(crate) fn force_staging_add(&self, n: u64) {
+        self.staged_bytes.fetch_add(n, Ordering::AcqRel);
+        self.storage.staging_bytes.fetch_add(n, Ordering::AcqRel);
     }
 
     fn staged_sub_local(&self, n: u64) {

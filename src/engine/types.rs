@@ -209,6 +209,11 @@ pub struct StorageSettings {
     pub max_links_per_file: u32,
     /// Scope metadata databases open at once (`limits.max_open_scope_databases`).
     pub max_open_scope_databases: usize,
+    /// Largest dirty block kept in memory and journaled inline in the metadata database at
+    /// commit (0: every dirty block is a staging file).
+    pub inline_block_max_bytes: u64,
+    /// Bytes of in-memory dirty blocks across all scopes; past it, blocks go to staging files.
+    pub dirty_memory_max_bytes: u64,
 }
 
 impl Default for StorageSettings {
@@ -231,6 +236,8 @@ impl Default for StorageSettings {
             max_xattr_bytes_per_inode: limits.max_xattr_bytes_per_inode,
             max_links_per_file: limits.max_links_per_file,
             max_open_scope_databases: limits.max_open_scope_databases,
+            inline_block_max_bytes: 64 * 1024,
+            dirty_memory_max_bytes: 64 * 1024 * 1024,
         }
     }
 }

@@ -42,6 +42,7 @@ impl ScopeEngine {
             }
             for block in batch {
                 let sha = &block.sha256;
+                self.forget_inline(sha, block.inline, block.len);
                 let staged = self.blocks_dir.join(sha);
                 if let Ok(m) = std::fs::metadata(&staged) {
                     if std::fs::remove_file(&staged).is_ok() {
@@ -88,7 +89,7 @@ impl ScopeEngine {
                     Err(e) => return Err(e.into()),
                 }
             } else {
-                self.blocks_dir.join(sha).exists()
+                self.is_inline(sha) || self.blocks_dir.join(sha).exists()
             };
             if !ok {
                 st.cache.remove(&scope, sha);

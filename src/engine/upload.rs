@@ -70,12 +70,16 @@ impl ScopeEngine {
 
     /// Uploads one staged block (one attempt with timeout), records it, and moves it into the cache.
     async fn upload_one(&self, sha: &str) -> Result<(), StoreError> {
-        let staged = self.blocks_dir.join(sha);
-        let data = match tokio::fs::read(&staged).await {
-            Ok(d) => Bytes::from(d),
-            // Already uploaded and moved to the cache by a foreground upload, or collected.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e.into()),
+        let unavailable = |e: EngineError| StoreError::Unavailable(format!("reading the inline journal: {e}"));
+        let inline = self.inline_bytes(sha).map_err(unavailable)?;
+        let data = match &inline {
+            Some(d) => Bytes::copy_from_slice(d),
+            None => match tokio::fs::read(self.blocks_dir.join(sha)).await {
+                Ok(d) => Bytes::from(d),
+                // Already uploaded and moved to the cache by a foreground upload, or collected.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(e.into()),
+            },
         };
         let key = block_key(self.scope_id.as_str(), sha);
         let timeout = self.storage.settings.store_timeout;
@@ -86,7 +90,7 @@ impl ScopeEngine {
             Ok(r) => r?,
             Err(_) => return Err(StoreError::Timeout(timeout)),
         }
-        self.finish_upload(sha).map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))
+        self.finish_upload(sha, inline.as_deref()).map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))
     }
 
     /// A staged block whose bytes no longer match its hash: a power loss took data that was never
@@ -99,7 +103,7 @@ impl ScopeEngine {
             Ok(r) => r?.is_some(),
             Err(_) => return Err(StoreError::Timeout(timeout)),
         };
-        let recorded = if present { self.meta.lock().and_then(|mut m| m.mark_uploaded(sha)) } else { Ok(()) };
+        let recorded = if present { self.meta.lock().and_then(|mut m| m.mark_uploaded(sha).map(|_| ())) } else { Ok(()) };
         recorded.map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))?;
         let staged = self.blocks_dir.join(sha);
         if let Ok(m) = std::fs::metadata(&staged) {
@@ -113,8 +117,8 @@ impl ScopeEngine {
         Ok(())
     }
 
-    fn finish_upload(&self, sha: &str) -> EngineResult<()> {
-        self.meta.lock()?.mark_uploaded(sha)?;
+    fn finish_upload(&self, sha: &str, inline: Option<&[u8]>) -> EngineResult<()> {
+        self.record_upload(sha, inline)?;
         // In the store now: no durability point needs its journal file any more (so a scope that
         // never fsyncs holds no list of every block it ever wrote).
         self.uploads.unsynced.lock().remove(sha);

@@ -1,10 +1,23 @@
-//! Blocks in the metadata database: reference counts, the upload journal (`staged` rows), and the
-//! blocks nobody references any more (collected by gc).
+//! Blocks in the metadata database: reference counts, the upload journal (`staged` rows, with the
+//! bytes of small blocks inline in `staged_inline`), and the blocks nobody references any more
+//! (collected by gc).
+
+use std::collections::BTreeMap;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{exec, now_ns, query_one, BlockRef, MetaDb};
 use crate::engine::{EngineResult, Ino};
+
+/// One version of a file as `commit_file` records it.
+#[derive(Clone, Copy)]
+pub(crate) struct FileVersion<'a> {
+    pub ino: Ino,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub blocks: &'a BTreeMap<u64, BlockRef>,
+    pub content_sha256: Option<&'a str>,
+}
 
 impl MetaDb {
     /// Hashes of blocks still waiting for upload (the journal).
@@ -21,9 +34,28 @@ impl MetaDb {
         Ok(st.map(|s| s == "uploaded"))
     }
 
-    pub fn mark_uploaded(&mut self, sha: &str) -> EngineResult<()> {
-        exec(&self.conn, "UPDATE blocks SET state = 'uploaded' WHERE sha256 = ?1", [sha])?;
-        Ok(())
+    /// Records that the store holds a block, and drops its inline journal bytes in the same
+    /// transaction; `true` when it had inline bytes.
+    pub fn mark_uploaded(&mut self, sha: &str) -> EngineResult<bool> {
+        let tx = self.tx()?;
+        exec(&tx, "UPDATE blocks SET state = 'uploaded' WHERE sha256 = ?1", [sha])?;
+        let inline = exec(&tx, "DELETE FROM staged_inline WHERE sha256 = ?1", [sha])? > 0;
+        tx.commit()?;
+        Ok(inline)
+    }
+
+    /// The bytes of a block journaled inline, while it is (until its upload is recorded).
+    pub fn inline_block(&self, sha: &str) -> EngineResult<Option<Vec<u8>>> {
+        let data = query_one(&self.conn, "SELECT data FROM staged_inline WHERE sha256 = ?1", [sha], |r| r.get(0))
+            .optional()?;
+        Ok(data)
+    }
+
+    /// Every block journaled inline: hash and length.
+    pub fn inline_blocks(&self) -> EngineResult<Vec<(String, u64)>> {
+        let mut st = self.conn.prepare("SELECT sha256, length(data) FROM staged_inline")?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
     /// Every block row: hash, length, state uploaded?
@@ -44,18 +76,24 @@ impl MetaDb {
     /// and returns them.
     pub fn take_unreferenced(&mut self, cutoff_unix: i64, limit: usize) -> EngineResult<Vec<Unreferenced>> {
         let tx = self.tx()?;
-        let found = {
+        let mut found = {
             let mut st = tx.prepare(
                 "SELECT sha256, len, state = 'uploaded' FROM blocks
                  WHERE refcount = 0 AND unreferenced_since <= ?1 LIMIT ?2",
             )?;
             let rows = st.query_map(params![cutoff_unix, limit as i64], |r| {
-                Ok(Unreferenced { sha256: r.get(0)?, len: r.get::<_, i64>(1)? as u64, uploaded: r.get(2)? })
+                Ok(Unreferenced {
+                    sha256: r.get(0)?,
+                    len: r.get::<_, i64>(1)? as u64,
+                    uploaded: r.get(2)?,
+                    inline: false,
+                })
             })?;
             rows.collect::<Result<Vec<_>, _>>()?
         };
-        for b in &found {
+        for b in &mut found {
             exec(&tx, "DELETE FROM blocks WHERE sha256 = ?1 AND refcount = 0", [&b.sha256])?;
+            b.inline = exec(&tx, "DELETE FROM staged_inline WHERE sha256 = ?1", [&b.sha256])? > 0;
         }
         tx.commit()?;
         Ok(found)
@@ -68,6 +106,14 @@ pub(crate) struct Unreferenced {
     pub len: u64,
     /// Whether the object store holds it (it must be deleted there too).
     pub uploaded: bool,
+    /// Whether its bytes were journaled inline (now deleted with the row).
+    pub inline: bool,
+}
+
+/// Journals the bytes of a block new to the scope inline, in the caller's transaction.
+pub(super) fn stage_inline(conn: &Connection, sha: &str, data: &[u8]) -> rusqlite::Result<()> {
+    exec(conn, "INSERT OR IGNORE INTO staged_inline (sha256, data) VALUES (?1, ?2)", params![sha, data])?;
+    Ok(())
 }
 
 /// Adds a reference to a block; returns true when the block is new to the scope (must be uploaded).

@@ -1,0 +1,280 @@
+//! Dirty blocks of open files: a small block is kept in memory (bounded daemon-wide by
+//! `dirty_memory_max_bytes`) and journaled inline in the metadata database at commit; a larger one
+//! is a working file in staging, sealed as `blocks/<sha>`. Growth is charged before it happens.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use sha2::{Digest, Sha256};
+
+use super::error::{EngineError, EngineResult};
+use super::fileio::OpenFile;
+use super::scope::ScopeEngine;
+use super::types::Ino;
+
+/// Where a dirty block's bytes are.
+enum DirtyData {
+    /// In memory; `Vec::len` is the block's length, charged to `Storage::dirty_memory`.
+    Mem(Vec<u8>),
+    /// A whole-block working file in staging; bytes past `len` read as zeros.
+    File { file: File, path: PathBuf },
+}
+
+/// A block being modified.
+pub(crate) struct DirtyBlock {
+    data: DirtyData,
+    len: u64,
+}
+
+/// How a commit journals one hashed dirty block.
+pub(crate) enum Sealed {
+    /// Small: its bytes go into the metadata database with the commit.
+    Inline(Vec<u8>),
+    /// Its working file became (or duplicates) `blocks/<sha>`; `true` when it became it.
+    File(bool),
+}
+
+impl DirtyBlock {
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Reads `buf.len()` bytes at `off`; the caller keeps `off + buf.len()` within `len`.
+    pub(crate) fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+        match &self.data {
+            DirtyData::Mem(v) => {
+                let start = off as usize;
+                buf.copy_from_slice(&v[start..start + buf.len()]);
+                Ok(())
+            }
+            DirtyData::File { file, .. } => file.read_exact_at(buf, off),
+        }
+    }
+
+    /// Overwrites bytes within the current length (no growth, nothing to charge).
+    pub(crate) fn overwrite(&mut self, src: &[u8], off: u64) -> std::io::Result<()> {
+        debug_assert!(off + src.len() as u64 <= self.len);
+        match &mut self.data {
+            DirtyData::Mem(v) => {
+                v[off as usize..off as usize + src.len()].copy_from_slice(src);
+                Ok(())
+            }
+            DirtyData::File { file, .. } => file.write_all_at(src, off),
+        }
+    }
+
+    fn sha256(&mut self) -> std::io::Result<String> {
+        match &mut self.data {
+            DirtyData::Mem(v) => Ok(hex::encode(Sha256::digest(v.as_slice()))),
+            DirtyData::File { file, .. } => hash_file(file, self.len),
+        }
+    }
+}
+
+impl ScopeEngine {
+    fn inline_max(&self) -> u64 {
+        self.storage.settings.inline_block_max_bytes.min(self.storage.settings.block_size)
+    }
+
+    /// Makes block `idx` dirty, copying its committed bytes unless the coming write replaces them
+    /// all. A block that fits the inline bound starts in memory when the memory budget has room.
+    pub(crate) fn ensure_dirty(&self, f: &mut OpenFile, ino: Ino, idx: u64, cover_off: u64, cover_len: u64) -> EngineResult<()> {
+        if f.dirty.contains_key(&idx) {
+            return Ok(());
+        }
+        let committed = f.blocks.get(&idx).filter(|b| !(cover_off == 0 && cover_len >= b.len)).cloned();
+        let copy_len = committed.as_ref().map_or(0, |b| b.len);
+        if copy_len.max(cover_off + cover_len) <= self.inline_max() && self.storage.dirty_memory_charge(copy_len) {
+            let data = match &committed {
+                Some(b) => self.read_block(b),
+                None => Ok(Vec::new()),
+            };
+            let data = data.inspect_err(|_| self.storage.dirty_memory_release(copy_len))?;
+            f.dirty.insert(idx, DirtyBlock { len: data.len() as u64, data: DirtyData::Mem(data) });
+            return Ok(());
+        }
+        let (file, path) = self.working_file(ino, idx)?;
+        let mut block = DirtyBlock { data: DirtyData::File { file, path }, len: 0 };
+        if let Some(b) = committed {
+            let copied = self.read_block(&b).and_then(|data| {
+                self.staging_add(data.len() as u64)?;
+                block.len = data.len() as u64;
+                block.overwrite(&data, 0).map_err(EngineError::from)
+            });
+            if let Err(e) = copied {
+                self.discard_dirty(block);
+                return Err(e);
+            }
+        }
+        f.dirty.insert(idx, block);
+        Ok(())
+    }
+
+    fn working_file(&self, ino: Ino, idx: u64) -> EngineResult<(File, PathBuf)> {
+        let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let path = self.open_dir.join(format!("{ino}.{idx}.{n}"));
+        let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path)?;
+        Ok((file, path))
+    }
+
+    /// Writes `src` at `off` of a dirty block, growing it (charged first: memory while it fits
+    /// the inline bound and the budget, else staging after moving its bytes to a working file).
+    pub(crate) fn write_dirty(&self, d: &mut DirtyBlock, ino: Ino, idx: u64, src: &[u8], off: u64) -> EngineResult<()> {
+        let new_len = d.len.max(off + src.len() as u64);
+        if matches!(d.data, DirtyData::Mem(_)) {
+            self.resize_dirty(d, ino, idx, new_len)?;
+        }
+        match &d.data {
+            DirtyData::Mem(_) => d.overwrite(src, off)?,
+            DirtyData::File { file, .. } => {
+                // Growth by the write itself (no `set_len`): charged first, given back if it fails.
+                let growth = new_len - d.len;
+                if growth > 0 {
+                    self.staging_add(growth)?;
+                }
+                if let Err(e) = file.write_all_at(src, off) {
+                    self.staging_sub(growth);
+                    return Err(e.into());
+                }
+                d.len = new_len;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets a dirty block's length: growth reads as zeros and is charged before it happens.
+    pub(crate) fn resize_dirty(&self, d: &mut DirtyBlock, ino: Ino, idx: u64, len: u64) -> EngineResult<()> {
+        if len == d.len {
+            return Ok(());
+        }
+        if let DirtyData::Mem(v) = &mut d.data {
+            if len < d.len {
+                v.truncate(len as usize);
+                self.storage.dirty_memory_release(d.len - len);
+                d.len = len;
+                return Ok(());
+            }
+            if len <= self.inline_max() && self.storage.dirty_memory_charge(len - d.len) {
+                v.resize(len as usize, 0);
+                d.len = len;
+                return Ok(());
+            }
+            self.spill(d, ino, idx)?;
+        }
+        let DirtyData::File { file, .. } = &d.data else { unreachable!("spilled above") };
+        if len > d.len {
+            self.staging_add(len - d.len)?;
+            if let Err(e) = file.set_len(len) {
+                self.staging_sub(len - d.len);
+                return Err(e.into());
+            }
+        } else {
+            file.set_len(len)?;
+            self.staging_sub(d.len - len);
+        }
+        d.len = len;
+        Ok(())
+    }
+
+    /// Moves an in-memory block into a working file (charged to staging; the memory is released).
+    fn spill(&self, d: &mut DirtyBlock, ino: Ino, idx: u64) -> EngineResult<()> {
+        let DirtyData::Mem(v) = &d.data else { return Ok(()) };
+        self.staging_add(d.len)?;
+        let written = self.working_file(ino, idx).and_then(|(file, path)| match file.write_all_at(v, 0) {
+            Ok(()) => Ok((file, path)),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e.into())
+            }
+        });
+        let (file, path) = written.inspect_err(|_| self.staging_sub(d.len))?;
+        self.storage.dirty_memory_release(d.len);
+        d.data = DirtyData::File { file, path };
+        Ok(())
+    }
+
+    /// Drops a dirty block and gives back what it was charged.
+    pub(crate) fn discard_dirty(&self, d: DirtyBlock) {
+        match d.data {
+            DirtyData::Mem(_) => self.storage.dirty_memory_release(d.len),
+            DirtyData::File { path, .. } => {
+                if std::fs::remove_file(&path).is_ok() {
+                    self.staging_sub(d.len);
+                }
+            }
+        }
+    }
+
+    /// Hashes a dirty block (already at its final length) and journals it: an in-memory block
+    /// becomes an inline journal entry (written by the commit's transaction), a working file is
+    /// linked as `blocks/<sha>`. No flush here: the next durability point covers both.
+    pub(crate) fn seal_dirty(&self, d: &mut DirtyBlock) -> EngineResult<(String, Sealed)> {
+        let sha = d.sha256()?;
+        match &d.data {
+            DirtyData::Mem(v) => Ok((sha, Sealed::Inline(v.clone()))),
+            DirtyData::File { path, .. } => {
+                let linked = self.seal(path, &self.blocks_dir.join(&sha))?;
+                Ok((sha, Sealed::File(linked)))
+            }
+        }
+    }
+
+    /// After a successful commit: the working file's name goes (a duplicate's bytes leave staging
+    /// with it; a linked one's stay as the journal file); memory is given back.
+    pub(crate) fn retire_dirty(&self, d: DirtyBlock, linked: bool) {
+        match d.data {
+            DirtyData::Mem(_) => self.storage.dirty_memory_release(d.len),
+            DirtyData::File { path, .. } => {
+                if std::fs::remove_file(&path).is_ok() && !linked {
+                    self.staging_sub(d.len);
+                }
+            }
+        }
+    }
+
+    /// Links a hashed working file into the journal as `blocks/<sha>`; `true` when the working file
+    /// is now that journal file. When another file holds that name already (an identical block of
+    /// this or an earlier commit, still staged), `false`: the working file is a duplicate, dropped
+    /// once the commit succeeds. Either way staging counts each file on disk once.
+    fn seal(&self, dirty: &std::path::Path, staged: &std::path::Path) -> EngineResult<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match std::fs::hard_link(dirty, staged) {
+                Ok(()) => return Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    // A retried commit finds its own earlier link.
+                    let a = std::fs::metadata(dirty)?;
+                    match std::fs::metadata(staged) {
+                        Ok(b) => return Ok(a.dev() == b.dev() && a.ino() == b.ino()),
+                        // The other copy's upload just finished and moved it to the cache: link again.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 3 => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+fn hash_file(file: &mut File, len: u64) -> std::io::Result<String> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut left = len;
+    let mut reader = file.take(len);
+    while left > 0 {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "staging block shorter than recorded"));
+        }
+        h.update(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(hex::encode(h.finalize()))
+}

@@ -1,0 +1,159 @@
+//! The inline journal: small staged blocks kept in the scope's metadata database (written by the
+//! commit that first references them, so `close()` creates no file in staging) until their upload
+//! is recorded. Owns the in-memory set of inline hashes, the marker that makes a restart recover
+//! the scope eagerly, reads of inline blocks and their upload bookkeeping.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+
+use super::error::EngineResult;
+use super::scope::ScopeEngine;
+
+/// Name of the marker file beside `blocks/` while the scope may hold inline journal rows: a
+/// restart opens such a scope's database at once and resumes its uploads.
+pub(crate) const INLINE_MARKER: &str = "inline-journal";
+
+/// Which blocks are journaled inline (so reads need not ask the database for every block).
+#[derive(Default)]
+pub(crate) struct InlineJournal {
+    shas: Mutex<HashSet<String>>,
+    marked: AtomicBool,
+}
+
+impl ScopeEngine {
+    fn inline_marker(&self) -> PathBuf {
+        self.blocks_dir.with_file_name(INLINE_MARKER)
+    }
+
+    /// Runs `commit` (which writes `inline` rows for the hashes new to the scope and returns those
+    /// hashes) with the inline bytes charged to staging first, the marker in place, and the hashes
+    /// readable as inline while it runs; afterwards only the rows actually written stay charged.
+    pub(crate) fn with_inline_journal(
+        &self,
+        inline: &BTreeMap<String, Vec<u8>>,
+        commit: impl FnOnce() -> EngineResult<Vec<String>>,
+    ) -> EngineResult<Vec<String>> {
+        if inline.is_empty() {
+            return commit();
+        }
+        let bytes: u64 = inline.values().map(|d| d.len() as u64).sum();
+        self.staging_add(bytes)?;
+        if let Err(e) = self.mark_inline_journal() {
+            self.staging_sub(bytes);
+            return Err(e);
+        }
+        // Readable as inline before the commit makes them reachable (a hash already in the set
+        // belongs to an earlier commit and stays).
+        let added: Vec<&String> = {
+            let mut set = self.inline.shas.lock();
+            inline.keys().filter(|sha| set.insert((*sha).clone())).collect()
+        };
+        match commit() {
+            Ok(new) => {
+                let mut set = self.inline.shas.lock();
+                for (sha, data) in inline {
+                    if !new.contains(sha) {
+                        self.staging_sub(data.len() as u64);
+                        if added.contains(&sha) {
+                            set.remove(sha);
+                        }
+                    }
+                }
+                Ok(new)
+            }
+            Err(e) => {
+                self.staging_sub(bytes);
+                let mut set = self.inline.shas.lock();
+                for sha in added {
+                    set.remove(sha);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates the marker (once per process; its name is flushed at once, which is rare).
+    fn mark_inline_journal(&self) -> EngineResult<()> {
+        if self.inline.marked.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let marker = self.inline_marker();
+        std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&marker)?;
+        if let Some(dir) = marker.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        self.inline.marked.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Copies `buf.len()` bytes at `offset` of an inline-journaled block into `buf`; `false` when
+    /// the block is not (or no longer) inline.
+    pub(crate) fn read_inline(&self, sha: &str, offset: u64, buf: &mut [u8]) -> EngineResult<bool> {
+        if !self.inline.shas.lock().contains(sha) {
+            return Ok(false);
+        }
+        let Some(data) = self.meta.lock()?.inline_block(sha)? else { return Ok(false) };
+        let start = offset as usize;
+        if data.len() < start + buf.len() {
+            return Err(super::error::EngineError::Corrupt { sha256: sha.to_string() });
+        }
+        buf.copy_from_slice(&data[start..start + buf.len()]);
+        Ok(true)
+    }
+
+    /// The bytes of a block to upload when it is journaled inline.
+    pub(crate) fn inline_bytes(&self, sha: &str) -> EngineResult<Option<Vec<u8>>> {
+        if !self.inline.shas.lock().contains(sha) {
+            return Ok(None);
+        }
+        self.meta.lock()?.inline_block(sha)
+    }
+
+    /// Records an upload: an inline block's bytes go to the cache first (so a reader always finds
+    /// them somewhere), then its row leaves the journal with the "uploaded" mark.
+    pub(crate) fn record_upload(&self, sha: &str, inline: Option<&[u8]>) -> EngineResult<()> {
+        if let Some(data) = inline {
+            // Best effort: without the cache a read fetches it from the store.
+            let _ = self.storage.cache.insert_bytes(self.scope_id.as_str(), sha, data);
+        }
+        let had_row = self.meta.lock()?.mark_uploaded(sha)?;
+        self.forget_inline(sha, had_row, inline.map_or(0, |d| d.len() as u64));
+        Ok(())
+    }
+
+    /// A block that left the inline journal (uploaded or collected): no longer read from the
+    /// database, and no longer charged to staging when its row was there.
+    pub(crate) fn forget_inline(&self, sha: &str, had_row: bool, len: u64) {
+        if self.inline.shas.lock().remove(sha) && had_row {
+            self.staging_sub(len);
+        }
+    }
+
+    pub(crate) fn is_inline(&self, sha: &str) -> bool {
+        self.inline.shas.lock().contains(sha)
+    }
+
+    /// Startup: the inline rows become readable and charged again; without any, the marker goes.
+    /// Returns their hashes (the caller queues their uploads).
+    pub(crate) fn recover_inline(&self, rows: Vec<(String, u64)>) -> Vec<String> {
+        if rows.is_empty() {
+            let _ = std::fs::remove_file(self.inline_marker());
+            return Vec::new();
+        }
+        self.inline.marked.store(true, Ordering::Release);
+        let mut set = self.inline.shas.lock();
+        let mut shas = Vec::with_capacity(rows.len());
+        for (sha, len) in rows {
+            // Already on disk: counted even past the budget (new writes are refused instead).
+            if self.staging_add(len).is_err() {
+                self.force_staging_add(len);
+            }
+            set.insert(sha.clone());
+            shas.push(sha);
+        }
+        shas
+    }
+}
