@@ -2,7 +2,10 @@
 //! malformed requests over every route never gets a 5xx (except the documented 503s) and leaves
 //! the daemon answering; and while scope A is fuzzed and attacked (the review's H1, H2, H3, M1, M2,
 //! M3), scope B keeps writing and reading through its FUSE mount and the HTTP API, every operation
-//! succeeding within a stated latency bound.
+//! succeeding within a stated latency bound. The same holds while scope A pushes each bound added
+//! since the review (regex size, diff size, links, extended attributes, the quota charged by
+//! `fallocate`, attributes and `O_TMPFILE`) one step past its value: each is refused with its
+//! documented status or errno before the work is done (`hostile_support::bounds`).
 //!
 //! The daemon runs with small known bounds (see `hostile_support`), without a sandbox executor, and
 //! with an 8 GiB address-space cap so an unbounded allocation aborts it rather than the machine.
@@ -12,11 +15,13 @@
 pub mod hostile_support;
 pub mod serve_process;
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hostile_support::attacks::{self, Verdict};
+use hostile_support::attacks::{self, Bystander, Verdict};
+use hostile_support::bounds;
 use hostile_support::fuzz::{self, Report, Route, Target};
 use hostile_support::{Hostile, HMAC_SECRET, PEAK_RSS};
 
@@ -27,7 +32,10 @@ const FUZZ_MAX_TIME: Duration = Duration::from_secs(120);
 /// 2-core machine shared with the fuzz and the attacks still means "served", while a starved
 /// worker pool, a full staging budget or a dead mount means failures or waits far beyond it.
 const BYSTANDER_MAX_LATENCY: Duration = Duration::from_secs(5);
-/// The two tests each start a daemon and load both cores: one at a time.
+/// The quota of every scope (bytes, inodes) in the daemon of the bounds test: small, so scope A
+/// fills it cheaply; roomy for the bystander's two 32 KiB files.
+const BOUNDS_QUOTA: (u64, u64) = (16 * 1024 * 1024, 64);
+/// The tests each start a daemon and load both cores: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Sets the flag when dropped.
@@ -115,54 +123,32 @@ fn fuzz_of_every_route_never_answers_5xx_and_the_daemon_survives() {
     assert_eq!(again.len(), scope.len());
 }
 
-#[test]
-fn bystander_scope_is_unaffected_while_scope_a_is_fuzzed_and_attacked() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let h = Hostile::start();
-    let (thread_a, thread_b) = ("thr-attacker", "thr-bystander");
-    let scope_a = h.provision(thread_a);
-    let scope_b = h.provision(thread_b);
-    let (mnt_a, mnt_b) = (h.mountpoint(&scope_a), h.mountpoint(&scope_b));
-    let routes = h.routes();
-    let target = Target {
-        addr: h.addr,
-        scope_id: scope_a.clone(),
-        thread: thread_a.into(),
-        secret: HMAC_SECRET.into(),
-        blocking_leases: false,
-    };
-    let seed = seed() ^ 0xb5;
+/// Runs `attack` while the bystander loop writes and reads scope B (`thread_b`, mounted at
+/// `mnt_b`) and returns both results. The bystander is a detached thread that owns what it needs:
+/// if it hangs on a stuck mount the test fails at the deadline here (and dropping the daemon
+/// unsticks it) instead of hanging.
+fn beside_bystander<T>(h: &Hostile, thread_b: &str, mnt_b: PathBuf, attack: impl FnOnce() -> T) -> (T, Bystander) {
     let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-
-    // The bystander is a detached thread that owns what it needs: if it hangs on a stuck mount the
-    // test fails at the deadline below (and dropping the daemon unsticks it) instead of hanging.
     let (tx, rx) = std::sync::mpsc::channel();
-    let (base, stop_b) = (h.serve.base.clone(), Arc::clone(&stop));
+    let (base, thread, stop_b) = (h.serve.base.clone(), thread_b.to_string(), Arc::clone(&stop));
     std::thread::spawn(move || {
-        let _ = tx.send(attacks::bystander(&base, thread_b, mnt_b, &stop_b));
+        let _ = tx.send(attacks::bystander(&base, &thread, mnt_b, &stop_b));
     });
-    let (verdicts, report) = std::thread::scope(|s| {
-        // Ends the bystander even if an attack panics.
+    let out = {
+        // Ends the bystander even if the attack panics.
         let _stop = StopOnDrop(&stop);
-        let fuzz = s.spawn(|| {
-            let alive = || h.unhealthy();
-            fuzz::run(seed, 1500, Duration::from_secs(60), 1, &routes, &target, &alive)
-        });
-        let verdicts: Vec<Verdict> = vec![
-            attacks::m1_unauthenticated_giant_bodies(&h),
-            attacks::h1_identical_sparse_blocks(&h, thread_a),
-            attacks::h2_m3_patterns(&h, thread_a),
-            attacks::h3_many_dir_handles(&mnt_a),
-            attacks::m2_m3_deep_chain(&h, thread_a, &mnt_a),
-        ];
-        (verdicts, fuzz.join().unwrap())
-    });
+        attack()
+    };
     let by = rx.recv_timeout(Duration::from_secs(120)).expect("the bystander hung (a stuck mount or request)");
+    (out, by)
+}
 
-    eprintln!("attack phase took {:.1?}", start.elapsed());
+/// Prints the attacks' verdicts and what the bystander saw; the problems among them (failed
+/// verdicts, failed or too slow bystander operations, an unhealthy daemon or a peak RSS over
+/// [`PEAK_RSS`]).
+fn problems_of(h: &Hostile, verdicts: &[Verdict], by: &Bystander) -> Vec<String> {
     let mut problems = Vec::new();
-    for (name, v) in &verdicts {
+    for (name, v) in verdicts {
         match v {
             Ok(what) => eprintln!("ok   {name}: {what}"),
             Err(why) => {
@@ -170,10 +156,6 @@ fn bystander_scope_is_unaffected_while_scope_a_is_fuzzed_and_attacked() {
                 problems.push(format!("{name}: {why}"));
             }
         }
-    }
-    print_report("fuzz of scope A", seed, &routes, &report);
-    if report.failure_count > 0 || report.stopped_early.is_some() {
-        problems.push(format!("fuzz: {} failures, stopped early: {:?}", report.failure_count, report.stopped_early));
     }
     let (p50, p99, max) = by.latencies.summary();
     eprintln!(
@@ -203,13 +185,89 @@ fn bystander_scope_is_unaffected_while_scope_a_is_fuzzed_and_attacked() {
         if peak > PEAK_RSS {
             problems.push(format!("daemon peak RSS {} MiB over {} MiB", peak >> 20, PEAK_RSS >> 20));
         }
-        // Scope B's data is intact through a fresh read.
-        let r =
-            h.client.get(h.url("/api/workspace/file")).query(&[("threadId", thread_b), ("path", "bystander-http.bin")]);
-        let r = r.bearer_auth(hostile_support::SERVICE_TOKEN).send().unwrap();
-        if !r.status().is_success() {
-            problems.push(format!("scope B's file after the attacks: {}", r.status()));
-        }
     }
+    problems
+}
+
+/// Whether scope B's HTTP file reads back after the attacks (a fresh read), else why not.
+fn bystander_file_problem(h: &Hostile, thread_b: &str) -> Option<String> {
+    let r = h.client.get(h.url("/api/workspace/file")).query(&[("threadId", thread_b), ("path", "bystander-http.bin")]);
+    match r.bearer_auth(hostile_support::SERVICE_TOKEN).send() {
+        Ok(r) if r.status().is_success() => None,
+        Ok(r) => Some(format!("scope B's file after the attacks: {}", r.status())),
+        Err(e) => Some(format!("scope B's file after the attacks: {e}")),
+    }
+}
+
+#[test]
+fn bystander_scope_is_unaffected_while_scope_a_is_fuzzed_and_attacked() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let h = Hostile::start();
+    let (thread_a, thread_b) = ("thr-attacker", "thr-bystander");
+    let scope_a = h.provision(thread_a);
+    let scope_b = h.provision(thread_b);
+    let (mnt_a, mnt_b) = (h.mountpoint(&scope_a), h.mountpoint(&scope_b));
+    let routes = h.routes();
+    let target = Target {
+        addr: h.addr,
+        scope_id: scope_a.clone(),
+        thread: thread_a.into(),
+        secret: HMAC_SECRET.into(),
+        blocking_leases: false,
+    };
+    let seed = seed() ^ 0xb5;
+    let start = Instant::now();
+    let ((verdicts, report), by) = beside_bystander(&h, thread_b, mnt_b, || {
+        std::thread::scope(|s| {
+            let fuzz = s.spawn(|| {
+                let alive = || h.unhealthy();
+                fuzz::run(seed, 1500, Duration::from_secs(60), 1, &routes, &target, &alive)
+            });
+            let verdicts: Vec<Verdict> = vec![
+                attacks::m1_unauthenticated_giant_bodies(&h),
+                attacks::h1_identical_sparse_blocks(&h, thread_a),
+                attacks::h2_m3_patterns(&h, thread_a),
+                attacks::h3_many_dir_handles(&mnt_a),
+                attacks::m2_m3_deep_chain(&h, thread_a, &mnt_a),
+            ];
+            (verdicts, fuzz.join().unwrap())
+        })
+    });
+
+    eprintln!("attack phase took {:.1?}", start.elapsed());
+    print_report("fuzz of scope A", seed, &routes, &report);
+    let mut problems = problems_of(&h, &verdicts, &by);
+    if report.failure_count > 0 || report.stopped_early.is_some() {
+        problems.push(format!("fuzz: {} failures, stopped early: {:?}", report.failure_count, report.stopped_early));
+    }
+    problems.extend(bystander_file_problem(&h, thread_b));
+    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+}
+
+/// The bounds added after the review (see `hostile_support::bounds`), each pushed past its small
+/// configured value by scope A through the tools and its FUSE mount, in a daemon whose scopes have
+/// a small quota so filling it is cheap; scope B keeps working meanwhile.
+#[test]
+fn recent_bounds_refuse_before_the_work_while_the_bystander_works() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let h = Hostile::with_quota(BOUNDS_QUOTA);
+    let (thread_a, thread_b) = ("thr-bounds", "thr-bounds-bystander");
+    let scope_a = h.provision(thread_a);
+    let scope_b = h.provision(thread_b);
+    let (mnt_a, mnt_b) = (h.mountpoint(&scope_a), h.mountpoint(&scope_b));
+    let (verdicts, by) = beside_bystander(&h, thread_b, mnt_b, || {
+        // The byte quota first: it reads the scope's usage, which later FUSE writes change only
+        // once the kernel releases their files.
+        vec![
+            bounds::grep_regex(&h, thread_a),
+            bounds::edit_diff(&h, thread_a),
+            bounds::quota_bytes(&h, thread_a, &mnt_a),
+            bounds::hard_links(&h, &mnt_a),
+            bounds::xattrs(&h, &mnt_a),
+            bounds::tmpfile_inodes(&mnt_a),
+        ]
+    });
+    let mut problems = problems_of(&h, &verdicts, &by);
+    problems.extend(bystander_file_problem(&h, thread_b));
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use compute_support::{compute_toml, docker_image as image, signed_call, uid, Secrets};
+use compute_support::{admin_call, compute_toml, docker_image as image, provision, signed_call, uid, Secrets};
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -63,14 +63,7 @@ impl Daemon {
     }
 
     fn provision(&self, user: &str, thread: &str) {
-        let resp = self
-            .client
-            .post(format!("{}/internal/workspace-scopes/provision", self.serve.base))
-            .bearer_auth(SERVICE_TOKEN)
-            .json(&json!({"operation_id": format!("op-{thread}"), "primary_thread_id": thread, "user_id": user}))
-            .send()
-            .unwrap();
-        assert!(resp.status().is_success(), "provision: {}", resp.status());
+        provision(&self.client, &self.serve.base, SERVICE_TOKEN, thread, Some(user));
     }
 
     /// A signed `/tools/<tool>` call as `thread` of `user`.
@@ -96,14 +89,7 @@ impl Daemon {
     }
 
     fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut req =
-            self.client.request(method, format!("{}{path}", self.serve.base)).header("X-Admin-Token", ADMIN_TOKEN);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().expect("admin request");
-        assert!(resp.status().is_success(), "{path}: {}", resp.status());
-        resp.json().expect("admin JSON")
+        admin_call(&self.client, (&self.serve.base, ADMIN_TOKEN), method, path, body)
     }
 
     /// Ids of the containers (running or not) of this daemon.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use compute_support::signed_call;
+use compute_support::{admin_call, provision, signed_call};
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -72,16 +72,7 @@ impl Daemon {
     }
 
     fn provision(&self, thread: &str) -> String {
-        let resp = self
-            .client
-            .post(format!("{}/internal/workspace-scopes/provision", self.serve.base))
-            .bearer_auth(SERVICE_TOKEN)
-            .json(&json!({"operation_id": format!("op-{thread}"), "primary_thread_id": thread}))
-            .send()
-            .unwrap();
-        assert!(resp.status().is_success(), "provision: {}", resp.status());
-        let v: Value = resp.json().unwrap();
-        v["scope_id"].as_str().expect("scope_id").to_string()
+        provision(&self.client, &self.serve.base, SERVICE_TOKEN, thread, None)
     }
 
     /// A signed `/tools/<tool>` call as `thread`.
@@ -410,14 +401,7 @@ fn a_container_killed_behind_the_daemons_back_is_recorded_as_ended() {
 
 impl Daemon {
     fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut req =
-            self.client.request(method, format!("{}{path}", self.serve.base)).header("X-Admin-Token", ADMIN_TOKEN);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().expect("admin request");
-        assert!(resp.status().is_success(), "{path}: {}", resp.status());
-        resp.json().expect("admin JSON")
+        admin_call(&self.client, (&self.serve.base, ADMIN_TOKEN), method, path, body)
     }
 
     fn account(&self) -> Value {

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use compute_support::{compute_toml, docker_image as image, signed_call, uid, Secrets};
+use compute_support::{admin_call, compute_toml, docker_image as image, provision, signed_call, uid, Secrets};
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use scopefs::billing::{run_pending_pass, ArtifactRegistrar, PassSettings, PricingConfig, RegistryRegistrar};
@@ -70,14 +70,7 @@ impl Daemon {
     }
 
     fn provision(&self, thread: &str) {
-        let resp = self
-            .client
-            .post(format!("{}/internal/workspace-scopes/provision", self.serve.base))
-            .bearer_auth(SERVICE_TOKEN)
-            .json(&json!({"operation_id": format!("op-{thread}"), "primary_thread_id": thread}))
-            .send()
-            .unwrap();
-        assert!(resp.status().is_success(), "provision: {}", resp.status());
+        provision(&self.client, &self.serve.base, SERVICE_TOKEN, thread, None);
     }
 
     /// A signed `/tools/<tool>` call (seed 003 §4.3: `auth_context` with the HMAC token).
@@ -92,16 +85,7 @@ impl Daemon {
     }
 
     fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut req =
-            self.client.request(method, format!("{}{path}", self.serve.base)).header("X-Admin-Token", ADMIN_TOKEN);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().expect("admin request");
-        let status = resp.status();
-        let v: Value = resp.json().expect("admin JSON");
-        assert!(status.is_success(), "{path}: {status} {v}");
-        v
+        admin_call(&self.client, (&self.serve.base, ADMIN_TOKEN), method, path, body)
     }
 }
 

@@ -1,5 +1,6 @@
-//! Shared by the Docker-backed compute tests (contract, shared compute, peer mounts): the sandbox
-//! image, unique ids, and the configuration of a daemon that runs environments.
+//! Shared by the Docker-backed compute tests (contract, tools, shared compute, peer mounts): the
+//! sandbox image, unique ids, the configuration of a daemon that runs environments, provisioning a
+//! scope, admin requests and signed tool calls.
 
 use std::process::Command;
 
@@ -38,6 +39,48 @@ pub fn compute_toml(deployment: &str, secrets: &Secrets<'_>, image: &str, extra:
          [store]\nkind = \"local\"\n\n[executor]\nimage = {image:?}\nmax_runtime_secs = 600\n\
          command_timeout_secs = 30\n\n{extra}"
     )
+}
+
+/// Provisions the draft scope of `thread` (for `user` when given) on the daemon at `base`, checks
+/// that the answer names the user it was given (none when none), and returns the scope id.
+pub fn provision(
+    client: &reqwest::blocking::Client,
+    base: &str,
+    service_token: &str,
+    thread: &str,
+    user: Option<&str>,
+) -> String {
+    use serde_json::json;
+    let mut body = json!({"operation_id": format!("op-{thread}"), "primary_thread_id": thread});
+    if let Some(u) = user {
+        body["user_id"] = json!(u);
+    }
+    let url = format!("{base}/internal/workspace-scopes/provision");
+    let resp = client.post(url).bearer_auth(service_token).json(&body).send().expect("provision request");
+    assert!(resp.status().is_success(), "provision {thread}: {}", resp.status());
+    let v: serde_json::Value = resp.json().unwrap();
+    assert_eq!(v["user_id"].as_str(), user, "{v}");
+    v["scope_id"].as_str().expect("scope_id").to_string()
+}
+
+/// An `/admin` request (`X-Admin-Token`) to the daemon at `base`, with a JSON body when given;
+/// it must succeed; its JSON answer.
+pub fn admin_call(
+    client: &reqwest::blocking::Client,
+    (base, admin_token): (&str, &str),
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> serde_json::Value {
+    let mut req = client.request(method, format!("{base}{path}")).header("X-Admin-Token", admin_token);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().expect("admin request");
+    let status = resp.status();
+    let v: serde_json::Value = resp.json().expect("admin JSON");
+    assert!(status.is_success(), "{path}: {status} {v}");
+    v
 }
 
 /// A signed `/tools/<tool>` call (seed 003 §4.3) to the daemon at `base`, as `thread` of `user`,

@@ -26,26 +26,28 @@ const CHAIN_TRY: usize = 2000;
 /// The result of one attack: `Ok(what happened)` or `Err(why it is wrong)`.
 pub type Verdict = (&'static str, Result<String, String>);
 
-/// An answer: status, error code, time taken.
-struct Ans {
-    status: u16,
-    code: String,
-    took: Duration,
+/// An answer: status, error code, JSON body (`null` when not JSON), time taken.
+pub struct Ans {
+    pub status: u16,
+    pub code: String,
+    pub body: Value,
+    pub took: Duration,
 }
 
-fn client() -> Client {
+pub fn client() -> Client {
     Client::builder().timeout(ATTACK_LIMIT).build().unwrap()
 }
 
 fn answer(r: reqwest::Result<reqwest::blocking::Response>, start: Instant) -> Result<Ans, String> {
     let r = r.map_err(|e| format!("no answer after {:?}: {e}", start.elapsed()))?;
     let status = r.status().as_u16();
-    let v: Value = r.json().unwrap_or(Value::Null);
-    Ok(Ans { status, code: v["error"]["code"].as_str().unwrap_or_default().to_string(), took: start.elapsed() })
+    let body: Value = r.json().unwrap_or(Value::Null);
+    let code = body["error"]["code"].as_str().unwrap_or_default().to_string();
+    Ok(Ans { status, code, body, took: start.elapsed() })
 }
 
 /// Calls `/tools/<name>` as `thread`, signed now.
-fn tool(h: &Hostile, c: &Client, thread: &str, name: &str, params: Value) -> Result<Ans, String> {
+pub fn tool(h: &Hostile, c: &Client, thread: &str, name: &str, params: Value) -> Result<Ans, String> {
     let path = format!("/tools/{name}");
     let body = signed_body_with(HMAC_SECRET, &path, thread, &params, now_secs(), &fresh_nonce());
     let start = Instant::now();
@@ -77,7 +79,7 @@ fn bounded(what: &str, a: Result<Ans, String>) -> Result<String, String> {
     }
 }
 
-fn all_ok(parts: Vec<Result<String, String>>) -> Result<String, String> {
+pub fn all_ok(parts: Vec<Result<String, String>>) -> Result<String, String> {
     let (ok, bad): (Vec<_>, Vec<_>) = parts.into_iter().partition(|p| p.is_ok());
     let ok: Vec<String> = ok.into_iter().map(|p| p.unwrap()).collect();
     if bad.is_empty() {

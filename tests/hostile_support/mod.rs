@@ -3,6 +3,7 @@
 //! server unnormalized), a deterministic PRNG, latency statistics and daemon-health probes.
 
 pub mod attacks;
+pub mod bounds;
 pub mod fuzz;
 
 use std::io::{Read, Write};
@@ -29,6 +30,19 @@ pub const STAGING: u64 = 64 * 1024 * 1024;
 pub const STAGING_PER_SCOPE: u64 = 24 * 1024 * 1024;
 /// `[limits] max_dir_handles_per_mount` (H3).
 pub const DIR_HANDLES: u64 = 64;
+/// `[limits] grep_max_regex_bytes`: `\w+` compiles smaller; `\w{10}` larger (but within the
+/// default 1 MiB).
+pub const GREP_REGEX: u64 = 64 * 1024;
+/// `[limits] edit_max_diff_bytes`.
+pub const EDIT_DIFF: u64 = 4096;
+/// `[limits] max_links_per_file`.
+pub const LINKS: u64 = 8;
+/// `[limits] max_xattrs_per_inode`.
+pub const XATTRS: u64 = 8;
+/// `[limits] max_xattr_bytes_per_inode`.
+pub const XATTR_BYTES: u64 = 1024;
+/// The deployment's quota of every scope (`quota_bytes`, `quota_inodes`) for the fuzz and attacks.
+pub const QUOTA: (u64, u64) = (512 * 1024 * 1024, 1_000_000);
 /// The daemon's address-space cap: an unbounded allocation (H2, M1) aborts it quickly instead of
 /// exhausting the shared CI machine. The fixed daemon stays far below it.
 pub const ADDRESS_SPACE: u64 = 8 * 1024 * 1024 * 1024;
@@ -48,6 +62,11 @@ pub struct Hostile {
 
 impl Hostile {
     pub fn start() -> Hostile {
+        Hostile::with_quota(QUOTA)
+    }
+
+    /// A daemon whose scopes have a quota of `(bytes, inodes)`.
+    pub fn with_quota((quota_bytes, quota_inodes): (u64, u64)) -> Hostile {
         let dir = tempfile::Builder::new().prefix("scopefs-hostile-").tempdir().unwrap();
         let port = free_port();
         let legacy = dir.path().join("legacy");
@@ -56,11 +75,12 @@ impl Hostile {
         let sock = dir.path().join("no-docker.sock");
         let rest = format!(
             "deployment_id = \"hostile\"\nservice_token = {SERVICE_TOKEN:?}\nadmin_token = {ADMIN_TOKEN:?}\n\
-             hmac_secret = {HMAC_SECRET:?}\nmax_upload_bytes = {MAX_UPLOAD}\nquota_bytes = {quota}\n\
-             block_size = {BLOCK}\nstaging_max_bytes = {STAGING}\nlegacy_root = {legacy:?}\n\n\
-             [store]\nkind = \"local\"\n\n[executor]\ndocker_host = {sock:?}\n\n\
-             [limits]\nstaging_max_bytes_per_scope = {STAGING_PER_SCOPE}\nmax_dir_handles_per_mount = {DIR_HANDLES}\n",
-            quota = 512u64 * 1024 * 1024,
+             hmac_secret = {HMAC_SECRET:?}\nmax_upload_bytes = {MAX_UPLOAD}\nquota_bytes = {quota_bytes}\n\
+             quota_inodes = {quota_inodes}\nblock_size = {BLOCK}\nstaging_max_bytes = {STAGING}\n\
+             legacy_root = {legacy:?}\n\n[store]\nkind = \"local\"\n\n[executor]\ndocker_host = {sock:?}\n\n\
+             [limits]\nstaging_max_bytes_per_scope = {STAGING_PER_SCOPE}\nmax_dir_handles_per_mount = {DIR_HANDLES}\n\
+             grep_max_regex_bytes = {GREP_REGEX}\nedit_max_diff_bytes = {EDIT_DIFF}\nmax_links_per_file = {LINKS}\n\
+             max_xattrs_per_inode = {XATTRS}\nmax_xattr_bytes_per_inode = {XATTR_BYTES}\n",
         );
         let config = write_config(dir.path(), port, &rest);
         let serve = ServeProcess::start(dir.path(), &config, port, "daemon.log", &[]);
@@ -127,6 +147,19 @@ impl Hostile {
             Outcome::Answer(r) => Some(format!("/health answered {}", r.status)),
             Outcome::NoAnswer { err, .. } => Some(format!("/health did not answer: {err}")),
         }
+    }
+
+    /// `GET /api/workspace/usage` of `thread`'s scope: `files`, `bytes`, `inodes`, `quota`.
+    pub fn usage(&self, thread: &str) -> Value {
+        let r = self.client.get(self.url("/api/workspace/usage")).query(&[("threadId", thread)]);
+        let r = r.bearer_auth(SERVICE_TOKEN).send().unwrap();
+        assert!(r.status().is_success(), "usage of {thread}: {}", r.status());
+        r.json().unwrap()
+    }
+
+    /// Refusals so far because `bound` (a `scopefs::limits::Bound` label) was reached.
+    pub fn refusals(&self, bound: &str) -> f64 {
+        self.metric(&format!("scopefs_limit_refused_total{{bound=\"{bound}\"}}")).unwrap_or(-1.0)
     }
 
     /// The daemon's peak resident set (VmHWM), in bytes.

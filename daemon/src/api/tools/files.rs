@@ -53,6 +53,7 @@ use scopefs::limits::{self, Bound};
 use scopefs::vpath::{self, PathError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::time::UNIX_EPOCH;
 
 use super::super::routes::{Auth, RouteTable};
@@ -162,11 +163,7 @@ fn read_whole(engine: &ScopeEngine, rel: &str, limit: u64) -> Result<Vec<u8>, Ap
     read_whole_versioned(engine, rel, limit).map(|(_, data)| data)
 }
 
-/// Writes `data` as the new version of `rel` (creating parent directories).
-fn write_whole(engine: &ScopeEngine, rel: &str, data: &[u8], limit: u64) -> Result<Attr, ApiError> {
-    write_whole_as(engine, rel, data, limit, WriteMode::Replace)
-}
-
+/// Writes `data` as the new version of `rel` (creating parent directories) as `mode` says.
 fn write_whole_as(engine: &ScopeEngine, rel: &str, data: &[u8], limit: u64, mode: WriteMode) -> Result<Attr, ApiError> {
     if data.len() as u64 > limit {
         return Err(ApiError::too_large());
@@ -241,21 +238,39 @@ struct WrittenView {
     sha256: String,
 }
 
-async fn write_file(
-    State(st): State<AppState>,
-    req: SignedRequest<WriteParams>,
-) -> Result<Json<WrittenView>, ApiError> {
+type Written = Result<Json<WrittenView>, ApiError>;
+/// The bytes a whole-file tool writes and their sha256 (hex): `text_content`, `base64_content`.
+type Content<'a> = Result<(Cow<'a, [u8]>, String), ApiError>;
+
+/// Writes a whole file as a tool: a read-only thread is refused (403) first; then `environment_id`,
+/// the path (`place`) and the grant are checked, then the `content` (with its sha256), then it is written.
+async fn write_whole_file<P: Send + 'static>(
+    st: AppState,
+    req: SignedRequest<P>,
+    place: fn(&P) -> (Option<&str>, &str),
+    content: fn(&P, u64) -> Content<'_>,
+) -> Written {
     require_write(&req)?;
     let limit = st.tools.file_limit;
     blocking(Tools, move || -> Result<_, ApiError> {
-        check_environment(&st, &req, req.body.environment_id.as_deref())?;
-        let t = target(&st, &req, &req.body.path, false)?;
+        let (environment_id, path) = place(&req.body);
+        check_environment(&st, &req, environment_id)?;
+        let t = target(&st, &req, path, false)?;
         t.check_write(req.grant.as_ref())?;
-        let data = req.body.content.as_bytes();
-        let attr = write_whole(&t.engine, &t.rel, data, limit)?;
-        Ok(Json(WrittenView { path: t.path(), size_bytes: attr.size, sha256: sha256_hex(data) }))
+        let (data, sha256) = content(&req.body, limit)?;
+        let attr = write_whole_as(&t.engine, &t.rel, &data, limit, WriteMode::Replace)?;
+        Ok(Json(WrittenView { path: t.path(), size_bytes: attr.size, sha256 }))
     })
     .await
+}
+
+async fn write_file(State(st): State<AppState>, req: SignedRequest<WriteParams>) -> Written {
+    write_whole_file(st, req, |p| (p.environment_id.as_deref(), &p.path), text_content).await
+}
+
+fn text_content(p: &WriteParams, limit: u64) -> Content<'_> {
+    let data = p.content.as_bytes();
+    (data.len() as u64 <= limit).then(|| (Cow::Borrowed(data), sha256_hex(data))).ok_or_else(ApiError::too_large)
 }
 
 #[derive(Debug, Deserialize)]
@@ -548,31 +563,21 @@ struct UploadParams {
     sha256: String,
 }
 
-async fn upload_file(
-    State(st): State<AppState>,
-    req: SignedRequest<UploadParams>,
-) -> Result<Json<WrittenView>, ApiError> {
-    require_write(&req)?;
-    let limit = st.tools.file_limit;
-    blocking(Tools, move || -> Result<_, ApiError> {
-        let p = &req.body;
-        check_environment(&st, &req, p.environment_id.as_deref())?;
-        let t = target(&st, &req, &p.remote_path, false)?;
-        t.check_write(req.grant.as_ref())?;
-        if p.content_base64.len() as u64 / 4 * 3 > limit + 3 {
-            return Err(ApiError::too_large());
-        }
-        let data = BASE64
-            .decode(&p.content_base64)
-            .map_err(|_| bad("invalid_base64", "content_base64 is not valid base64"))?;
-        let digest = sha256_hex(&data);
-        if !digest.eq_ignore_ascii_case(p.sha256.trim()) {
-            return Err(bad("sha256_mismatch", "the content does not match sha256"));
-        }
-        let attr = write_whole(&t.engine, &t.rel, &data, limit)?;
-        Ok(Json(WrittenView { path: t.path(), size_bytes: attr.size, sha256: digest }))
-    })
-    .await
+async fn upload_file(State(st): State<AppState>, req: SignedRequest<UploadParams>) -> Written {
+    write_whole_file(st, req, |p| (p.environment_id.as_deref(), &p.remote_path), base64_content).await
+}
+
+fn base64_content(p: &UploadParams, limit: u64) -> Content<'_> {
+    if p.content_base64.len() as u64 / 4 * 3 > limit + 3 {
+        return Err(ApiError::too_large());
+    }
+    let data =
+        BASE64.decode(&p.content_base64).map_err(|_| bad("invalid_base64", "content_base64 is not valid base64"))?;
+    let digest = sha256_hex(&data);
+    if !digest.eq_ignore_ascii_case(p.sha256.trim()) {
+        return Err(bad("sha256_mismatch", "the content does not match sha256"));
+    }
+    Ok((Cow::Owned(data), digest))
 }
 
 #[derive(Debug, Deserialize)]
