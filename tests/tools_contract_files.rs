@@ -331,7 +331,9 @@ fn paths_the_tools_return_are_taken_back_as_paths() {
     assert_eq!(d.read("thr_round", &vp).body, b"bye\n");
 }
 
-/// A daemon with the Docker executor and a plan that allows compute.
+/// A daemon with the Docker executor and a plan that allows compute, under a deployment id of its
+/// own: every daemon reconciles the containers labelled with its deployment at startup, so under the
+/// default id another test's daemon (in this binary or another) would remove this one's container.
 fn daemon_with_compute(dir: &std::path::Path) -> (ServeProcess, reqwest::blocking::Client) {
     let image = std::env::var("SCOPEFS_TEST_DOCKER_IMAGE").unwrap_or_default();
     assert!(
@@ -339,10 +341,12 @@ fn daemon_with_compute(dir: &std::path::Path) -> (ServeProcess, reqwest::blockin
         "SCOPEFS_TEST_DOCKER_IMAGE is not set: run `eval \"$(bash scripts/docker.sh)\"` (or scripts/test.sh)"
     );
     let port = free_port();
+    let deployment = format!("files-{}", uuid::Uuid::now_v7().simple());
     let rest = format!(
-        "service_token = {TOKEN:?}\nhmac_secret = {SECRET:?}\n\n[store]\nkind = \"local\"\n\n[executor]\n\
-         image = {image:?}\nmax_runtime_secs = 600\ncommand_timeout_secs = 30\n\n[pricing]\ndefault_plan = \"pro\"\n\
-         [pricing.plans.pro]\ncompute_allowed = true\nmonthly_minutes = 120\nhard_max_runtime_seconds = 7200\n"
+        "deployment_id = {deployment:?}\nservice_token = {TOKEN:?}\nhmac_secret = {SECRET:?}\n\n\
+         [store]\nkind = \"local\"\n\n[executor]\nimage = {image:?}\nmax_runtime_secs = 600\n\
+         command_timeout_secs = 30\n\n[pricing]\ndefault_plan = \"pro\"\n[pricing.plans.pro]\n\
+         compute_allowed = true\nmonthly_minutes = 120\nhard_max_runtime_seconds = 7200\n"
     );
     let cfg = write_config(dir, port, &rest);
     let mut serve = ServeProcess::start(dir, &cfg, port, "daemon.log", &[]);

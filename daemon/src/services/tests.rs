@@ -606,6 +606,35 @@ fn shared_environments_reuse_their_users_warm_containers() {
     assert!(fake.container_ids().is_empty(), "{:?}", fake.container_ids());
 }
 
+/// `limits.max_environment_paths` bounds `input_objects` and `default_output_paths`: one entry over
+/// is refused (`Invalid` naming the field: 400 `invalid_request`) before any row or container
+/// exists; at the bound the environment is created.
+#[test]
+fn environment_path_lists_are_bounded() {
+    use super::compute::{Caller, CreateEnvironment, EnvironmentOptions};
+    let h = harness(LimitsConfig { max_environment_paths: 2, ..LimitsConfig::default() });
+    let svc = &h.services.compute;
+    let scope = h.services.scopes.provision("op-tp", &thread("tp")).unwrap().0.scope_id;
+    let caller = Caller { user_id: "u".into(), thread_id: "tp".into(), read_only: false };
+    let req = |inputs: usize, outputs: usize| CreateEnvironment {
+        input_objects: inputs,
+        options: EnvironmentOptions {
+            default_output_paths: (0..outputs).map(|i| format!("/workspace/out{i}")).collect(),
+            ..EnvironmentOptions::default()
+        },
+        ..CreateEnvironment::default()
+    };
+    let before = refused("environment_paths");
+    for (over, field) in [(req(3, 0), "input_objects"), (req(0, 3), "default_output_paths")] {
+        let got = svc.create_environment(&scope, &caller, &over);
+        assert!(matches!(got, Err(ComputeError::Invalid(f, _)) if f == field), "{field}: {got:?}");
+    }
+    assert_eq!(refused("environment_paths"), before + 2);
+    assert!(h.registry.environments(&scope).unwrap().is_empty() && h.executor.container_ids().is_empty());
+    let env = svc.create_environment(&scope, &caller, &req(2, 2)).unwrap();
+    assert_eq!((h.registry.environments(&scope).unwrap().len(), h.executor.container_ids().len()), (1, 1), "{env:?}");
+}
+
 /// Views of other scopes (`services::peers`, seed 003 §3.7): a tool request binds an unowned scope
 /// to its user and is refused (like an unknown thread) in another user's; `/threads/{id}` resolves
 /// only to a draft/active scope of the same user; the global store is created once per user
