@@ -173,7 +173,10 @@ fn staging_exhaustion_is_no_space_and_read_only_scopes_refuse_changes() {
     let storage = h.storage();
     let e = new_scope(&storage);
     h.store.set_unavailable(true);
-    assert!(matches!(write_file(&e, "big", &[9; 1024]), Err(EngineError::NoSpace)));
+    // Sixteen distinct blocks (identical ones are staged once).
+    let distinct: Vec<u8> = (0..1024).map(|i| (i / 64) as u8).collect();
+    assert!(matches!(write_file(&e, "big", &distinct), Err(EngineError::NoSpace)));
+    assert_eq!(e.staging_bytes(), 0, "the refused commit left nothing charged");
     h.store.set_unavailable(false);
     e.set_read_only(true);
     assert!(matches!(e.mkdir(ROOT_INO, b"d", 0o755, OWNER), Err(EngineError::ReadOnly)));

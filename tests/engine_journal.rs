@@ -104,8 +104,9 @@ fn a_block_that_outgrows_the_inline_bound_becomes_a_staging_file() {
     let storage = h.storage();
     let e = new_scope(&storage);
     let id = e.scope_id().clone();
-    let (attr, opened) =
-        e.create(ROOT_INO, b"grows", 0o644, OpenFlags { write: true, truncate: false, exclusive: false }, OWNER).unwrap();
+    let (attr, opened) = e
+        .create(ROOT_INO, b"grows", 0o644, OpenFlags { write: true, truncate: false, exclusive: false }, OWNER)
+        .unwrap();
     let head = content(512, 2);
     e.write(attr.ino, opened.fh, 0, &head).unwrap();
     assert!(staging_files(&h, &id).is_empty(), "512 bytes stay in memory");

@@ -58,7 +58,17 @@ fn open_directory_handles_hold_no_listing_and_are_bounded() {
     // The next handle is refused with ENFILE; closing one makes room again.
     assert_eq!(errno_of(fs::read_dir(m.join("big")), "opendir beyond the bound"), libc::ENFILE);
     drop(held.pop());
-    let again = fs::read_dir(m.join("big")).expect("opendir after a close");
+    // The kernel sends RELEASEDIR after close(2) returns (asynchronously): poll until the daemon
+    // has served it, bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let again = loop {
+        match fs::read_dir(m.join("big")) {
+            Err(e) if e.raw_os_error() == Some(libc::ENFILE) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            other => break other.expect("opendir after a close"),
+        }
+    };
     assert_eq!(again.count(), ENTRIES);
 }
 

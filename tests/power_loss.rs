@@ -126,8 +126,7 @@ fn loses_nothing_fsynced(config: StorageSettings) {
         store.allow_content(scope.as_str(), &content(i, 0), BLOCK as usize);
     }
     store.allow_content(scope.as_str(), &content(5, 2), BLOCK as usize);
-    let e =
-        storage_over(store.clone(), &d.mnt.join("data"), config.clone(), &rt).open_scope(&scope, quota()).unwrap();
+    let e = storage_over(store.clone(), &d.mnt.join("data"), config.clone(), &rt).open_scope(&scope, quota()).unwrap();
 
     // Phase 1: fsynced files, and closed-only files, interleaved.
     let mut must_survive = Vec::new();
@@ -233,8 +232,9 @@ fn a_block_lost_before_its_flush_is_never_uploaded_and_reads_fail_cleanly() {
     let scope = ScopeId::generate();
     let store = HeldStore::new(local_store(&d.objects));
     store.allow_content(scope.as_str(), &content(3, 0), BLOCK as usize);
-    let e =
-        storage_over(store.clone(), &d.mnt.join("data"), staging_files_only(Durability::Fsync), &rt).open_scope(&scope, quota()).unwrap();
+    let e = storage_over(store.clone(), &d.mnt.join("data"), staging_files_only(Durability::Fsync), &rt)
+        .open_scope(&scope, quota())
+        .unwrap();
     write(&e, "synced", &content(3, 0), true);
     let lost = content(2, 7);
     write(&e, "closed", &lost, false);
@@ -256,7 +256,9 @@ fn a_block_lost_before_its_flush_is_never_uploaded_and_reads_fail_cleanly() {
     let lost_key = scopefs::store::block_key(scope.as_str(), &hex::encode(sha2::Sha256::digest(&lost)));
     rt.block_on(local_store(&d.objects).delete(&lost_key)).unwrap();
 
-    let e = storage(&d.image.join("data"), &d.objects, staging_files_only(Durability::Fsync), &rt).open_scope(&scope, quota()).unwrap();
+    let e = storage(&d.image.join("data"), &d.objects, staging_files_only(Durability::Fsync), &rt)
+        .open_scope(&scope, quota())
+        .unwrap();
     assert!(e.wait_uploads(Duration::from_secs(60)), "journal replay finishes");
     assert_eq!(read(&e, "synced").unwrap(), content(3, 0));
     assert!(
@@ -315,7 +317,8 @@ fn sync_makes_every_closed_file_durable_and_uploaded() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let disk = PowerLossMount::mount(&d.backing, &d.mnt);
     let scope = ScopeId::generate();
-    let e = storage(&d.mnt.join("data"), &d.objects, settings(Durability::Fsync), &rt).open_scope(&scope, quota()).unwrap();
+    let e =
+        storage(&d.mnt.join("data"), &d.objects, settings(Durability::Fsync), &rt).open_scope(&scope, quota()).unwrap();
     for i in 0..6 {
         write(&e, &format!("f{i}"), &content(i, 4), false);
     }
@@ -331,7 +334,9 @@ fn sync_makes_every_closed_file_durable_and_uploaded() {
     assert!(e.wait_uploads(Duration::from_secs(60)));
     drop(e);
     disk.unmount();
-    let e = storage(&d.image.join("data"), &d.objects, settings(Durability::Fsync), &rt).open_scope(&scope, quota()).unwrap();
+    let e = storage(&d.image.join("data"), &d.objects, settings(Durability::Fsync), &rt)
+        .open_scope(&scope, quota())
+        .unwrap();
     for i in 0..6 {
         assert_eq!(read(&e, &format!("f{i}")).unwrap(), content(i, 4), "f{i} after the power loss");
     }

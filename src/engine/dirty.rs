@@ -81,7 +81,14 @@ impl ScopeEngine {
 
     /// Makes block `idx` dirty, copying its committed bytes unless the coming write replaces them
     /// all. A block that fits the inline bound starts in memory when the memory budget has room.
-    pub(crate) fn ensure_dirty(&self, f: &mut OpenFile, ino: Ino, idx: u64, cover_off: u64, cover_len: u64) -> EngineResult<()> {
+    pub(crate) fn ensure_dirty(
+        &self,
+        f: &mut OpenFile,
+        ino: Ino,
+        idx: u64,
+        cover_off: u64,
+        cover_len: u64,
+    ) -> EngineResult<()> {
         if f.dirty.contains_key(&idx) {
             return Ok(());
         }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
-use super::error::{EngineError, EngineResult};
 use super::dirty::{DirtyBlock, Sealed};
+use super::error::{EngineError, EngineResult};
 use super::meta::{now_ns, BlockRef, FileVersion};
 use super::scope::{HandleInfo, ScopeEngine};
 use super::types::*;
@@ -244,7 +244,7 @@ impl ScopeEngine {
             return Ok(());
         }
         let buf = &mut out[start..start + avail];
-        if self.read_inline(&b.sha256, offset, buf)? {
+        if self.read_inline(&b.sha256, offset, buf, true)? {
             return Ok(());
         }
         let scope = self.scope_id.as_str();
@@ -260,6 +260,9 @@ impl ScopeEngine {
                     return Ok(());
                 }
             }
+        }
+        if self.read_inline(&b.sha256, offset, buf, false)? {
+            return Ok(());
         }
         let data = self.storage.fetch_block(scope, &b.sha256)?;
         if (data.len() as u64) < offset + avail as u64 {

@@ -13,7 +13,9 @@ use super::error::EngineResult;
 use super::scope::ScopeEngine;
 
 /// Name of the marker file beside `blocks/` while the scope may hold inline journal rows: a
-/// restart opens such a scope's database at once and resumes its uploads.
+/// restart opens such a scope's database at once and resumes its uploads. It is created by the
+/// first inline commit of a process and removed when the engine closes with an empty journal (or
+/// by the next start's recovery), never in between: a commit never races its removal.
 pub(crate) const INLINE_MARKER: &str = "inline-journal";
 
 /// Which blocks are journaled inline (so reads need not ask the database for every block).
@@ -21,6 +23,8 @@ pub(crate) const INLINE_MARKER: &str = "inline-journal";
 pub(crate) struct InlineJournal {
     shas: Mutex<HashSet<String>>,
     marked: AtomicBool,
+    /// The marker was created since the last local flush.
+    unsynced: AtomicBool,
 }
 
 impl ScopeEngine {
@@ -75,24 +79,37 @@ impl ScopeEngine {
         }
     }
 
-    /// Creates the marker (once per process; its name is flushed at once, which is rare).
+    /// Creates the marker (once per process).
     fn mark_inline_journal(&self) -> EngineResult<()> {
         if self.inline.marked.load(Ordering::Acquire) {
             return Ok(());
         }
-        let marker = self.inline_marker();
-        std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&marker)?;
-        if let Some(dir) = marker.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
+        std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(self.inline_marker())?;
+        // Its name is flushed by the next durability point (`sync_inline_marker`), not here:
+        // `close()` never waits for a disk flush.
+        self.inline.unsynced.store(true, Ordering::Release);
         self.inline.marked.store(true, Ordering::Release);
         Ok(())
     }
 
+    /// Part of a durability point: makes the marker's name durable when it is new.
+    pub(crate) fn sync_inline_marker(&self) -> EngineResult<()> {
+        if self.inline.unsynced.swap(false, Ordering::AcqRel) {
+            let dir = self.blocks_dir.parent().unwrap_or(&self.blocks_dir);
+            if let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all()) {
+                self.inline.unsynced.store(true, Ordering::Release);
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
     /// Copies `buf.len()` bytes at `offset` of an inline-journaled block into `buf`; `false` when
-    /// the block is not (or no longer) inline.
-    pub(crate) fn read_inline(&self, sha: &str, offset: u64, buf: &mut [u8]) -> EngineResult<bool> {
-        if !self.inline.shas.lock().contains(sha) {
+    /// the block is not (or no longer) inline. With `listed_only`, only hashes known to be inline
+    /// are looked up (the fast path); without, the database is asked (a read about to go to the
+    /// object store: rows a power loss left without their marker are found too).
+    pub(crate) fn read_inline(&self, sha: &str, offset: u64, buf: &mut [u8], listed_only: bool) -> EngineResult<bool> {
+        if listed_only && !self.inline.shas.lock().contains(sha) {
             return Ok(false);
         }
         let Some(data) = self.meta.lock()?.inline_block(sha)? else { return Ok(false) };
@@ -106,9 +123,6 @@ impl ScopeEngine {
 
     /// The bytes of a block to upload when it is journaled inline.
     pub(crate) fn inline_bytes(&self, sha: &str) -> EngineResult<Option<Vec<u8>>> {
-        if !self.inline.shas.lock().contains(sha) {
-            return Ok(None);
-        }
         self.meta.lock()?.inline_block(sha)
     }
 
@@ -155,5 +169,19 @@ impl ScopeEngine {
             shas.push(sha);
         }
         shas
+    }
+
+    /// The engine is closing (no other reference): with nothing left in the inline journal, the
+    /// marker goes, so the next start opens this scope's database only on use.
+    pub(crate) fn close_inline_journal(&self) {
+        if self.inline.marked.load(Ordering::Acquire) && self.inline.shas.lock().is_empty() {
+            let _ = std::fs::remove_file(self.inline_marker());
+        }
+    }
+}
+
+impl Drop for ScopeEngine {
+    fn drop(&mut self) {
+        self.close_inline_journal();
     }
 }

@@ -18,8 +18,8 @@ mod page;
 mod tree;
 mod xattr;
 
-use blocks::{add_ref, drop_ref, stage_inline};
 pub(crate) use blocks::FileVersion;
+use blocks::{add_ref, drop_ref, stage_inline};
 pub(crate) use links::LinkBounds;
 use links::{drop_entry, move_aside, set_entry_name};
 pub(crate) use page::cursor_of;
@@ -395,7 +395,11 @@ impl MetaDb {
     /// Commits a new version of a file: its full block list, size and mtime, in one transaction,
     /// with the bytes of its new blocks found in `inline` (the inline journal). Returns the hashes
     /// that are new to the scope (to be uploaded from staging).
-    pub fn commit_file(&mut self, version: &FileVersion<'_>, inline: &BTreeMap<String, Vec<u8>>) -> EngineResult<Vec<String>> {
+    pub fn commit_file(
+        &mut self,
+        version: &FileVersion<'_>,
+        inline: &BTreeMap<String, Vec<u8>>,
+    ) -> EngineResult<Vec<String>> {
         // NORMAL like every other commit: it survives a killed daemon at once and power loss from
         // the next durability point on (`make_durable`, reached by fsync/fsyncdir/sync).
         let FileVersion { ino, size, mtime_ns, blocks, content_sha256 } = *version;

@@ -90,7 +90,8 @@ impl ScopeEngine {
             Ok(r) => r?,
             Err(_) => return Err(StoreError::Timeout(timeout)),
         }
-        self.finish_upload(sha, inline.as_deref()).map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))
+        self.finish_upload(sha, inline.as_deref())
+            .map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))
     }
 
     /// A staged block whose bytes no longer match its hash: a power loss took data that was never
@@ -103,7 +104,8 @@ impl ScopeEngine {
             Ok(r) => r?.is_some(),
             Err(_) => return Err(StoreError::Timeout(timeout)),
         };
-        let recorded = if present { self.meta.lock().and_then(|mut m| m.mark_uploaded(sha).map(|_| ())) } else { Ok(()) };
+        let recorded =
+            if present { self.meta.lock().and_then(|mut m| m.mark_uploaded(sha).map(|_| ())) } else { Ok(()) };
         recorded.map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))?;
         let staged = self.blocks_dir.join(sha);
         if let Ok(m) = std::fs::metadata(&staged) {
@@ -192,7 +194,10 @@ impl ScopeEngine {
         // Every ticket up to here was taken after its caller's commit: this flush covers them.
         let covers = self.uploads.requested.load(Ordering::Acquire);
         let shas: Vec<String> = self.uploads.unsynced.lock().drain().collect();
-        let synced = self.sync_journal_files(&shas).and_then(|()| self.meta.lock()?.make_durable());
+        let synced = self
+            .sync_journal_files(&shas)
+            .and_then(|()| self.sync_inline_marker())
+            .and_then(|()| self.meta.lock()?.make_durable());
         if let Err(e) = synced {
             self.uploads.unsynced.lock().extend(shas);
             return Err(e);
