@@ -39,6 +39,7 @@ pub const SCOPE_META: &[Migration] = &[
     Migration { version: 4, sql: include_str!("../migrations/scope/0004_hard_links_devices.sql") },
     Migration { version: 5, sql: include_str!("../migrations/scope/0005_xattrs.sql") },
     Migration { version: 6, sql: include_str!("../migrations/scope/0006_inline_journal.sql") },
+    Migration { version: 7, sql: include_str!("../migrations/scope/0007_subdir_counts.sql") },
 ];
 
 /// Brings `conn` up to the newest version in `migrations`, each step in its own transaction.

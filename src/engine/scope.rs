@@ -191,8 +191,9 @@ impl ScopeEngine {
         self.open_files.lock().contains_key(&ino)
     }
 
-    /// Attributes of a row, with uncommitted size and mtime of an open file applied.
-    pub(crate) fn attr_of(&self, row: &InodeRow, subdirs: u64) -> Attr {
+    /// Attributes of a row, with uncommitted size and mtime of an open file applied. Called after
+    /// the metadata lock is released (an open file's lock is never taken under it).
+    pub(crate) fn attr_of(&self, row: &InodeRow) -> Attr {
         let (mut size, mut mtime_ns, mut ctime_ns) = (row.size, row.mtime_ns, row.ctime_ns);
         if row.kind == FileKind::File {
             if let Some((s, m)) = self.open_overlay(row.ino) {
@@ -210,7 +211,7 @@ impl ScopeEngine {
             size,
             perm: row.perm,
             nlink: match row.kind {
-                FileKind::Dir => 2 + subdirs as u32,
+                FileKind::Dir => 2u32.saturating_add(u32::try_from(row.subdirs).unwrap_or(u32::MAX)),
                 _ => row.nlink,
             },
             uid: row.uid,
@@ -223,35 +224,15 @@ impl ScopeEngine {
         }
     }
 
-    /// Link-count input of a row, read under the metadata lock; the attribute itself is finished
-    /// with `attr_of` after that lock is released (an open file's lock is never taken under it).
-    fn subdirs(meta: &MetaDb, row: &InodeRow) -> EngineResult<u64> {
-        if row.kind == FileKind::Dir {
-            meta.subdir_count(row.ino)
-        } else {
-            Ok(0)
-        }
-    }
-
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> EngineResult<Attr> {
         names::check_lookup_name(name)?;
-        let (row, subdirs) = {
-            let meta = self.meta.lock()?;
-            let row = meta.lookup(parent, name)?;
-            let n = Self::subdirs(&meta, &row)?;
-            (row, n)
-        };
-        Ok(self.attr_of(&row, subdirs))
+        let row = self.meta.lock()?.lookup(parent, name)?;
+        Ok(self.attr_of(&row))
     }
 
     pub fn getattr(&self, ino: Ino) -> EngineResult<Attr> {
-        let (row, subdirs) = {
-            let meta = self.meta.lock()?;
-            let row = meta.inode(ino)?;
-            let n = Self::subdirs(&meta, &row)?;
-            (row, n)
-        };
-        Ok(self.attr_of(&row, subdirs))
+        let row = self.meta.lock()?.inode(ino)?;
+        Ok(self.attr_of(&row))
     }
 
     pub fn setattr(&self, ino: Ino, changes: &SetAttr) -> EngineResult<Attr> {
@@ -299,7 +280,7 @@ impl ScopeEngine {
         }
         let row = meta.insert(parent, name, node, owner, max_inodes)?;
         drop(meta);
-        Ok(self.attr_of(&row, 0))
+        Ok(self.attr_of(&row))
     }
 
     pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> EngineResult<Attr> {
@@ -351,7 +332,7 @@ impl ScopeEngine {
             meta.link(ino, new_parent, new_name, bounds, self.tmpfiles.lock().contains(&ino))?
         };
         self.tmpfiles.lock().remove(&ino);
-        Ok(self.attr_of(&row, 0))
+        Ok(self.attr_of(&row))
     }
 
     /// Creates a regular file without a name in directory `parent` and opens it (`O_TMPFILE`): it
@@ -509,16 +490,10 @@ impl ScopeEngine {
     pub fn readdir(&self, ino: Ino) -> EngineResult<Vec<DirEntry>> {
         let rows = {
             let meta = self.meta.lock()?;
-            let dir = meta.inode(ino)?;
-            if dir.kind != FileKind::Dir {
+            if meta.inode(ino)?.kind != FileKind::Dir {
                 return Err(EngineError::NotDir);
             }
-            let mut rows = Vec::new();
-            for row in meta.children(ino)? {
-                let n = Self::subdirs(&meta, &row)?;
-                rows.push((row, n));
-            }
-            rows
+            meta.children(ino)?
         };
         Ok(self.entries(rows))
     }
@@ -533,21 +508,16 @@ impl ScopeEngine {
             if meta.inode(ino)?.kind != FileKind::Dir {
                 return Err(EngineError::NotDir);
             }
-            let mut rows = Vec::new();
-            for row in meta.children_after(ino, after, limit)? {
-                let n = Self::subdirs(&meta, &row)?;
-                rows.push((row, n));
-            }
-            rows
+            meta.children_after(ino, after, limit)?
         };
         Ok(self.entries(rows))
     }
 
-    /// Directory entries of metadata rows (with each child's subdirectory count).
-    fn entries(&self, rows: Vec<(InodeRow, u64)>) -> Vec<DirEntry> {
+    /// Directory entries of metadata rows.
+    fn entries(&self, rows: Vec<InodeRow>) -> Vec<DirEntry> {
         rows.into_iter()
-            .map(|(row, subdirs)| {
-                let attr = self.attr_of(&row, subdirs);
+            .map(|row| {
+                let attr = self.attr_of(&row);
                 let cursor = super::meta::cursor_of(&row);
                 DirEntry { name: row.name.unwrap_or_default(), attr, cursor }
             })

@@ -56,18 +56,72 @@ impl MetaDb {
         if bad_nlink > 0 {
             problems.push(format!("{bad_nlink} link counts disagree with the names of their inodes"));
         }
+        let bad_subdirs: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM inodes d WHERE kind = 'dir' AND subdirs <>
+                 (SELECT COUNT(*) FROM inodes c WHERE c.parent = d.ino AND c.kind = 'dir')",
+            [],
+            |r| r.get(0),
+        )?;
+        if bad_subdirs > 0 {
+            problems.push(format!("{bad_subdirs} subdirectory counts disagree with the directories below them"));
+        }
         Ok(problems)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::engine::FileKind;
+    use super::super::{MetaDb, NewNode};
+    use crate::engine::{FileKind, Owner, RenameMode, ROOT_INO};
+    use crate::migrate;
+
+    /// A database written before subdirectory counts were kept (schema 5) opens with every row
+    /// intact and each directory's count derived; mkdir, rename, exchange and rmdir keep it.
+    #[test]
+    fn a_schema_5_database_gains_subdirectory_counts_that_namespace_changes_keep() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.sqlite3");
+        {
+            let mut conn = rusqlite::Connection::open(&path).unwrap();
+            migrate::apply(&mut conn, &migrate::SCOPE_META[..5]).unwrap();
+            conn.execute_batch(
+                "INSERT INTO inodes (ino, parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns)
+                     VALUES (1, NULL, NULL, 'dir', 493, 0, 0, 0, 0, 0),
+                            (2, 1, X'61', 'dir', 493, 0, 0, 0, 0, 0),
+                            (3, 2, X'62', 'dir', 493, 0, 0, 0, 0, 0),
+                            (4, 2, X'63', 'dir', 493, 0, 0, 0, 0, 0),
+                            (5, 2, X'66', 'file', 420, 0, 0, 0, 0, 0);
+                 UPDATE usage SET files = 1, inodes = 4;",
+            )
+            .unwrap();
+        }
+        let mut meta = MetaDb::open(&path, 0, 0).unwrap();
+        let subdirs = |m: &MetaDb| [1, 2, 3, 4].map(|ino| m.inode(ino).unwrap().subdirs);
+        assert_eq!(subdirs(&meta), [1, 2, 0, 0]);
+        assert_eq!(meta.lookup(2, b"f").unwrap().ino, 5, "rows survive the migration");
+        assert!(meta.consistency_problems().unwrap().is_empty(), "{:?}", meta.consistency_problems());
+        let new = meta.insert(3, b"d", NewNode::plain(FileKind::Dir, 0o755), Owner::default(), 100).unwrap();
+        assert_eq!(subdirs(&meta), [1, 2, 1, 0]);
+        let never_open = |_| false;
+        meta.rename(2, b"b", ROOT_INO, b"b", RenameMode::Replace, &never_open).unwrap();
+        assert_eq!(subdirs(&meta), [2, 1, 1, 0]);
+        meta.rename(ROOT_INO, b"b", 2, b"c", RenameMode::Exchange, &never_open).unwrap();
+        assert_eq!(subdirs(&meta), [2, 1, 1, 0], "an exchange moves one directory each way");
+        assert_eq!(meta.lookup(2, b"c").unwrap().ino, 3);
+        meta.rmdir(3, b"d").unwrap();
+        assert!(meta.inode(new.ino).is_err());
+        assert_eq!(subdirs(&meta), [2, 1, 0, 0]);
+        meta.rename(2, b"c", 2, b"e", RenameMode::Replace, &never_open).unwrap();
+        assert_eq!(subdirs(&meta), [2, 1, 0, 0], "a rename within a directory changes no count");
+        meta.rmdir(2, b"e").unwrap();
+        assert_eq!([1, 2, 4].map(|ino| meta.inode(ino).unwrap().subdirs), [2, 0, 0]);
+        assert!(meta.consistency_problems().unwrap().is_empty(), "{:?}", meta.consistency_problems());
+    }
 
     #[test]
     fn an_unknown_inode_kind_is_an_error_naming_it() {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
-        let sql = "SELECT 5, 1, X'78', 'weird', 420, 0, 0, 0, 0, 0, 0, NULL, 1, 1, 0, NULL";
+        let sql = "SELECT 5, 1, X'78', 'weird', 420, 0, 0, 0, 0, 0, 0, NULL, 1, 1, 0, NULL, 0";
         let err = conn.query_row(sql, [], super::super::row_to_inode).unwrap_err();
         assert!(err.to_string().contains("unknown inode kind \"weird\""), "{err}");
         for kind in FileKind::ALL {
