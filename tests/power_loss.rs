@@ -226,39 +226,11 @@ fn close_durability_mode_makes_close_a_flush() {
 /// the file reads `EIO` (never wrong bytes) and fsck names it; fsynced files are untouched.
 #[test]
 fn a_block_lost_before_its_flush_is_never_uploaded_and_reads_fail_cleanly() {
-    let d = dirs();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let disk = PowerLossMount::mount(&d.backing, &d.mnt);
-    let scope = ScopeId::generate();
-    let store = HeldStore::new(local_store(&d.objects));
-    store.allow_content(scope.as_str(), &content(3, 0), BLOCK as usize);
-    let e = storage_over(store.clone(), &d.mnt.join("data"), staging_files_only(Durability::Fsync), &rt)
-        .open_scope(&scope, quota())
-        .unwrap();
-    write(&e, "synced", &content(3, 0), true);
+    let (d, rt, scope) = (dirs(), tokio::runtime::Runtime::new().unwrap(), ScopeId::generate());
+    let config = staging_files_only(Durability::Fsync);
     let lost = content(2, 7);
-    write(&e, "closed", &lost, false);
-    let db = d.mnt.join("data/scopes").join(scope.as_str()).join("meta.sqlite3");
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let (busy, _, _): (i64, i64, i64) =
-        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap();
-    assert_eq!(busy, 0, "checkpoint ran");
-    drop(conn);
-    disk.power_loss_image(&d.image);
-    store.release();
-    assert!(e.wait_uploads(Duration::from_secs(60)));
-    drop(e);
-    disk.unmount();
-
-    // The live engine uploaded the good bytes before we reopen; start from a store without them
-    // (the power loss came before that upload).
-    use sha2::Digest;
-    let lost_key = scopefs::store::block_key(scope.as_str(), &hex::encode(sha2::Sha256::digest(&lost)));
-    rt.block_on(local_store(&d.objects).delete(&lost_key)).unwrap();
-
-    let e = storage(&d.image.join("data"), &d.objects, staging_files_only(Durability::Fsync), &rt)
-        .open_scope(&scope, quota())
-        .unwrap();
+    let lost_key = closed_file_through_a_checkpoint_and_a_power_loss(&d, &rt, &scope, &config, &lost);
+    let e = storage(&d.image.join("data"), &d.objects, config, &rt).open_scope(&scope, quota()).unwrap();
     assert!(e.wait_uploads(Duration::from_secs(60)), "journal replay finishes");
     assert_eq!(read(&e, "synced").unwrap(), content(3, 0));
     assert!(
@@ -275,16 +247,36 @@ fn a_block_lost_before_its_flush_is_never_uploaded_and_reads_fail_cleanly() {
 /// durable too. The closed file is intact after the power loss and is uploaded from the journal.
 #[test]
 fn an_inline_block_is_durable_exactly_when_its_commit_is() {
-    let d = dirs();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let disk = PowerLossMount::mount(&d.backing, &d.mnt);
-    let scope = ScopeId::generate();
-    let store = HeldStore::new(local_store(&d.objects)); // nothing reaches the store before the loss
-    let e = storage_over(store.clone(), &d.mnt.join("data"), settings(Durability::Fsync), &rt)
+    let (d, rt, scope) = (dirs(), tokio::runtime::Runtime::new().unwrap(), ScopeId::generate());
+    let small = content(2, 7);
+    let key = closed_file_through_a_checkpoint_and_a_power_loss(&d, &rt, &scope, &settings(Durability::Fsync), &small);
+    let e = storage(&d.image.join("data"), &d.objects, settings(Durability::Fsync), &rt)
         .open_scope(&scope, quota())
         .unwrap();
-    let small = content(2, 7);
-    write(&e, "closed", &small, false);
+    assert_eq!(read(&e, "synced").unwrap(), content(3, 0));
+    assert_eq!(read(&e, "closed").unwrap(), small, "the bytes were durable with their commit");
+    assert!(e.wait_uploads(Duration::from_secs(60)), "journal replay finishes");
+    assert!(rt.block_on(local_store(&d.objects).head(&key)).unwrap().is_some(), "uploaded from the journal");
+    assert!(e.fsck(false).unwrap().damaged_files.is_empty());
+}
+
+/// Writes `synced` (fsynced) and `closed` (`data`, closed only) while the store holds `closed`'s
+/// upload back, lets another connection checkpoint the metadata (as SQLite or the page cache may
+/// at any time), takes the power-loss image, and removes `closed`'s block from the store (the
+/// loss came before its upload). Returns that block's key.
+fn closed_file_through_a_checkpoint_and_a_power_loss(
+    d: &Dirs,
+    rt: &tokio::runtime::Runtime,
+    scope: &ScopeId,
+    config: &StorageSettings,
+    data: &[u8],
+) -> String {
+    let disk = PowerLossMount::mount(&d.backing, &d.mnt);
+    let store = HeldStore::new(local_store(&d.objects));
+    store.allow_content(scope.as_str(), &content(3, 0), BLOCK as usize);
+    let e = storage_over(store.clone(), &d.mnt.join("data"), config.clone(), rt).open_scope(scope, quota()).unwrap();
+    write(&e, "synced", &content(3, 0), true);
+    write(&e, "closed", data, false);
     let db = d.mnt.join("data/scopes").join(scope.as_str()).join("meta.sqlite3");
     let conn = rusqlite::Connection::open(&db).unwrap();
     let (busy, _, _): (i64, i64, i64) =
@@ -297,16 +289,9 @@ fn an_inline_block_is_durable_exactly_when_its_commit_is() {
     drop(e);
     disk.unmount();
     use sha2::Digest;
-    let key = scopefs::store::block_key(scope.as_str(), &hex::encode(sha2::Sha256::digest(&small)));
-    rt.block_on(local_store(&d.objects).delete(&key)).unwrap(); // the loss came before the upload
-
-    let e = storage(&d.image.join("data"), &d.objects, settings(Durability::Fsync), &rt)
-        .open_scope(&scope, quota())
-        .unwrap();
-    assert_eq!(read(&e, "closed").unwrap(), small, "the bytes were durable with their commit");
-    assert!(e.wait_uploads(Duration::from_secs(60)), "journal replay finishes");
-    assert!(rt.block_on(local_store(&d.objects).head(&key)).unwrap().is_some(), "uploaded from the journal");
-    assert!(e.fsck(false).unwrap().damaged_files.is_empty());
+    let key = scopefs::store::block_key(scope.as_str(), &hex::encode(sha2::Sha256::digest(data)));
+    rt.block_on(local_store(&d.objects).delete(&key)).unwrap();
+    key
 }
 
 /// `ScopeEngine::sync` (the engine's syncfs): every closed file survives a power loss and has its
