@@ -1,4 +1,4 @@
-//! File contents: open-file state, dirty blocks in staging, reads through staging/cache/store, truncate and commit of new versions.
+//! File contents: open-file state, reads through dirty blocks (`dirty.rs`), the inline journal, staging, cache and store, truncate, and commits of new versions.
 
 use std::collections::BTreeMap;
 use std::fs::File;
