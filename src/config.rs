@@ -110,6 +110,9 @@ pub struct Config {
     /// Bytes of in-memory dirty blocks across all scopes.
     pub dirty_memory_max_bytes: u64,
     pub upload_parallelism: usize,
+    /// How long a closed file's new blocks wait before their background upload (grouping a
+    /// burst of closes into a few uploads); `fsync` never waits for it.
+    pub upload_delay_ms: u64,
     pub store_timeout_ms: u64,
     pub store_attempts: u32,
     pub readahead_blocks: u64,
@@ -180,6 +183,7 @@ impl Default for Config {
             inline_block_max_bytes: s.inline_block_max_bytes,
             dirty_memory_max_bytes: s.dirty_memory_max_bytes,
             upload_parallelism: s.upload_parallelism,
+            upload_delay_ms: s.upload_delay.as_millis() as u64,
             store_timeout_ms: s.store_timeout.as_millis() as u64,
             store_attempts: s.store_attempts,
             readahead_blocks: s.readahead_blocks,
@@ -234,6 +238,9 @@ impl Config {
         if self.upload_parallelism == 0 {
             return invalid("upload_parallelism", "must be at least 1");
         }
+        if self.upload_delay_ms > 60_000 {
+            return invalid("upload_delay_ms", "must be at most 60000");
+        }
         if self.store_attempts == 0 {
             return invalid("store_attempts", "must be at least 1");
         }
@@ -276,6 +283,7 @@ impl Config {
             cache_max_bytes: self.cache_max_bytes,
             staging_max_bytes: self.staging_max_bytes,
             upload_parallelism: self.upload_parallelism,
+            upload_delay: Duration::from_millis(self.upload_delay_ms),
             store_timeout: Duration::from_millis(self.store_timeout_ms),
             store_attempts: self.store_attempts,
             readahead_blocks: self.readahead_blocks,

@@ -42,6 +42,10 @@ pub const SCOPE_META: &[Migration] = &[
     Migration { version: 7, sql: include_str!("../migrations/scope/0007_subdir_counts.sql") },
 ];
 
+/// The pack database of a local object directory (its small objects), from `migrations/store/`.
+pub const STORE_PACK: &[Migration] =
+    &[Migration { version: 1, sql: include_str!("../migrations/store/0001_packed_objects.sql") }];
+
 /// Brings `conn` up to the newest version in `migrations`, each step in its own transaction.
 pub fn apply(conn: &mut Connection, migrations: &[Migration]) -> Result<i64, MigrateError> {
     let supported = migrations.last().map(|m| m.version).unwrap_or(0);

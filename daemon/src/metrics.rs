@@ -99,6 +99,10 @@ impl ObjectStore for CountingStore {
     async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError> {
         count(0, self.0.put(key, data).await)
     }
+    async fn put_many(&self, items: Vec<(String, Bytes)>, concurrency: usize) -> Vec<Result<(), StoreError>> {
+        let results = self.0.put_many(items, concurrency).await;
+        results.into_iter().map(|r| count(0, r)).collect()
+    }
     async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
         // A missing object is an answer, not a failed request.
         let r = self.0.get(key).await;
@@ -119,6 +123,9 @@ impl ObjectStore for CountingStore {
     }
     fn describe(&self) -> String {
         self.0.describe()
+    }
+    fn reads_are_local(&self) -> bool {
+        self.0.reads_are_local()
     }
 }
 

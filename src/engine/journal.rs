@@ -121,20 +121,19 @@ impl ScopeEngine {
         Ok(true)
     }
 
-    /// The bytes of a block to upload when it is journaled inline.
-    pub(crate) fn inline_bytes(&self, sha: &str) -> EngineResult<Option<Vec<u8>>> {
-        self.meta.lock()?.inline_block(sha)
-    }
-
-    /// Records an upload: an inline block's bytes go to the cache first (so a reader always finds
-    /// them somewhere), then its row leaves the journal with the "uploaded" mark.
-    pub(crate) fn record_upload(&self, sha: &str, inline: Option<&[u8]>) -> EngineResult<()> {
-        if let Some(data) = inline {
-            // Best effort: without the cache a read fetches it from the store.
-            let _ = self.storage.cache.insert_bytes(self.scope_id.as_str(), sha, data);
+    /// Records the uploads of a group in one transaction (each with its length when it was
+    /// inline): their rows leave the journal with the "uploaded" marks. The uploader has put
+    /// inline blocks' bytes into the cache first when the store is remote, so a reader always
+    /// finds them somewhere.
+    pub(crate) fn record_uploads(&self, done: &[(&str, Option<u64>)]) -> EngineResult<()> {
+        if done.is_empty() {
+            return Ok(());
         }
-        let had_row = self.meta.lock()?.mark_uploaded(sha)?;
-        self.forget_inline(sha, had_row, inline.map_or(0, |d| d.len() as u64));
+        let shas: Vec<&str> = done.iter().map(|(sha, _)| *sha).collect();
+        let had_rows = self.meta.lock()?.mark_uploaded_many(&shas)?;
+        for ((sha, len), had_row) in done.iter().zip(had_rows) {
+            self.forget_inline(sha, had_row, len.unwrap_or(0));
+        }
         Ok(())
     }
 

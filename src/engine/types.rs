@@ -186,6 +186,9 @@ pub struct StorageSettings {
     pub cache_max_bytes: u64,
     pub staging_max_bytes: u64,
     pub upload_parallelism: usize,
+    /// How long a queued block waits before its background upload, unless a whole group is
+    /// queued or someone waits for the queue (`upload_delay_ms`).
+    pub upload_delay: Duration,
     /// Bound on one object-store request.
     pub store_timeout: Duration,
     /// Attempts of a foreground request (read miss, fsync) before `EIO`.
@@ -225,6 +228,7 @@ impl Default for StorageSettings {
             cache_max_bytes: 2 * 1024 * 1024 * 1024,
             staging_max_bytes: 8 * 1024 * 1024 * 1024,
             upload_parallelism: 8,
+            upload_delay: Duration::from_secs(1),
             store_timeout: Duration::from_secs(10),
             store_attempts: 3,
             readahead_blocks: 2,

@@ -1,7 +1,8 @@
-//! Uploads of journaled blocks (the background queue, retried until it succeeds, and foreground
-//! uploads) and the durability points: the grouped local flush behind fsync/fsyncdir/sync.
+//! Uploads of journaled blocks (one background uploader per scope taking its queue in groups,
+//! retried until they succeed, and foreground uploads) and the durability points: the grouped local
+//! flush behind fsync/fsyncdir/sync.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,6 +21,10 @@ use crate::store::{block_key, StoreError};
 pub(crate) struct UploadQueue {
     pending: Mutex<HashSet<String>>,
     drained: Condvar,
+    /// Hashes waiting for the scope's uploader, and whether its task runs.
+    waiting: Mutex<Waiting>,
+    /// Wakes the uploader from its delay (a full group queued, or a waiter in a hurry).
+    wake: tokio::sync::Notify,
     /// Journal files (`blocks/<sha>`) sealed since the last local flush: not yet fsynced.
     unsynced: Mutex<HashSet<String>>,
     /// Tickets of durability requests: a request takes one once its own commit is done.
@@ -32,66 +37,245 @@ pub(crate) struct UploadQueue {
     flushes: AtomicU64,
 }
 
-/// Longest pause between background retries of one block.
+#[derive(Default)]
+struct Waiting {
+    /// Queued hashes with the time each was queued, oldest first.
+    queue: VecDeque<(String, Instant)>,
+    uploader_running: bool,
+    /// Set by a waiter (`wait_uploads`, shutdown): upload what is queued without the delay.
+    hurry: bool,
+}
+
+/// Longest pause between background retries of a group that failed as a whole.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
+/// Most blocks one background group takes (recorded in one transaction per chunk).
+const UPLOAD_GROUP: usize = 256;
+
+/// Bytes of blocks a local-directory chunk holds in memory before it is stored (one request, one
+/// flush) and recorded.
+const LOCAL_CHUNK_BYTES: usize = 8 << 20;
+
+/// A staged block on its way to the store.
+struct StagedBlock {
+    key: String,
+    data: Bytes,
+    /// Its bytes came from the inline journal (not a journal file).
+    inline: bool,
+}
+
 impl ScopeEngine {
-    /// Queues a staged block for background upload (once).
+    /// Queues a staged block for background upload (once). The scope's uploader takes a block
+    /// once it has waited `upload_delay` (or at once when a whole group is queued), so a burst of
+    /// closes is uploaded and recorded in a few groups, each one flush of a local store.
     pub(crate) fn enqueue_upload(&self, sha: String) {
         if !self.uploads.pending.lock().insert(sha.clone()) {
             return;
         }
-        let Some(engine) = self.self_ref.upgrade() else { return };
-        let rt = self.storage.rt.clone();
-        rt.spawn(async move {
-            let slots = engine.storage.upload_slots.clone();
-            let mut backoff = Duration::from_millis(200);
-            loop {
-                let outcome = {
-                    let _permit = slots.acquire().await;
-                    engine.upload_one(&sha).await
-                };
-                match outcome {
-                    Ok(()) => break,
-                    Err(e) => {
-                        tracing::warn!(scope = %engine.scope_id, block = %sha, error = %e, "upload failed; retrying");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                    }
-                }
+        let (start, full) = {
+            let mut waiting = self.uploads.waiting.lock();
+            waiting.queue.push_back((sha, Instant::now()));
+            (!std::mem::replace(&mut waiting.uploader_running, true), waiting.queue.len() >= UPLOAD_GROUP)
+        };
+        if !start {
+            if full {
+                self.uploads.wake.notify_one();
             }
-            let mut pending = engine.uploads.pending.lock();
-            pending.remove(&sha);
-            if pending.is_empty() {
-                engine.uploads.drained.notify_all();
-            }
-        });
+            return;
+        }
+        let Some(engine) = self.self_ref.upgrade() else {
+            self.uploads.waiting.lock().uploader_running = false;
+            return;
+        };
+        self.storage.rt.clone().spawn(async move { engine.run_uploader().await });
     }
 
-    /// Uploads one staged block (one attempt with timeout), records it, and moves it into the cache.
-    async fn upload_one(&self, sha: &str) -> Result<(), StoreError> {
+    /// The scope's background uploader: groups until the queue is empty. A group that fails
+    /// as a whole is retried after a pause that doubles up to `MAX_BACKOFF`; blocks that fail
+    /// go to the back of the queue.
+    async fn run_uploader(&self) {
+        let mut backoff = Duration::from_millis(200);
+        let delay = self.storage.settings.upload_delay;
+        loop {
+            // `Err(due)`: wait until then (or a wake-up); `Ok(None)`: the queue is empty.
+            let next: Result<Option<Vec<String>>, Instant> = {
+                let mut waiting = self.uploads.waiting.lock();
+                match waiting.queue.front().map(|&(_, queued)| queued + delay) {
+                    None => {
+                        waiting.uploader_running = false;
+                        waiting.hurry = false;
+                        Ok(None)
+                    }
+                    Some(due) if waiting.queue.len() < UPLOAD_GROUP && !waiting.hurry && Instant::now() < due => {
+                        Err(due)
+                    }
+                    Some(_) => {
+                        let n = waiting.queue.len().min(UPLOAD_GROUP);
+                        Ok(Some(waiting.queue.drain(..n).map(|(sha, _)| sha).collect()))
+                    }
+                }
+            };
+            let group = match next {
+                Ok(Some(group)) => group,
+                Ok(None) => return,
+                Err(due) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(due.into()) => {}
+                        _ = self.uploads.wake.notified() => {}
+                    }
+                    continue;
+                }
+            };
+            let outcomes = self.upload_group(&group).await;
+            let mut failed = Vec::new();
+            let mut first_error = None;
+            {
+                let mut pending = self.uploads.pending.lock();
+                for (sha, outcome) in group.into_iter().zip(outcomes) {
+                    match outcome {
+                        Ok(()) => {
+                            pending.remove(&sha);
+                        }
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                            failed.push(sha);
+                        }
+                    }
+                }
+                if pending.is_empty() {
+                    self.uploads.drained.notify_all();
+                }
+            }
+            let Some(e) = first_error else {
+                backoff = Duration::from_millis(200);
+                continue;
+            };
+            tracing::warn!(scope = %self.scope_id, blocks = failed.len(), error = %e, "upload failed; retrying");
+            let now = Instant::now();
+            self.uploads.waiting.lock().queue.extend(failed.into_iter().map(|sha| (sha, now)));
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Uploads a group of staged blocks (one attempt each, under the store's timeout), records
+    /// the stored ones in one transaction per chunk and moves them out of staging. One result per
+    /// block. A local directory stores the group in chunks of at most `LOCAL_CHUNK_BYTES` (each one
+    /// request: one flush), under one of the daemon's upload slots; any other store gets one request
+    /// per block, each holding a slot from the read of its bytes to its answer, so the blocks in
+    /// memory stay within `upload_parallelism` and scopes take turns at the slots.
+    async fn upload_group(&self, shas: &[String]) -> Vec<Result<(), StoreError>> {
+        if self.storage.store.reads_are_local() {
+            self.upload_chunked(shas).await
+        } else {
+            self.upload_each(shas).await
+        }
+    }
+
+    async fn upload_chunked(&self, shas: &[String]) -> Vec<Result<(), StoreError>> {
+        let mut outcomes: Vec<Result<(), StoreError>> = shas.iter().map(|_| Ok(())).collect();
+        let _slot = self.storage.upload_slots.acquire().await;
+        let mut chunk: Vec<(usize, StagedBlock)> = Vec::new();
+        let mut bytes = 0;
+        for (i, sha) in shas.iter().enumerate() {
+            match self.staged_block(sha).await {
+                Ok(Some(block)) => {
+                    bytes += block.data.len();
+                    chunk.push((i, block));
+                }
+                Ok(None) => {}
+                Err(e) => outcomes[i] = Err(e),
+            }
+            if bytes >= LOCAL_CHUNK_BYTES || (i + 1 == shas.len() && !chunk.is_empty()) {
+                let (index, blocks): (Vec<usize>, Vec<StagedBlock>) = std::mem::take(&mut chunk).into_iter().unzip();
+                bytes = 0;
+                let requests = blocks.iter().map(|b| (b.key.clone(), b.data.clone())).collect();
+                let timeout = self.storage.settings.store_timeout;
+                let stored = match tokio::time::timeout(timeout, self.storage.store.put_many(requests, 1)).await {
+                    Ok(results) => results,
+                    Err(_) => index.iter().map(|_| Err(StoreError::Timeout(timeout))).collect(),
+                };
+                let results: Vec<(usize, Result<StagedBlock, StoreError>)> =
+                    index.into_iter().zip(blocks.into_iter().zip(stored).map(|(b, r)| r.map(|()| b))).collect();
+                self.record_group(shas, results, &mut outcomes);
+            }
+        }
+        outcomes
+    }
+
+    async fn upload_each(&self, shas: &[String]) -> Vec<Result<(), StoreError>> {
+        let mut outcomes: Vec<Result<(), StoreError>> = shas.iter().map(|_| Ok(())).collect();
+        let puts = shas.iter().enumerate().map(|(i, sha)| async move {
+            let _slot = self.storage.upload_slots.acquire().await;
+            let Some(block) = self.staged_block(sha).await? else { return Ok(None) };
+            let timeout = self.storage.settings.store_timeout;
+            match tokio::time::timeout(timeout, self.storage.store.put(&block.key, block.data.clone())).await {
+                Ok(r) => r?,
+                Err(_) => return Err(StoreError::Timeout(timeout)),
+            }
+            if block.inline {
+                // Into the cache before its row leaves the journal: a reader always finds it.
+                let _ = self.storage.cache.insert_bytes(self.scope_id.as_str(), sha, &block.data);
+            }
+            Ok(Some((i, block)))
+        });
+        let mut results = Vec::new();
+        for (i, r) in futures_util::future::join_all(puts).await.into_iter().enumerate() {
+            match r {
+                Ok(Some((i, block))) => results.push((i, Ok(block))),
+                Ok(None) => {}
+                Err(e) => results.push((i, Err(e))),
+            }
+        }
+        self.record_group(shas, results, &mut outcomes);
+        outcomes
+    }
+
+    /// The bytes of a staged block to upload and its key; `None` when it is gone (uploaded and
+    /// moved by a foreground upload, or collected). Damaged bytes (their hash is not the block's)
+    /// are never uploaded: `drop_damaged` decides.
+    async fn staged_block(&self, sha: &str) -> Result<Option<StagedBlock>, StoreError> {
         let unavailable = |e: EngineError| StoreError::Unavailable(format!("reading the inline journal: {e}"));
-        let inline = self.inline_bytes(sha).map_err(unavailable)?;
-        let data = match &inline {
-            Some(d) => Bytes::copy_from_slice(d),
+        let row = self.meta.lock().and_then(|m| m.inline_block(sha)).map_err(unavailable)?;
+        let inline = row.is_some();
+        let data = match row {
+            Some(d) => Bytes::from(d),
             None => match tokio::fs::read(self.blocks_dir.join(sha)).await {
                 Ok(d) => Bytes::from(d),
-                // Already uploaded and moved to the cache by a foreground upload, or collected.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
                 Err(e) => return Err(e.into()),
             },
         };
         let key = block_key(self.scope_id.as_str(), sha);
-        let timeout = self.storage.settings.store_timeout;
         if hex::encode(Sha256::digest(&data)) != sha {
-            return self.drop_damaged(sha, &key).await;
+            self.drop_damaged(sha, &key).await?;
+            return Ok(None);
         }
-        match tokio::time::timeout(timeout, self.storage.store.put(&key, data)).await {
-            Ok(r) => r?,
-            Err(_) => return Err(StoreError::Timeout(timeout)),
+        Ok(Some(StagedBlock { key, data, inline }))
+    }
+
+    /// Records the stored blocks among `results` (index into `shas`, outcome) in one transaction;
+    /// each outcome lands in `outcomes`.
+    fn record_group(
+        &self,
+        shas: &[String],
+        results: Vec<(usize, Result<StagedBlock, StoreError>)>,
+        outcomes: &mut [Result<(), StoreError>],
+    ) {
+        let mut done: Vec<(usize, Option<u64>)> = Vec::new();
+        for (i, r) in results {
+            match r {
+                Ok(block) => done.push((i, block.inline.then_some(block.data.len() as u64))),
+                Err(e) => outcomes[i] = Err(e),
+            }
         }
-        self.finish_upload(sha, inline.as_deref())
-            .map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))
+        let recorded: Vec<(&str, Option<u64>)> = done.iter().map(|&(i, len)| (shas[i].as_str(), len)).collect();
+        if let Err(e) = self.finish_uploads(&recorded) {
+            let msg = format!("recording upload: {e}");
+            for &(i, _) in &done {
+                outcomes[i] = Err(StoreError::Unavailable(msg.clone()));
+            }
+        }
     }
 
     /// A staged block whose bytes no longer match its hash: a power loss took data that was never
@@ -119,17 +303,30 @@ impl ScopeEngine {
         Ok(())
     }
 
-    fn finish_upload(&self, sha: &str, inline: Option<&[u8]>) -> EngineResult<()> {
-        self.record_upload(sha, inline)?;
-        // In the store now: no durability point needs its journal file any more (so a scope that
-        // never fsyncs holds no list of every block it ever wrote).
-        self.uploads.unsynced.lock().remove(sha);
-        let staged = self.blocks_dir.join(sha);
-        if let Ok(m) = std::fs::metadata(&staged) {
-            // Into the cache, or (if the cache cannot take it) away: it is in the store now.
-            let cache = &self.storage.cache;
-            if cache.adopt_file(self.scope_id.as_str(), sha, &staged).is_ok() || std::fs::remove_file(&staged).is_ok() {
-                self.staging_sub(m.len());
+    /// Records a group of stored blocks (with the length of each inline one), then moves their
+    /// journal files out of staging.
+    fn finish_uploads(&self, done: &[(&str, Option<u64>)]) -> EngineResult<()> {
+        self.record_uploads(done)?;
+        let mut unsynced = self.uploads.unsynced.lock();
+        for (sha, _) in done {
+            // In the store now: no durability point needs its journal file any more (so a scope
+            // that never fsyncs holds no list of every block it ever wrote).
+            unsynced.remove(*sha);
+        }
+        drop(unsynced);
+        let cache = &self.storage.cache;
+        let keep_in_cache = !self.storage.store.reads_are_local();
+        for (sha, inline) in done {
+            if inline.is_some() {
+                continue;
+            }
+            let staged = self.blocks_dir.join(sha);
+            if let Ok(m) = std::fs::metadata(&staged) {
+                // Into the cache, or (if the cache cannot take it, or the store is local) away.
+                let adopted = keep_in_cache && cache.adopt_file(self.scope_id.as_str(), sha, &staged).is_ok();
+                if adopted || std::fs::remove_file(&staged).is_ok() {
+                    self.staging_sub(m.len());
+                }
             }
         }
         Ok(())
@@ -149,18 +346,19 @@ impl ScopeEngine {
         if todo.is_empty() {
             return Ok(());
         }
-        // Each upload its own task (hashing and I/O of several blocks at once), each holding
-        // one of the storage's upload slots while it runs: at most `upload_parallelism` at once.
+        // `upload_parallelism` groups at once (hashing and I/O of several blocks at once), each
+        // holding one of the storage's upload slots while its store requests run.
         let engine = self.self_ref.upgrade().ok_or(EngineError::Invalid("scope engine is closing"))?;
+        let groups = self.storage.settings.upload_parallelism.clamp(1, todo.len());
+        let mut split: Vec<Vec<String>> = vec![Vec::new(); groups];
+        for (i, sha) in todo.into_iter().enumerate() {
+            split[i % groups].push(sha);
+        }
         self.storage.rt.block_on(async move {
             let mut set = tokio::task::JoinSet::new();
-            for sha in todo {
+            for group in split {
                 let engine = engine.clone();
-                set.spawn(async move {
-                    let st = &engine.storage;
-                    let _permit = st.upload_slots.acquire().await;
-                    st.with_retry(st.settings.store_attempts, || engine.upload_one(&sha)).await
-                });
+                set.spawn(async move { engine.upload_with_attempts(group).await });
             }
             let mut first_error = None;
             while let Some(joined) = set.join_next().await {
@@ -171,6 +369,35 @@ impl ScopeEngine {
             }
             first_error.map_or(Ok(()), Err)
         })
+    }
+
+    /// `upload_group` until every block is stored, at most `store_attempts` times with a growing
+    /// pause; a refusal that retrying cannot change ends it at once.
+    async fn upload_with_attempts(&self, mut todo: Vec<String>) -> Result<(), StoreError> {
+        let attempts = self.storage.settings.store_attempts.max(1);
+        let mut last = None;
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100u64 << attempt.min(5)).min(Duration::from_secs(2))).await;
+            }
+            let outcomes = self.upload_group(&todo).await;
+            let mut failed = Vec::new();
+            for (sha, outcome) in todo.into_iter().zip(outcomes) {
+                if let Err(e) = outcome {
+                    let permanent = !e.is_transient();
+                    last = Some(e);
+                    if permanent {
+                        return Err(last.unwrap_or(StoreError::Unavailable("upload failed".into())));
+                    }
+                    failed.push(sha);
+                }
+            }
+            if failed.is_empty() {
+                return Ok(());
+            }
+            todo = failed;
+        }
+        Err(last.unwrap_or(StoreError::Unavailable("upload failed".into())))
     }
 
     /// Records journal files sealed by a commit: the next durability point fsyncs them. Called
@@ -252,9 +479,17 @@ impl ScopeEngine {
         self.uploads.flushes.load(Ordering::Relaxed)
     }
 
-    /// Waits until the upload queue is empty; `false` if `timeout` passed first.
+    /// Waits until the upload queue is empty (uploading what is queued without `upload_delay`);
+    /// `false` if `timeout` passed first.
     pub fn wait_uploads(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        {
+            let mut waiting = self.uploads.waiting.lock();
+            if waiting.uploader_running {
+                waiting.hurry = true;
+            }
+        }
+        self.uploads.wake.notify_one();
         let mut pending = self.uploads.pending.lock();
         while !pending.is_empty() {
             if self.uploads.drained.wait_until(&mut pending, deadline).timed_out() {

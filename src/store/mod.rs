@@ -2,6 +2,7 @@
 
 pub mod local;
 pub mod memory;
+mod pack;
 pub mod s3;
 
 use std::time::Duration;
@@ -51,6 +52,17 @@ pub struct ObjectInfo {
 #[async_trait]
 pub trait ObjectStore: Send + Sync + 'static {
     async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError>;
+    /// Stores a group of objects; one result per item, in order. The default runs up to
+    /// `concurrency` puts at once; a store that can share durability work across a group (the
+    /// local directory: one flush per group, not two per object) overrides it.
+    async fn put_many(&self, items: Vec<(String, Bytes)>, concurrency: usize) -> Vec<Result<(), StoreError>> {
+        use futures_util::stream::{self, StreamExt};
+        stream::iter(items)
+            .map(|(key, data)| async move { self.put(&key, data).await })
+            .buffered(concurrency.max(1))
+            .collect()
+            .await
+    }
     async fn get(&self, key: &str) -> Result<Bytes, StoreError>;
     /// Size of the object, or `None` when it does not exist.
     async fn head(&self, key: &str) -> Result<Option<u64>, StoreError>;
@@ -59,6 +71,11 @@ pub trait ObjectStore: Send + Sync + 'static {
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError>;
     /// A short description for logs and `doctor`, never containing secrets.
     fn describe(&self) -> String;
+    /// Whether a `get` costs about what a read of the local block cache costs (a local
+    /// directory): uploaded blocks are then not copied into the cache as well.
+    fn reads_are_local(&self) -> bool {
+        false
+    }
 }
 
 /// Key of a content-addressed block of one scope.

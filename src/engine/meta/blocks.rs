@@ -37,11 +37,19 @@ impl MetaDb {
     /// Records that the store holds a block, and drops its inline journal bytes in the same
     /// transaction; `true` when it had inline bytes.
     pub fn mark_uploaded(&mut self, sha: &str) -> EngineResult<bool> {
+        Ok(self.mark_uploaded_many(&[sha])?.first().copied().unwrap_or(false))
+    }
+
+    /// `mark_uploaded` for a group of blocks in one transaction; for each, whether it had inline bytes.
+    pub fn mark_uploaded_many(&mut self, shas: &[&str]) -> EngineResult<Vec<bool>> {
         let tx = self.tx()?;
-        exec(&tx, "UPDATE blocks SET state = 'uploaded' WHERE sha256 = ?1", [sha])?;
-        let inline = exec(&tx, "DELETE FROM staged_inline WHERE sha256 = ?1", [sha])? > 0;
+        let mut had = Vec::with_capacity(shas.len());
+        for sha in shas {
+            exec(&tx, "UPDATE blocks SET state = 'uploaded' WHERE sha256 = ?1", [sha])?;
+            had.push(exec(&tx, "DELETE FROM staged_inline WHERE sha256 = ?1", [sha])? > 0);
+        }
         tx.commit()?;
-        Ok(inline)
+        Ok(had)
     }
 
     /// The bytes of a block journaled inline, while it is (until its upload is recorded).

@@ -1,7 +1,8 @@
 //! Tree shape in the metadata database: depth and path length of a directory, path of an inode, and
-//! bounded walks of a subtree (its extent below a directory, its size) — each one SQL statement, no recursion in Rust.
+//! bounded walks of a subtree (its extent below a directory, its size) — one SQL statement each, but the
+//! depth of a directory, which walks up its parents by point lookups.
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 
 use super::{query_one, MetaDb};
 use crate::engine::{EngineError, EngineResult, Ino, ROOT_INO};
@@ -23,30 +24,32 @@ impl Place {
 
 impl MetaDb {
     /// Depth and path bytes of `ino`, walking at most `max_depth + 1` parents: a deeper inode answers
-    /// a depth above `max_depth` (its bytes then only count the part walked).
+    /// a depth above `max_depth` (its bytes then only count the part walked). One point lookup per
+    /// parent (a directory's name and parent), from the statement cache: a create in a shallow tree
+    /// costs a few index probes, no recursive query.
     pub fn place(&self, ino: Ino, max_depth: u64) -> EngineResult<Place> {
-        let (top, depth, len): (i64, i64, i64) = query_one(
-            &self.conn,
-            "WITH RECURSIVE up(ino, d, len) AS (
-                 SELECT ?1, 0, 0
-                 UNION ALL
-                 SELECT i.parent, up.d + 1, up.len + length(i.name) + 1
-                 FROM inodes i JOIN up ON i.ino = up.ino
-                 WHERE i.parent IS NOT NULL AND up.d <= ?2
-             )
-             SELECT ino, d, len FROM up ORDER BY d DESC LIMIT 1",
-            params![ino as i64, i64::try_from(max_depth).unwrap_or(i64::MAX)],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?;
-        let (depth, len) = (depth as u64, len as u64);
-        if top as Ino == ROOT_INO {
-            // `len` counts one separator per component; a path has one fewer.
-            return Ok(Place { depth, bytes: len.saturating_sub(1) });
+        let mut st = self.conn.prepare_cached("SELECT parent, length(name) FROM inodes WHERE ino = ?1")?;
+        let (mut at, mut depth, mut len) = (ino, 0u64, 0u64);
+        loop {
+            if at == ROOT_INO {
+                // `len` counts one separator per component; a path has one fewer.
+                return Ok(Place { depth, bytes: len.saturating_sub(1) });
+            }
+            if depth > max_depth {
+                return Ok(Place { depth, bytes: len });
+            }
+            let row: Option<(Option<i64>, Option<i64>)> =
+                st.query_row([at as i64], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+            match row {
+                Some((Some(parent), name_len)) => {
+                    depth += 1;
+                    len += name_len.unwrap_or(0) as u64 + 1;
+                    at = parent as Ino;
+                }
+                // Missing, or detached (no parent) below the root.
+                _ => return Err(EngineError::NotFound),
+            }
         }
-        if depth > max_depth {
-            return Ok(Place { depth, bytes: len });
-        }
-        Err(EngineError::NotFound) // not linked below the root
     }
 
     /// How far the subtree below directory `ino` reaches: the most components and the most bytes
