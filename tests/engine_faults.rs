@@ -11,14 +11,12 @@ use scopefs::ids::ScopeId;
 use scopefs::store::{block_key, ObjectStore};
 
 /// Copies a scope's metadata database into a fresh data directory: a new daemon with empty cache and staging.
-fn fresh_daemon(h: &Harness, scope: &ScopeId, rt: &tokio::runtime::Runtime) -> (tempfile::TempDir, Arc<Storage>) {
+fn fresh_daemon(h: &Harness, e: &ScopeEngine, rt: &tokio::runtime::Runtime) -> (tempfile::TempDir, Arc<Storage>) {
     let dir = tempfile::tempdir().unwrap();
-    let meta_dir = dir.path().join("scopes").join(scope.as_str());
+    let meta_dir = dir.path().join("scopes").join(e.scope_id().as_str());
     std::fs::create_dir_all(&meta_dir).unwrap();
-    let src = h.data_dir().join("scopes").join(scope.as_str()).join("meta.sqlite3");
-    // A checkpointed copy: the WAL of the running database is folded in by SQLite's backup.
-    let conn = rusqlite::Connection::open(&src).unwrap();
-    conn.execute("VACUUM INTO ?1", [meta_dir.join("meta.sqlite3").to_str().unwrap()]).unwrap();
+    // A consistent copy of the running scope's database (every mutation so far), made by its engine.
+    e.copy_metadata_to(&meta_dir.join("meta.sqlite3")).unwrap();
     let store: Arc<dyn ObjectStore> = h.store.clone();
     let storage = Storage::new(store, h.settings.clone(), dir.path(), rt.handle().clone()).unwrap();
     (dir, storage)
@@ -35,7 +33,7 @@ fn uncached_reads_fail_with_a_store_error_within_the_bound_when_the_store_is_dow
     let e = new_scope(&storage);
     write_file(&e, "f", &pattern(1000, 1)).unwrap();
     assert!(e.wait_uploads(Duration::from_secs(5)));
-    let (_dir, fresh) = fresh_daemon(&h, e.scope_id(), &h.rt);
+    let (_dir, fresh) = fresh_daemon(&h, &e, &h.rt);
     let e2 = fresh.open_scope(e.scope_id(), big_quota()).unwrap();
 
     // Bound: attempts × timeout plus backoff (2 × 300 ms + 200 ms here).
@@ -66,7 +64,7 @@ fn a_corrupt_object_is_refused_never_served() {
     assert!(e.wait_uploads(Duration::from_secs(5)));
     let key = h.store.keys().into_iter().find(|k| k.contains("/blocks/")).unwrap();
     assert!(h.store.corrupt(&key));
-    let (_dir, fresh) = fresh_daemon(&h, e.scope_id(), &h.rt);
+    let (_dir, fresh) = fresh_daemon(&h, &e, &h.rt);
     let e2 = fresh.open_scope(e.scope_id(), big_quota()).unwrap();
     assert!(matches!(read_file(&e2, "f"), Err(EngineError::Corrupt { .. })));
     let report = e2.fsck(false).unwrap();
@@ -82,7 +80,7 @@ fn failed_uploads_are_retried_without_corruption() {
     let data = pattern(64 * 7 + 5, 3);
     write_file(&e, "f", &data).unwrap();
     assert!(e.wait_uploads(Duration::from_secs(20)), "background retries finish");
-    let (_dir, fresh) = fresh_daemon(&h, e.scope_id(), &h.rt);
+    let (_dir, fresh) = fresh_daemon(&h, &e, &h.rt);
     let e2 = fresh.open_scope(e.scope_id(), big_quota()).unwrap();
     assert_eq!(read_file(&e2, "f").unwrap(), data);
     assert!(e2.fsck(false).unwrap().damaged_files.is_empty());
@@ -105,7 +103,7 @@ fn fsync_and_close_durability_report_an_unavailable_store_and_keep_the_data_jour
     assert_eq!(read_file(&e, "f").unwrap(), data, "visible locally at once");
     h.store.set_unavailable(false);
     assert!(e.wait_uploads(Duration::from_secs(20)));
-    let (_dir, fresh) = fresh_daemon(&h, e.scope_id(), &h.rt);
+    let (_dir, fresh) = fresh_daemon(&h, &e, &h.rt);
     let e2 = fresh.open_scope(e.scope_id(), big_quota()).unwrap();
     assert_eq!(read_file(&e2, "f").unwrap(), data);
 }
@@ -136,7 +134,7 @@ fn the_journal_is_replayed_by_a_restarted_daemon() {
     let distinct: std::collections::HashSet<String> =
         data.chunks(64).map(|c| hex::encode(sha2::Sha256::digest(c))).collect();
     assert_eq!(blocks, distinct.len(), "every distinct block uploaded once");
-    let (_dir, fresh) = fresh_daemon(&h, &scope, &h.rt);
+    let (_dir, fresh) = fresh_daemon(&h, &e, &h.rt);
     assert_eq!(read_file(&fresh.open_scope(&scope, big_quota()).unwrap(), "f").unwrap(), data);
     assert_eq!(e.integrity_check().unwrap(), "ok");
 }

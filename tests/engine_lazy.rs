@@ -33,13 +33,23 @@ fn idle_scopes_open_no_database_until_used_and_journals_replay_at_once() {
     // A scope with a journaled block (its upload cannot finish) is recovered when it is opened.
     h.store.set_unavailable(true);
     let pending = ScopeId::generate();
-    let stuck = storage.open_scope(&pending, big_quota()).unwrap();
-    write_file(&stuck, "pending", b"journaled, not uploaded").unwrap();
+    {
+        // A daemon on its own runtime, killed with its uploads retrying: its tasks (and with them
+        // the engine that owns the database) go, the journal stays.
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let store: std::sync::Arc<dyn scopefs::store::ObjectStore> = h.store.clone();
+        let killed = Storage::new(store, h.settings.clone(), &h.data_dir(), rt.handle().clone()).unwrap();
+        let stuck = killed.open_scope(&pending, big_quota()).unwrap();
+        write_file(&stuck, "pending", b"journaled, not uploaded").unwrap();
+        drop((stuck, killed));
+        // Waits until its worker threads have stopped and dropped every task.
+        drop(rt);
+    }
     let before = open_databases();
     let restarted = h.storage().open_scope(&pending, big_quota()).unwrap();
     assert_eq!(open_databases(), before + 1, "the scope with a journal to replay opened its database");
     h.store.set_unavailable(false);
     assert!(restarted.wait_uploads(Duration::from_secs(10)), "the journal was replayed");
     assert_eq!(read_file(&restarted, "pending").unwrap(), b"journaled, not uploaded");
-    drop((engines, stuck, restarted));
+    drop((engines, restarted));
 }

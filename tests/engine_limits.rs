@@ -7,6 +7,7 @@ pub mod engine_support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use engine_support::*;
@@ -258,10 +259,13 @@ fn paths_deeper_or_longer_than_the_bounds_cannot_be_created_or_moved_in() {
     assert!(matches!(e.resolve_path(&"x".repeat(41)), Err(EngineError::PathTooLong)));
 }
 
-/// Builds a chain of `depth` directories `d/d/…/d` with a file at the bottom, directly in the scope's
-/// metadata (a legacy tree made before the depth bound existed).
-fn build_chain(h: &Harness, e: &ScopeEngine, depth: usize) {
-    let db = h.data_dir().join("scopes").join(e.scope_id().as_str()).join("meta.sqlite3");
+/// A new scope holding a chain of `depth` directories `d/d/…/d` with a file at the bottom, written
+/// directly into its metadata (a legacy tree made before the depth bound existed) while no engine
+/// has the database open.
+fn scope_with_chain(storage: &Arc<Storage>, h: &Harness, depth: usize) -> Arc<ScopeEngine> {
+    let id = ScopeId::generate();
+    drop(storage.open_scope(&id, big_quota()).unwrap());
+    let db = h.data_dir().join("scopes").join(id.as_str()).join("meta.sqlite3");
     let mut conn = rusqlite::Connection::open(db).unwrap();
     conn.busy_timeout(Duration::from_secs(30)).unwrap();
     let tx = conn.transaction().unwrap();
@@ -278,6 +282,8 @@ fn build_chain(h: &Harness, e: &ScopeEngine, depth: usize) {
     }
     tx.execute("UPDATE usage SET inodes = inodes + ?1, files = files + 1 WHERE id = 1", [depth as i64 + 1]).unwrap();
     tx.commit().unwrap();
+    drop(conn);
+    storage.open_scope(&id, big_quota()).unwrap()
 }
 
 /// Runs `f` on a thread with a small stack: a walk that recursed per level would overflow it.
@@ -290,9 +296,8 @@ fn small_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 fn deep_chains_are_listed_and_removed_without_recursion() {
     let h = bounded(512, 64 * 1024, 100_000);
     let storage = h.storage();
-    let e = new_scope(&storage);
     let depth = 5000;
-    build_chain(&h, &e, depth);
+    let e = scope_with_chain(&storage, &h, depth);
     let listed = small_stack(|| e.list_path("", true)).unwrap();
     assert_eq!(listed.len(), depth + 1);
     small_stack(|| e.remove_path("d", true)).unwrap();
@@ -305,8 +310,7 @@ fn deep_chains_are_listed_and_removed_without_recursion() {
 fn walks_past_the_entry_bound_are_refused_before_any_work() {
     let h = bounded(512, 16 * 1024, 100);
     let storage = h.storage();
-    let e = new_scope(&storage);
-    build_chain(&h, &e, 150);
+    let e = scope_with_chain(&storage, &h, 150);
     assert!(matches!(e.list_path("", true), Err(EngineError::TooManyEntries)));
     assert!(matches!(e.remove_path("d", true), Err(EngineError::TooManyEntries)));
     assert_eq!(e.usage().unwrap().inodes, 151, "nothing was removed");

@@ -32,6 +32,37 @@ impl MetaBudget {
         Arc::new(MetaBudget { max_open: max_open.max(1), open: Mutex::new(VecDeque::new()) })
     }
 
+    /// Commits the batches of open databases that are at least `age` old (the idle flusher); a
+    /// database in use right now is skipped (its user's own mutations commit it when due).
+    pub fn commit_idle(&self, age: std::time::Duration) {
+        let slots: Vec<Arc<Slot>> = self.open.lock().iter().filter_map(Weak::upgrade).collect();
+        for slot in slots {
+            if let Some(mut db) = slot.db.try_lock() {
+                if let Some(db) = db.as_mut() {
+                    if let Err(e) = db.commit_batch_older_than(age) {
+                        tracing::warn!(error = %e, "committing an idle metadata batch failed; its redo log keeps it");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts the idle flusher of this budget: a thread that, every half `BATCH_AGE`, commits the
+    /// batches older than `BATCH_AGE`, so a scope that stops writing has its mutations in its
+    /// database soon (not only in its redo log). It ends with the budget.
+    pub fn start_flusher(self: &Arc<Self>) -> std::io::Result<()> {
+        let budget = Arc::downgrade(self);
+        let age = super::meta::BATCH_AGE;
+        std::thread::Builder::new().name("scopefs-meta-flush".into()).stack_size(256 * 1024).spawn(move || {
+            while let Some(b) = budget.upgrade() {
+                b.commit_idle(age);
+                drop(b);
+                std::thread::sleep(age / 2);
+            }
+        })?;
+        Ok(())
+    }
+
     /// Records a newly opened database and closes the oldest idle ones beyond the budget (a
     /// database being used right now is skipped, and stays listed).
     fn opened(&self, slot: &Arc<Slot>) {
@@ -95,6 +126,14 @@ impl LazyMeta {
             budget.opened(&slot);
         }
         LazyMeta { slot, budget }
+    }
+
+    /// Commits the open batch of mutations, if the database is open (it is not opened for this).
+    pub fn commit_if_open(&self) -> EngineResult<()> {
+        match self.slot.db.lock().as_mut() {
+            Some(db) => db.commit_batch_older_than(std::time::Duration::ZERO),
+            None => Ok(()),
+        }
     }
 
     /// Whether the database is open now.

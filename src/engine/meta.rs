@@ -4,20 +4,25 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use super::error::{EngineError, EngineResult};
 use super::paths::WriteMode;
 use super::types::{FileKind, Ino, Owner, RenameMode, TimeSet, Usage, ROOT_INO};
 use crate::migrate;
 
+pub(crate) mod batch;
+use batch::Op;
+use rows::{row_to_inode, INODE_COLS, LINK_COLS};
 mod blocks;
 mod check;
 mod links;
 mod page;
+mod rows;
 mod tree;
 mod xattr;
 
+pub(crate) use batch::BATCH_AGE;
 pub(crate) use blocks::FileVersion;
 use blocks::{add_ref, drop_ref, stage_inline};
 pub(crate) use links::LinkBounds;
@@ -95,10 +100,17 @@ pub(crate) struct AttrChanges {
     pub mtime: Option<TimeSet>,
 }
 
-/// Runs one statement through the connection's statement cache (the hot paths run the same few
-/// statements for every file, so each is prepared once per connection).
-pub(crate) fn exec<P: rusqlite::Params>(conn: &Connection, sql: &str, params: P) -> rusqlite::Result<usize> {
-    conn.prepare_cached(sql)?.execute(params)
+/// Runs one writing statement of a mutation through the connection's statement cache (the hot
+/// paths run the same few statements for every file, so each is prepared once per connection); it
+/// is recorded with the mutation in the redo log (`batch.rs`).
+pub(crate) fn exec(op: &Op<'_>, sql: &str, params: &[&dyn rusqlite::ToSql]) -> rusqlite::Result<usize> {
+    op.write(sql, params)
+}
+
+/// Runs a statement without parameters that belongs to no mutation (savepoints, the durability
+/// commit), through the statement cache.
+pub(crate) fn exec_raw(conn: &Connection, sql: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute([])
 }
 
 /// One row of one statement, through the connection's statement cache.
@@ -130,51 +142,16 @@ pub(crate) fn from_ns(ns: i64) -> SystemTime {
     }
 }
 
-/// The kind stored in column 3; any other text is an error naming it (a damaged or newer database).
-fn kind_from(s: String) -> rusqlite::Result<FileKind> {
-    FileKind::from_name(&s).ok_or_else(|| {
-        let why = format!("unknown inode kind {s:?}");
-        rusqlite::Error::FromSqlConversionFailure(3, rusqlite::types::Type::Text, why.into())
-    })
-}
-
-const INODE_COLS: &str =
-    "ino, parent, name, kind, perm, uid, gid, size, atime_ns, mtime_ns, ctime_ns, symlink_target, version, nlink, rdev, NULL, subdirs";
-
-/// The columns of `INODE_COLS` for an inode reached through a further name `l` (a `links` row) of inode `i`.
-const LINK_COLS: &str = "i.ino, l.parent, l.name, i.kind, i.perm, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-     i.ctime_ns, i.symlink_target, i.version, i.nlink, i.rdev, l.id, i.subdirs";
-
-fn row_to_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<InodeRow> {
-    Ok(InodeRow {
-        ino: r.get::<_, i64>(0)? as Ino,
-        parent: r.get::<_, Option<i64>>(1)?.map(|p| p as Ino),
-        name: r.get(2)?,
-        kind: kind_from(r.get(3)?)?,
-        perm: r.get::<_, i64>(4)? as u32,
-        uid: r.get::<_, i64>(5)? as u32,
-        gid: r.get::<_, i64>(6)? as u32,
-        size: r.get::<_, i64>(7)? as u64,
-        atime_ns: r.get(8)?,
-        mtime_ns: r.get(9)?,
-        ctime_ns: r.get(10)?,
-        symlink_target: r.get(11)?,
-        version: r.get::<_, i64>(12)? as u64,
-        nlink: r.get::<_, i64>(13)? as u32,
-        rdev: r.get::<_, i64>(14)? as u32,
-        link: r.get(15)?,
-        subdirs: r.get::<_, i64>(16)?.max(0) as u64,
-    })
-}
-
 /// WAL pages written between automatic checkpoints (4 KiB pages: 32 MiB).
 const WAL_CHECKPOINT_PAGES: i64 = 8192;
 /// Bytes of WAL file kept after a checkpoint resets it.
 const WAL_KEEP_BYTES: i64 = 4 << 20;
 
-/// The metadata database of one scope. Callers serialize access (one `Mutex`).
+/// The metadata database of one scope. Callers serialize access (one `Mutex`). Mutations commit in
+/// batches and are logged in between (`batch.rs`).
 pub(crate) struct MetaDb {
     conn: Connection,
+    redo: batch::Redo,
 }
 
 impl MetaDb {
@@ -183,6 +160,9 @@ impl MetaDb {
         let mut conn = Connection::open(path)?;
         // Private before the WAL and shared-memory files exist: SQLite gives them the database's mode.
         std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        // One process owns a scope's database while it has it open (its redo log is replayed under
+        // that ownership): another process asking waits (busy timeout), then fails.
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL: in WAL mode a commit survives a process crash; a power loss may drop the newest
         // commits but never corrupts. Durability points (fsync, fsyncdir, sync) flush the WAL
@@ -190,6 +170,9 @@ impl MetaDb {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         // Page cache at most 512 KiB per scope (SQLite's default is 2 MiB): thousands of scopes per daemon.
         conn.pragma_update(None, "cache_size", -512)?;
+        // Each mutation runs in a savepoint of the open batch (`batch.rs`): its rollback journal (the
+        // pages it changed) stays in memory, never a temporary file written per page.
+        conn.pragma_update(None, "temp_store", "MEMORY")?;
         // A checkpoint (three disk flushes under the metadata lock) every 8192 pages, not SQLite's
         // 1000: a namespace change writes ~8 pages, so rm -rf flushed thrice per ~125 unlinks. The
         // WAL stays below 32 MiB, is cut back to 4 MiB after a checkpoint and goes when the database closes.
@@ -202,6 +185,12 @@ impl MetaDb {
         // the daemon's time in the small-file workloads).
         conn.set_prepared_statement_cache_capacity(64);
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+        // A log left by a killed daemon is replayed before any migration: its statements were
+        // written for the schema the file has now.
+        // It runs with foreign keys on, as the statements first did (their cascades run again).
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let replayed = if version >= batch::REDO_SCHEMA { Some(MetaDb::open_redo(&conn, path)?) } else { None };
         // Off while migrating: a migration that rebuilds a table must not cascade its drop.
         conn.pragma_update(None, "foreign_keys", "OFF")?;
         migrate::apply(&mut conn, migrate::SCOPE_META)?;
@@ -212,18 +201,17 @@ impl MetaDb {
             conn.query_row("SELECT EXISTS (SELECT 1 FROM inodes WHERE ino = ?1)", [ROOT_INO as i64], |r| r.get(0))?;
         if !has_root {
             let now = now_ns();
-            exec(
-                &conn,
+            conn.execute(
                 "INSERT OR IGNORE INTO inodes (ino, parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns)
                  VALUES (?1, NULL, NULL, 'dir', 493, ?2, ?3, ?4, ?4, ?4)",
                 params![ROOT_INO as i64, root_uid, root_gid, now],
             )?;
         }
-        Ok(MetaDb { conn })
-    }
-
-    fn tx(&mut self) -> EngineResult<Transaction<'_>> {
-        Ok(self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?)
+        let redo = match replayed {
+            Some(redo) => redo,
+            None => MetaDb::open_redo(&conn, path)?,
+        };
+        Ok(MetaDb { conn, redo })
     }
 
     pub fn inode(&self, ino: Ino) -> EngineResult<InodeRow> {
@@ -275,11 +263,12 @@ impl MetaDb {
         }
         let now = now_ns();
         let size = target.map(|t| t.len() as i64).unwrap_or(0);
-        tx.prepare_cached(
+        exec(
+            &tx,
             "INSERT INTO inodes (parent, name, kind, perm, uid, gid, size, atime_ns, mtime_ns, ctime_ns, symlink_target, rdev)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, ?9, ?10)",
-        )?
-        .execute(params![parent as i64, name, kind.as_str(), perm & 0o7777, uid, gid, size, now, target, rdev])?;
+            params![parent as i64, name, kind.as_str(), perm & 0o7777, uid, gid, size, now, target, rdev],
+        )?;
         let ino = tx.last_insert_rowid() as Ino;
         let is_file = i64::from(kind == FileKind::File);
         // A symlink's target is charged to the byte quota (its `size` is the target's length).
@@ -328,7 +317,7 @@ impl MetaDb {
             params![perm & 0o7777, uid, gid, now],
         )?;
         let ino = tx.last_insert_rowid() as Ino;
-        exec(&tx, "UPDATE usage SET inodes = inodes + 1, files = files + 1 WHERE id = 1", [])?;
+        exec(&tx, "UPDATE usage SET inodes = inodes + 1, files = files + 1 WHERE id = 1", params![])?;
         let row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;
         tx.commit()?;
         Ok(row)
@@ -366,7 +355,7 @@ impl MetaDb {
             }
             dropped = drop_entry(&tx, &old, is_open(old.ino), now)?;
         }
-        exec(&tx, "UPDATE inodes SET nlink = 1 WHERE ino = ?1", [ino as i64])?;
+        exec(&tx, "UPDATE inodes SET nlink = 1 WHERE ino = ?1", params![ino as i64])?;
         set_name(&tx, ino, parent, name, now)?;
         touch_dir(&tx, parent, now)?;
         tx.commit()?;
@@ -467,7 +456,7 @@ impl MetaDb {
              WHERE ino = ?1",
             params![ino as i64, size as i64, mtime_ns, now, content_sha256],
         )?;
-        exec(&tx, "UPDATE usage SET bytes = bytes + ?1 WHERE id = 1", [size as i64 - row.size as i64])?;
+        exec(&tx, "UPDATE usage SET bytes = bytes + ?1 WHERE id = 1", params![size as i64 - row.size as i64])?;
         tx.commit()?;
         Ok(new_shas)
     }
@@ -575,15 +564,6 @@ impl MetaDb {
         let rows = st.query_map([ROOT_INO as i64], |r| r.get::<_, i64>(0))?;
         Ok(rows.map(|r| r.map(|i| i as Ino)).collect::<Result<Vec<_>, _>>()?)
     }
-
-    /// Makes every earlier commit durable (an fsync of the WAL through a FULL-synchronous commit).
-    pub fn make_durable(&mut self) -> EngineResult<()> {
-        self.conn.pragma_update(None, "synchronous", "FULL")?;
-        let r = exec(&self.conn, "UPDATE usage SET id = id WHERE id = 1", []);
-        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        r?;
-        Ok(())
-    }
 }
 
 fn inode_in(conn: &Connection, ino: Ino) -> rusqlite::Result<Option<InodeRow>> {
@@ -626,12 +606,12 @@ fn has_children(conn: &Connection, ino: Ino) -> rusqlite::Result<bool> {
     .query_row([ino as i64], |r| r.get(0))
 }
 
-fn touch_dir(conn: &Connection, ino: Ino, now: i64) -> rusqlite::Result<()> {
+fn touch_dir(conn: &Op<'_>, ino: Ino, now: i64) -> rusqlite::Result<()> {
     exec(conn, "UPDATE inodes SET mtime_ns = ?2, ctime_ns = ?2 WHERE ino = ?1", params![ino as i64, now])?;
     Ok(())
 }
 
-fn set_name(conn: &Connection, ino: Ino, parent: Ino, name: &[u8], now: i64) -> rusqlite::Result<()> {
+fn set_name(conn: &Op<'_>, ino: Ino, parent: Ino, name: &[u8], now: i64) -> rusqlite::Result<()> {
     exec(
         conn,
         "UPDATE inodes SET parent = ?2, name = ?3, ctime_ns = ?4 WHERE ino = ?1",
@@ -654,7 +634,7 @@ fn is_within(conn: &Connection, mut ino: Ino, ancestor: Ino) -> EngineResult<boo
 }
 
 /// Takes the only name of an inode away: detaches it if open, else deletes it.
-fn drop_last_name(conn: &Connection, row: &InodeRow, open: bool, now: i64) -> EngineResult<Dropped> {
+fn drop_last_name(conn: &Op<'_>, row: &InodeRow, open: bool, now: i64) -> EngineResult<Dropped> {
     if open {
         exec(
             conn,
@@ -668,18 +648,18 @@ fn drop_last_name(conn: &Connection, row: &InodeRow, open: bool, now: i64) -> En
     }
 }
 
-fn delete_inode(conn: &Connection, row: &InodeRow) -> EngineResult<()> {
+fn delete_inode(conn: &Op<'_>, row: &InodeRow) -> EngineResult<()> {
     let shas = {
         let mut st = conn.prepare_cached("SELECT sha256 FROM file_blocks WHERE ino = ?1")?;
         let rows = st.query_map([row.ino as i64], |r| r.get::<_, String>(0))?;
         rows.collect::<Result<Vec<_>, _>>()?
     };
-    exec(conn, "DELETE FROM file_blocks WHERE ino = ?1", [row.ino as i64])?;
+    exec(conn, "DELETE FROM file_blocks WHERE ino = ?1", params![row.ino as i64])?;
     for sha in shas {
         drop_ref(conn, &sha)?;
     }
-    exec(conn, "DELETE FROM links WHERE ino = ?1", [row.ino as i64])?;
-    exec(conn, "DELETE FROM inodes WHERE ino = ?1", [row.ino as i64])?;
+    exec(conn, "DELETE FROM links WHERE ino = ?1", params![row.ino as i64])?;
+    exec(conn, "DELETE FROM inodes WHERE ino = ?1", params![row.ino as i64])?;
     let (files, bytes) = match row.kind {
         FileKind::File => (1, row.size as i64),
         FileKind::Symlink => (0, row.size as i64),

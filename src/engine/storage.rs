@@ -46,7 +46,8 @@ impl Storage {
         }
         let cache = BlockCache::open(data_dir.join("cache"), settings.cache_max_bytes)?;
         let staging_bytes = dir_size(&data_dir.join("staging"));
-        let settings_max_open = settings.max_open_scope_databases;
+        let meta_budget = super::lazy_meta::MetaBudget::new(settings.max_open_scope_databases);
+        meta_budget.start_flusher()?;
         Ok(Arc::new(Storage {
             store,
             upload_slots: Arc::new(tokio::sync::Semaphore::new(settings.upload_parallelism)),
@@ -58,7 +59,7 @@ impl Storage {
             dirty_memory: AtomicU64::new(0),
             prefetching: Mutex::new(HashSet::new()),
             scopes: Mutex::new(HashMap::new()),
-            meta_budget: super::lazy_meta::MetaBudget::new(settings_max_open),
+            meta_budget,
         }))
     }
 

@@ -78,19 +78,11 @@ impl ScopeEngine {
         let mut damaged_inos = std::collections::BTreeSet::new();
         for (sha, _len, uploaded) in &blocks {
             report.blocks_checked += 1;
-            let ok = if *uploaded {
-                let key = crate::store::block_key(&scope, sha);
-                match st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.get(&key))) {
-                    Ok(data) => {
-                        use sha2::Digest;
-                        hex::encode(sha2::Sha256::digest(&data)) == *sha
-                    }
-                    Err(crate::store::StoreError::NotFound { .. }) => false,
-                    Err(e) => return Err(e.into()),
-                }
-            } else {
-                self.is_inline(sha) || self.blocks_dir.join(sha).exists()
-            };
+            let mut ok = if *uploaded { self.stored_intact(sha)? } else { self.staged_present(sha) };
+            if !ok && !*uploaded && self.meta.lock()?.block_uploaded(sha)? == Some(true) {
+                // Uploaded (and gone from staging) while fsck ran: the store must have it.
+                ok = self.stored_intact(sha)?;
+            }
             if !ok {
                 st.cache.remove(&scope, sha);
                 damaged_inos.extend(self.meta.lock()?.files_with_block(sha)?);
@@ -113,6 +105,37 @@ impl ScopeEngine {
             }
         }
         Ok(report)
+    }
+
+    /// Whether the store holds block `sha` with its bytes intact (downloading it).
+    fn stored_intact(&self, sha: &str) -> EngineResult<bool> {
+        let st = &self.storage;
+        let key = crate::store::block_key(self.scope_id.as_str(), sha);
+        match st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.get(&key))) {
+            Ok(data) => {
+                use sha2::Digest;
+                Ok(hex::encode(sha2::Sha256::digest(&data)) == sha)
+            }
+            Err(crate::store::StoreError::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether a staged block's bytes are in the journal (inline or a journal file).
+    fn staged_present(&self, sha: &str) -> bool {
+        self.is_inline(sha) || self.blocks_dir.join(sha).exists()
+    }
+
+    /// Commits the scope's open batch of metadata mutations and checkpoints the database's WAL into
+    /// its file; `true` when all of it was copied.
+    pub fn checkpoint_metadata(&self) -> EngineResult<bool> {
+        self.meta.lock()?.checkpoint()
+    }
+
+    /// Writes a consistent copy of the scope's metadata database (every mutation so far) to `to`,
+    /// while the scope is in use: another process cannot open a database this one has open.
+    pub fn copy_metadata_to(&self, to: &std::path::Path) -> EngineResult<()> {
+        self.meta.lock()?.copy_to(to)
     }
 
     /// `PRAGMA integrity_check` of the scope's metadata database ("ok" when healthy).

@@ -473,6 +473,12 @@ impl ScopeEngine {
         }
     }
 
+    /// Commits the scope's open batch of metadata mutations (each is in the redo log already, so
+    /// this only shortens the log a restart would replay); nothing when its database is closed.
+    pub fn commit_metadata(&self) -> EngineResult<()> {
+        self.meta.commit_if_open()
+    }
+
     /// Local flushes (durability points that had work) so far: `close()` alone performs none
     /// unless the scope's durability mode is `close`.
     pub fn local_flushes(&self) -> u64 {

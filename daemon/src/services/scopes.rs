@@ -294,6 +294,11 @@ impl Scopes {
             if !engine.wait_uploads(deadline.saturating_duration_since(Instant::now())) {
                 tracing::warn!(scope_id = %engine.scope_id(), "uploads still pending at restart; they stay journaled");
             }
+            // The process ends without closing its databases (the mounts must stay): their batches
+            // commit now, so the next process has little of their redo logs to replay.
+            if let Err(e) = engine.commit_metadata() {
+                tracing::warn!(scope_id = %engine.scope_id(), error = %e, "committing metadata at restart failed; its redo log keeps it");
+            }
         }
     }
 }

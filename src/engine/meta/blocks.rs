@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, OptionalExtension};
 
+use super::batch::Op;
 use super::{exec, now_ns, query_one, BlockRef, MetaDb};
 use crate::engine::{EngineResult, Ino};
 
@@ -45,8 +46,8 @@ impl MetaDb {
         let tx = self.tx()?;
         let mut had = Vec::with_capacity(shas.len());
         for sha in shas {
-            exec(&tx, "UPDATE blocks SET state = 'uploaded' WHERE sha256 = ?1", [sha])?;
-            had.push(exec(&tx, "DELETE FROM staged_inline WHERE sha256 = ?1", [sha])? > 0);
+            exec(&tx, "UPDATE blocks SET state = 'uploaded' WHERE sha256 = ?1", params![sha])?;
+            had.push(exec(&tx, "DELETE FROM staged_inline WHERE sha256 = ?1", params![sha])? > 0);
         }
         tx.commit()?;
         Ok(had)
@@ -100,8 +101,8 @@ impl MetaDb {
             rows.collect::<Result<Vec<_>, _>>()?
         };
         for b in &mut found {
-            exec(&tx, "DELETE FROM blocks WHERE sha256 = ?1 AND refcount = 0", [&b.sha256])?;
-            b.inline = exec(&tx, "DELETE FROM staged_inline WHERE sha256 = ?1", [&b.sha256])? > 0;
+            exec(&tx, "DELETE FROM blocks WHERE sha256 = ?1 AND refcount = 0", params![&b.sha256])?;
+            b.inline = exec(&tx, "DELETE FROM staged_inline WHERE sha256 = ?1", params![&b.sha256])? > 0;
         }
         tx.commit()?;
         Ok(found)
@@ -119,17 +120,17 @@ pub(crate) struct Unreferenced {
 }
 
 /// Journals the bytes of a block new to the scope inline, in the caller's transaction.
-pub(super) fn stage_inline(conn: &Connection, sha: &str, data: &[u8]) -> rusqlite::Result<()> {
+pub(super) fn stage_inline(conn: &Op<'_>, sha: &str, data: &[u8]) -> rusqlite::Result<()> {
     exec(conn, "INSERT OR IGNORE INTO staged_inline (sha256, data) VALUES (?1, ?2)", params![sha, data])?;
     Ok(())
 }
 
 /// Adds a reference to a block; returns true when the block is new to the scope (must be uploaded).
-pub(super) fn add_ref(conn: &Connection, b: &BlockRef) -> rusqlite::Result<bool> {
+pub(super) fn add_ref(conn: &Op<'_>, b: &BlockRef) -> rusqlite::Result<bool> {
     let updated = exec(
         conn,
         "UPDATE blocks SET refcount = refcount + 1, unreferenced_since = NULL WHERE sha256 = ?1",
-        [&b.sha256],
+        params![&b.sha256],
     )?;
     if updated == 1 {
         return Ok(false);
@@ -142,7 +143,7 @@ pub(super) fn add_ref(conn: &Connection, b: &BlockRef) -> rusqlite::Result<bool>
     Ok(true)
 }
 
-pub(super) fn drop_ref(conn: &Connection, sha: &str) -> rusqlite::Result<()> {
+pub(super) fn drop_ref(conn: &Op<'_>, sha: &str) -> rusqlite::Result<()> {
     let unix_now = now_ns() / 1_000_000_000;
     exec(
         conn,

@@ -1,8 +1,9 @@
 //! Hard links in the metadata database: further names of an inode (`links` rows), its link count, and
 //! how a name is moved or dropped whether it is the inode's first name or a further one.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, OptionalExtension};
 
+use super::batch::Op;
 use super::{drop_last_name, exec, inode_in, lookup_in, now_ns, touch_dir, usage_in, Dropped, InodeRow, MetaDb};
 use crate::engine::{EngineError, EngineResult, FileKind, Ino, ROOT_INO};
 
@@ -50,7 +51,7 @@ impl MetaDb {
         if row.nlink == 0 {
             // Its first name: the inode is already counted.
             super::set_name(&tx, ino, parent, name, now)?;
-            exec(&tx, "UPDATE inodes SET nlink = 1 WHERE ino = ?1", [ino as i64])?;
+            exec(&tx, "UPDATE inodes SET nlink = 1 WHERE ino = ?1", params![ino as i64])?;
             touch_dir(&tx, parent, now)?;
             let row = lookup_in(&tx, parent, name)?.ok_or(EngineError::NotFound)?;
             tx.commit()?;
@@ -65,14 +66,13 @@ impl MetaDb {
             crate::limits::refuse(crate::limits::Bound::QuotaInodes);
             return Err(EngineError::QuotaExceeded("inodes"));
         }
-        tx.prepare_cached("INSERT INTO links (parent, name, ino) VALUES (?1, ?2, ?3)")?.execute(params![
-            parent as i64,
-            name,
-            ino as i64
-        ])?;
-        tx.prepare_cached("UPDATE inodes SET nlink = nlink + 1, ctime_ns = ?2 WHERE ino = ?1")?
-            .execute(params![ino as i64, now])?;
-        exec(&tx, "UPDATE usage SET links = links + 1 WHERE id = 1", [])?;
+        exec(
+            &tx,
+            "INSERT INTO links (parent, name, ino) VALUES (?1, ?2, ?3)",
+            params![parent as i64, name, ino as i64],
+        )?;
+        exec(&tx, "UPDATE inodes SET nlink = nlink + 1, ctime_ns = ?2 WHERE ino = ?1", params![ino as i64, now])?;
+        exec(&tx, "UPDATE usage SET links = links + 1 WHERE id = 1", params![])?;
         touch_dir(&tx, parent, now)?;
         let row = lookup_in(&tx, parent, name)?.ok_or(EngineError::NotFound)?;
         tx.commit()?;
@@ -83,13 +83,13 @@ impl MetaDb {
 /// Takes one name of an inode away (the name `row` was found through). The last name of an inode
 /// detaches it if open, else deletes it; an earlier one only lowers its link count (the inode's first
 /// name passes to its oldest further name).
-pub(super) fn drop_entry(conn: &Connection, row: &InodeRow, open: bool, now: i64) -> EngineResult<Dropped> {
+pub(super) fn drop_entry(conn: &Op<'_>, row: &InodeRow, open: bool, now: i64) -> EngineResult<Dropped> {
     if row.kind == FileKind::Dir || row.nlink <= 1 {
         return drop_last_name(conn, row, open, now);
     }
     match row.link {
         Some(id) => {
-            conn.prepare_cached("DELETE FROM links WHERE id = ?1")?.execute([id])?;
+            exec(conn, "DELETE FROM links WHERE id = ?1", params![id])?;
         }
         None => {
             let next: Option<(i64, i64, Vec<u8>)> = conn
@@ -100,37 +100,25 @@ pub(super) fn drop_entry(conn: &Connection, row: &InodeRow, open: bool, now: i64
                 // A link count without the links behind it: this was the last name after all.
                 return drop_last_name(conn, row, open, now);
             };
-            conn.prepare_cached("DELETE FROM links WHERE id = ?1")?.execute([id])?;
-            conn.prepare_cached("UPDATE inodes SET parent = ?2, name = ?3 WHERE ino = ?1")?.execute(params![
-                row.ino as i64,
-                parent,
-                name
-            ])?;
+            exec(conn, "DELETE FROM links WHERE id = ?1", params![id])?;
+            exec(
+                conn,
+                "UPDATE inodes SET parent = ?2, name = ?3 WHERE ino = ?1",
+                params![row.ino as i64, parent, name],
+            )?;
         }
     }
-    conn.prepare_cached("UPDATE inodes SET nlink = nlink - 1, ctime_ns = ?2 WHERE ino = ?1")?
-        .execute(params![row.ino as i64, now])?;
-    exec(conn, "UPDATE usage SET links = links - 1 WHERE id = 1", [])?;
+    exec(conn, "UPDATE inodes SET nlink = nlink - 1, ctime_ns = ?2 WHERE ino = ?1", params![row.ino as i64, now])?;
+    exec(conn, "UPDATE usage SET links = links - 1 WHERE id = 1", params![])?;
     Ok(Dropped::None)
 }
 
 /// Moves the name `row` was found through to `parent/name`; the inode's ctime changes.
-pub(super) fn set_entry_name(
-    conn: &Connection,
-    row: &InodeRow,
-    parent: Ino,
-    name: &[u8],
-    now: i64,
-) -> EngineResult<()> {
+pub(super) fn set_entry_name(conn: &Op<'_>, row: &InodeRow, parent: Ino, name: &[u8], now: i64) -> EngineResult<()> {
     match row.link {
         Some(id) => {
-            conn.prepare_cached("UPDATE links SET parent = ?2, name = ?3 WHERE id = ?1")?.execute(params![
-                id,
-                parent as i64,
-                name
-            ])?;
-            conn.prepare_cached("UPDATE inodes SET ctime_ns = ?2 WHERE ino = ?1")?
-                .execute(params![row.ino as i64, now])?;
+            exec(conn, "UPDATE links SET parent = ?2, name = ?3 WHERE id = ?1", params![id, parent as i64, name])?;
+            exec(conn, "UPDATE inodes SET ctime_ns = ?2 WHERE ino = ?1", params![row.ino as i64, now])?;
         }
         None => super::set_name(conn, row.ino, parent, name, now)?,
     }
@@ -139,11 +127,11 @@ pub(super) fn set_entry_name(
 
 /// Takes the name `row` was found through out of the unique indexes for the rest of the transaction
 /// (it is given a new place by `set_entry_name` before the commit).
-pub(super) fn move_aside(conn: &Connection, row: &InodeRow) -> EngineResult<()> {
+pub(super) fn move_aside(conn: &Op<'_>, row: &InodeRow) -> EngineResult<()> {
     match row.link {
         // Negative parents name no directory and are unique per link.
-        Some(id) => conn.prepare_cached("UPDATE links SET parent = -id WHERE id = ?1")?.execute([id])?,
-        None => conn.prepare_cached("UPDATE inodes SET parent = NULL WHERE ino = ?1")?.execute([row.ino as i64])?,
+        Some(id) => exec(conn, "UPDATE links SET parent = -id WHERE id = ?1", params![id])?,
+        None => exec(conn, "UPDATE inodes SET parent = NULL WHERE ino = ?1", params![row.ino as i64])?,
     };
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Extended attributes in the metadata database: the `xattrs` rows of an inode, their per-inode
 //! bounds and their charge to the byte quota (kept in `usage.bytes` by the triggers of migration 0005).
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{exec, now_ns, MetaDb};
 use crate::engine::xattr::XattrMode;
@@ -75,7 +75,7 @@ impl MetaDb {
         bounds: XattrBounds,
         room: &dyn Fn(u64, u64) -> EngineResult<()>,
     ) -> EngineResult<()> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.tx()?;
         let kind = kind_in(&tx, ino)?;
         if !matches!(kind, FileKind::File | FileKind::Dir) {
             // Linux: user attributes only on regular files and directories.
@@ -117,7 +117,7 @@ impl MetaDb {
 
     /// Removes attribute `name` of `ino` (`NoData` when absent) and sets the inode's ctime to now.
     pub fn remove_xattr(&mut self, ino: Ino, name: &[u8]) -> EngineResult<()> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.tx()?;
         let kind = kind_in(&tx, ino)?;
         if !matches!(kind, FileKind::File | FileKind::Dir) {
             return Err(EngineError::NotPermitted("user extended attributes on a special file or symlink"));

@@ -1,0 +1,418 @@
+//! Grouped commits of a scope's metadata database (issue 10). Mutations run inside one long write
+//! transaction, the batch, each in a savepoint; every statement a mutation writes with is recorded
+//! (its text and values) and the record is appended to the database's redo log (one write, no
+//! flush) before the mutation returns, so a mutation survives a killed daemon at once. The batch
+//! commits, writing each page it changed to the WAL once for many mutations, after `BATCH_OPS`
+//! mutations or `BATCH_LOG_BYTES` of log, once `BATCH_AGE` old (at its next mutation, or by the
+//! idle flusher), at a durability point (`make_durable`), and when the database closes; the log is
+//! emptied after. Opening a database runs again, in order, the statements its log holds for the
+//! batch after the last committed one: the statements are deterministic (times and names are
+//! values, inode numbers come from the same AUTOINCREMENT state, triggers and foreign-key actions
+//! do the same again), so the database ends exactly as the killed process had it.
+
+use std::cell::RefCell;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rusqlite::types::{ToSqlOutput, Value, ValueRef};
+use rusqlite::{Connection, ToSql};
+
+use super::{exec_raw, MetaDb};
+use crate::engine::{EngineError, EngineResult};
+
+/// The first schema version with a redo log (migration 0008: `redo_state`).
+pub(super) const REDO_SCHEMA: i64 = 8;
+/// Mutations a batch takes before it commits.
+const BATCH_OPS: u32 = 256;
+/// Bytes of redo log at which the batch commits.
+const BATCH_LOG_BYTES: u64 = 8 << 20;
+/// Age at which a batch commits: at its next mutation, or by the idle flusher
+/// (`MetaBudget::commit_idle`).
+pub(crate) const BATCH_AGE: Duration = Duration::from_millis(200);
+/// First bytes of every log record.
+const MAGIC: u32 = 0x5346_5244;
+/// Record header: magic, payload length, epoch, CRC-32 of epoch and payload.
+const HEADER: usize = 20;
+/// The savepoint each mutation runs in (statements kept prepared, like every hot one).
+const SAVEPOINT: &str = "SAVEPOINT scopefs_op";
+const RELEASE: &str = "RELEASE scopefs_op";
+const ROLLBACK_TO: &str = "ROLLBACK TO scopefs_op";
+
+/// The redo log of one database and the state of its open batch.
+pub(crate) struct Redo {
+    path: PathBuf,
+    file: File,
+    /// Where the next record goes.
+    end: u64,
+    /// Epoch of the batch being recorded: the last committed one + 1.
+    epoch: u64,
+    /// Mutations recorded in the open batch.
+    ops: u32,
+    /// When the open batch began (`None`: no batch open).
+    started: Option<Instant>,
+    record: Vec<u8>,
+}
+
+/// The log file of the database at `db`: `<db>-redo`.
+pub(crate) fn log_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-redo");
+    PathBuf::from(name)
+}
+
+impl Redo {
+    /// Opens (creating, mode 0600) the log of the database at `db`, whose last committed batch is
+    /// `committed`; returns it with the payloads recorded for the batch after, in order, up to the
+    /// first damaged or short record (a write a killed process left unfinished). Records of
+    /// committed batches (a log emptied too late, or brought back by a power loss) are skipped.
+    fn open(db: &Path, committed: u64) -> io::Result<(Redo, Vec<Vec<u8>>)> {
+        let path = log_path(db);
+        let mut file =
+            OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path)?;
+        let mut all = Vec::new();
+        file.read_to_end(&mut all)?;
+        let epoch = committed + 1;
+        let mut payloads = Vec::new();
+        let mut at = 0;
+        while at + HEADER <= all.len() {
+            let word = |i: usize| u32::from_le_bytes([all[at + i], all[at + i + 1], all[at + i + 2], all[at + i + 3]]);
+            let (magic, len, crc) = (word(0), word(4) as usize, word(16));
+            let record_epoch = u64::from(word(8)) | (u64::from(word(12)) << 32);
+            let start = at + HEADER;
+            if magic != MAGIC || start + len > all.len() || checksum(record_epoch, &all[start..start + len]) != crc {
+                break;
+            }
+            if record_epoch == epoch {
+                payloads.push(all[start..start + len].to_vec());
+            } else if record_epoch > epoch {
+                break;
+            }
+            at = start + len;
+        }
+        // What follows the last sound record (a torn write) is overwritten by the next one.
+        let redo = Redo { path, file, end: at as u64, epoch, ops: 0, started: None, record: Vec::new() };
+        Ok((redo, payloads))
+    }
+
+    /// Appends one mutation's record (one write; nothing is flushed).
+    fn append(&mut self, payload: &[u8]) -> io::Result<()> {
+        let len = u32::try_from(payload.len()).map_err(|_| io::Error::other("record over 4 GiB"))?;
+        self.record.clear();
+        self.record.extend_from_slice(&MAGIC.to_le_bytes());
+        self.record.extend_from_slice(&len.to_le_bytes());
+        self.record.extend_from_slice(&self.epoch.to_le_bytes());
+        self.record.extend_from_slice(&checksum(self.epoch, payload).to_le_bytes());
+        self.record.extend_from_slice(payload);
+        // A failed or partial write leaves `end` where it was: the next record overwrites it.
+        self.file.write_all_at(&self.record, self.end)?;
+        self.end += self.record.len() as u64;
+        self.ops += 1;
+        Ok(())
+    }
+
+    /// The batch committed: the next one begins with an empty log. A log that cannot be emptied
+    /// keeps its records (of a committed epoch now, so never replayed) and grows past them.
+    fn committed(&mut self) {
+        self.epoch += 1;
+        self.ops = 0;
+        self.started = None;
+        match self.file.set_len(0) {
+            Ok(()) => self.end = 0,
+            Err(e) => tracing::warn!(error = %e, "emptying a metadata redo log failed; it keeps stale records"),
+        }
+        if self.record.capacity() > 1 << 20 {
+            self.record = Vec::new();
+        }
+    }
+
+    /// Whether the open batch should commit now.
+    fn due(&self) -> bool {
+        self.ops >= BATCH_OPS || self.end >= BATCH_LOG_BYTES || self.started.is_some_and(|t| t.elapsed() >= BATCH_AGE)
+    }
+}
+
+fn checksum(epoch: u64, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&epoch.to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+/// One mutation: a savepoint inside the open batch and the record of the statements it writes
+/// with (`write`). `commit` logs and keeps it; dropped without `commit` (an error on the way), it
+/// is rolled back and nothing is logged.
+pub(crate) struct Op<'a> {
+    conn: &'a Connection,
+    statements: RefCell<Vec<u8>>,
+    redo: &'a mut Redo,
+    finished: bool,
+}
+
+impl std::ops::Deref for Op<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Op<'_> {
+    /// Runs one writing statement of the mutation (through the statement cache) and records it.
+    pub fn write(&self, sql: &str, params: &[&dyn ToSql]) -> rusqlite::Result<usize> {
+        let mut values = Vec::with_capacity(params.len());
+        for p in params {
+            values.push(match p.to_sql()? {
+                ToSqlOutput::Borrowed(v) => owned(v)?,
+                ToSqlOutput::Owned(v) => v,
+                _ => return Err(rusqlite::Error::ToSqlConversionFailure("unsupported value kind".into())),
+            });
+        }
+        encode_statement(&mut self.statements.borrow_mut(), sql, &values);
+        self.conn.prepare_cached(sql)?.execute(rusqlite::params_from_iter(values.iter()))
+    }
+
+    /// Records the mutation in the redo log, then keeps its changes in the batch (which commits
+    /// when due). A mutation that cannot be logged is rolled back and fails.
+    pub fn commit(mut self) -> EngineResult<()> {
+        let statements = std::mem::take(self.statements.get_mut());
+        if !statements.is_empty() {
+            self.redo.append(&statements)?;
+        }
+        exec_raw(self.conn, RELEASE)?;
+        self.finished = true;
+        if self.redo.due() {
+            // The mutation is logged and in the batch: a failed batch commit is not its failure
+            // (`commit_batch` put the batch back from the log; the next durability point reports).
+            if let Err(e) = commit_batch(self.conn, self.redo) {
+                tracing::warn!(error = %e, "committing a metadata batch failed; it stays in the redo log");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Op<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = exec_raw(self.conn, ROLLBACK_TO).and_then(|_| exec_raw(self.conn, RELEASE));
+        }
+    }
+}
+
+/// An owned copy of a borrowed value.
+fn owned(v: ValueRef<'_>) -> rusqlite::Result<Value> {
+    Ok(match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::Integer(i),
+        ValueRef::Real(f) => Value::Real(f),
+        ValueRef::Text(t) => {
+            Value::Text(String::from_utf8(t.to_vec()).map_err(|e| rusqlite::Error::Utf8Error(0, e.utf8_error()))?)
+        }
+        ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+    })
+}
+
+/// Value tags of a recorded statement.
+const NULL: u8 = 0;
+const INTEGER: u8 = 1;
+const REAL: u8 = 2;
+const TEXT: u8 = 3;
+const BLOB: u8 = 4;
+
+/// Appends one statement to a mutation's record: its text, then each value (tag and bytes).
+fn encode_statement(out: &mut Vec<u8>, sql: &str, values: &[Value]) {
+    let bytes = |out: &mut Vec<u8>, b: &[u8]| {
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(b);
+    };
+    bytes(out, sql.as_bytes());
+    out.extend_from_slice(&(values.len() as u16).to_le_bytes());
+    for v in values {
+        match v {
+            Value::Null => out.push(NULL),
+            Value::Integer(i) => {
+                out.push(INTEGER);
+                out.extend_from_slice(&i.to_le_bytes());
+            }
+            Value::Real(f) => {
+                out.push(REAL);
+                out.extend_from_slice(&f.to_le_bytes());
+            }
+            Value::Text(t) => {
+                out.push(TEXT);
+                bytes(out, t.as_bytes());
+            }
+            Value::Blob(b) => {
+                out.push(BLOB);
+                bytes(out, b);
+            }
+        }
+    }
+}
+
+/// Reads a mutation's record back: its statements and their values, in order. `None` when the
+/// bytes are not a record this module wrote (the CRC passed, so only a newer daemon's log).
+fn decode_statements(mut rec: &[u8]) -> Option<Vec<(String, Vec<Value>)>> {
+    fn take<'a>(rec: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (rec.get(..n)?, rec.get(n..)?);
+        *rec = rest;
+        Some(head)
+    }
+    fn bytes<'a>(rec: &mut &'a [u8]) -> Option<&'a [u8]> {
+        let n = u32::from_le_bytes(take(rec, 4)?.try_into().ok()?) as usize;
+        take(rec, n)
+    }
+    let mut out = Vec::new();
+    while !rec.is_empty() {
+        let sql = String::from_utf8(bytes(&mut rec)?.to_vec()).ok()?;
+        let n = u16::from_le_bytes(take(&mut rec, 2)?.try_into().ok()?);
+        let mut values = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let tag = take(&mut rec, 1)?[0];
+            values.push(match tag {
+                NULL => Value::Null,
+                INTEGER => Value::Integer(i64::from_le_bytes(take(&mut rec, 8)?.try_into().ok()?)),
+                REAL => Value::Real(f64::from_le_bytes(take(&mut rec, 8)?.try_into().ok()?)),
+                TEXT => Value::Text(String::from_utf8(bytes(&mut rec)?.to_vec()).ok()?),
+                BLOB => Value::Blob(bytes(&mut rec)?.to_vec()),
+                _ => return None,
+            });
+        }
+        out.push((sql, values));
+    }
+    Some(out)
+}
+
+/// Commits the open batch (its epoch recorded with it) and empties the log. When the commit fails
+/// (the disk is full, an I/O error) SQLite rolls the batch back: it is applied again from the log,
+/// so the database keeps every mutation its callers were told succeeded, and the error is returned.
+fn commit_batch(conn: &Connection, redo: &mut Redo) -> EngineResult<()> {
+    if conn.is_autocommit() {
+        return Ok(());
+    }
+    let committed = conn
+        .prepare_cached("UPDATE redo_state SET epoch = ?1 WHERE id = 1")
+        .and_then(|mut st| st.execute([redo.epoch as i64]))
+        .and_then(|_| conn.execute_batch("COMMIT"));
+    match committed {
+        Ok(()) => {
+            redo.committed();
+            Ok(())
+        }
+        Err(e) => {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            restore_batch(conn, redo)?;
+            Err(e.into())
+        }
+    }
+}
+
+/// Runs the log's records of the open batch again, in a new batch (after its commit failed).
+fn restore_batch(conn: &Connection, redo: &mut Redo) -> EngineResult<()> {
+    let (fresh, payloads) = Redo::open(&redo.path, redo.epoch - 1)?;
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    if let Err(e) = apply(conn, &payloads) {
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(e);
+    }
+    let ops = payloads.len() as u32;
+    *redo = Redo { ops, started: Some(Instant::now()), ..fresh };
+    Ok(())
+}
+
+/// Runs the recorded mutations again, in order, inside the caller's transaction.
+fn apply(conn: &Connection, records: &[Vec<u8>]) -> EngineResult<()> {
+    for record in records {
+        let statements = decode_statements(record)
+            .ok_or(EngineError::Invalid("a metadata redo record this daemon cannot read (written by a newer one?)"))?;
+        for (sql, values) in statements {
+            conn.prepare_cached(&sql)?.execute(rusqlite::params_from_iter(values.iter()))?;
+        }
+    }
+    Ok(())
+}
+
+impl MetaDb {
+    /// Opens the redo log of a freshly opened (migrated) database and runs again what it holds
+    /// beyond the last committed batch, committing it as that batch's successor.
+    pub(super) fn open_redo(conn: &Connection, path: &Path) -> EngineResult<Redo> {
+        let committed: i64 = conn.query_row("SELECT epoch FROM redo_state WHERE id = 1", [], |r| r.get(0))?;
+        let (mut redo, payloads) = Redo::open(path, committed.max(0) as u64)?;
+        if payloads.is_empty() {
+            return Ok(redo);
+        }
+        let replayed = conn.execute_batch("BEGIN IMMEDIATE").map_err(EngineError::from).and_then(|()| {
+            apply(conn, &payloads)?;
+            conn.execute("UPDATE redo_state SET epoch = ?1 WHERE id = 1", [redo.epoch as i64])?;
+            Ok(conn.execute_batch("COMMIT")?)
+        });
+        if replayed.is_err() && !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        replayed?;
+        tracing::info!(mutations = payloads.len(), "replayed a scope's metadata redo log");
+        redo.committed();
+        Ok(redo)
+    }
+
+    /// Starts one mutation (opening a batch first when none is open).
+    pub(super) fn tx(&mut self) -> EngineResult<Op<'_>> {
+        let MetaDb { conn, redo } = self;
+        if conn.is_autocommit() {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            redo.started = Some(Instant::now());
+        }
+        exec_raw(conn, SAVEPOINT)?;
+        Ok(Op { conn, statements: RefCell::new(Vec::new()), redo, finished: false })
+    }
+
+    /// Makes every earlier mutation durable: the open batch commits, then one FULL-synchronous
+    /// commit flushes the WAL, which covers every commit before it.
+    pub fn make_durable(&mut self) -> EngineResult<()> {
+        commit_batch(&self.conn, &mut self.redo)?;
+        self.conn.pragma_update(None, "synchronous", "FULL")?;
+        let r = exec_raw(&self.conn, "UPDATE usage SET id = id WHERE id = 1");
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        r?;
+        Ok(())
+    }
+
+    /// Commits the open batch, then copies the WAL into the database file (a passive checkpoint);
+    /// `true` when every frame was copied.
+    pub fn checkpoint(&mut self) -> EngineResult<bool> {
+        commit_batch(&self.conn, &mut self.redo)?;
+        let (busy, log, copied): (i64, i64, i64) =
+            self.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(busy == 0 && log == copied)
+    }
+
+    /// Commits the open batch, then writes a consistent copy of the database to `to`.
+    pub fn copy_to(&mut self, to: &Path) -> EngineResult<()> {
+        commit_batch(&self.conn, &mut self.redo)?;
+        let to = to.to_str().ok_or(EngineError::Invalid("a metadata copy's path must be UTF-8"))?;
+        self.conn.execute("VACUUM INTO ?1", [to])?;
+        Ok(())
+    }
+
+    /// Commits the open batch if it is at least `age` old (the idle flusher), or whatever its age
+    /// with `Duration::ZERO` (before the database closes or is handed over).
+    pub fn commit_batch_older_than(&mut self, age: Duration) -> EngineResult<()> {
+        match self.redo.started {
+            Some(t) if t.elapsed() >= age => commit_batch(&self.conn, &mut self.redo),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for MetaDb {
+    /// A database closing commits its batch; if that fails the log keeps it for the next open.
+    fn drop(&mut self) {
+        if let Err(e) = self.commit_batch_older_than(Duration::ZERO) {
+            tracing::warn!(error = %e, "committing a metadata batch at close failed; the redo log keeps it");
+        }
+    }
+}
