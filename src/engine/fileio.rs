@@ -254,12 +254,8 @@ impl ScopeEngine {
             f.read_exact_at(buf, offset)?;
             return Ok(());
         }
-        if cache.touch(scope, &b.sha256) {
-            if let Ok(f) = File::open(cache.path(scope, &b.sha256)) {
-                if f.read_exact_at(buf, offset).is_ok() {
-                    return Ok(());
-                }
-            }
+        if cache.read_at(scope, &b.sha256, offset, buf) {
+            return Ok(());
         }
         if self.read_inline(&b.sha256, offset, buf, false)? {
             return Ok(());

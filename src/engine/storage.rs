@@ -231,7 +231,7 @@ impl Storage {
     pub(crate) fn prefetch(self: &Arc<Self>, scope: &str, shas: Vec<String>) {
         for sha in shas {
             let key = (scope.to_string(), sha.clone());
-            if self.cache.path(scope, &sha).exists() || !self.prefetching.lock().insert(key.clone()) {
+            if self.cache.size_of(scope, &sha).is_some() || !self.prefetching.lock().insert(key.clone()) {
                 continue;
             }
             let this = self.clone();

@@ -213,10 +213,6 @@ impl ScopeEngine {
                 Ok(r) => r?,
                 Err(_) => return Err(StoreError::Timeout(timeout)),
             }
-            if block.inline {
-                // Into the cache before its row leaves the journal: a reader always finds it.
-                let _ = self.storage.cache.insert_bytes(self.scope_id.as_str(), sha, &block.data);
-            }
             Ok(Some((i, block)))
         });
         let mut results = Vec::new();
@@ -226,6 +222,15 @@ impl ScopeEngine {
                 Ok(None) => {}
                 Err(e) => results.push((i, Err(e))),
             }
+        }
+        // Inline blocks go into the cache (one transaction) before their rows leave the journal,
+        // so a reader always finds them; best effort: without it a read fetches from the store.
+        let cached: Vec<(&str, &[u8])> = results
+            .iter()
+            .filter_map(|(i, r)| r.as_ref().ok().filter(|b| b.inline).map(|b| (shas[*i].as_str(), &b.data[..])))
+            .collect();
+        if let Err(e) = self.storage.cache.insert_many(self.scope_id.as_str(), &cached) {
+            tracing::debug!(scope = %self.scope_id, error = %e, "caching uploaded inline blocks failed");
         }
         self.record_group(shas, results, &mut outcomes);
         outcomes
@@ -457,10 +462,7 @@ impl ScopeEngine {
     /// idempotent); `false` when the cache does not have it either.
     pub(crate) fn restage_from_cache(&self, sha: &str) -> bool {
         let cache = &self.storage.cache;
-        let len = match std::fs::metadata(cache.path(self.scope_id.as_str(), sha)) {
-            Ok(m) => m.len(),
-            Err(_) => return false,
-        };
+        let Some(len) = cache.size_of(self.scope_id.as_str(), sha) else { return false };
         if self.staging_add(len).is_err() {
             return false;
         }

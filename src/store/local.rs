@@ -44,7 +44,7 @@ impl LocalDirStore {
         }
         // Every tenant's blocks live here: readable by the daemon's user only.
         fs::set_permissions(&root, fs::Permissions::from_mode(0o700))?;
-        let pack = Arc::new(Pack::open(&root)?);
+        let pack = Arc::new(Pack::open(&root, true)?);
         Ok(LocalDirStore { root, pack })
     }
 

@@ -2,7 +2,7 @@
 
 pub mod local;
 pub mod memory;
-mod pack;
+pub(crate) mod pack;
 pub mod s3;
 
 use std::time::Duration;

@@ -1,6 +1,7 @@
-//! The pack database of a local object directory: objects up to `PACK_MAX_BYTES` are rows of one
-//! SQLite database in the directory instead of files, so a small block costs the host file system
-//! no inode, and a group of them one disk flush (the commit) instead of two per object.
+//! A pack database: objects up to `PACK_MAX_BYTES` as rows of one SQLite database in a directory
+//! instead of files, so a small block costs the host file system no inode. The local object
+//! directory keeps its small objects in one (durable: a group of puts is one flush instead of two
+//! per object), the block cache its small blocks (not flushed).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use super::{ObjectInfo, StoreError};
 
 /// Largest object kept in the pack; larger ones are files.
-pub(super) const PACK_MAX_BYTES: usize = 128 * 1024;
+pub(crate) const PACK_MAX_BYTES: usize = 128 * 1024;
 /// File name of the pack database in the object directory (a reserved name: never a key).
 pub(super) const PACK_FILE: &str = ".scopefs-pack.sqlite3";
 /// Reader connections kept open between reads (more are opened while reads overlap).
@@ -20,8 +21,9 @@ const IDLE_READERS: usize = 4;
 
 /// One object directory's pack: a writer connection and a few reader connections (WAL mode, so
 /// reads never wait for a write's flush).
-pub(super) struct Pack {
+pub(crate) struct Pack {
     path: PathBuf,
+    durable: bool,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
 }
@@ -60,8 +62,9 @@ fn delete_keys(conn: &mut Connection, keys: &[&str]) -> rusqlite::Result<usize> 
 }
 
 impl Pack {
-    /// Opens (creating and migrating) the pack of the object directory `root`.
-    pub fn open(root: &Path) -> Result<Pack, StoreError> {
+    /// Opens (creating and migrating) the pack in directory `root`. With `durable`, a put is
+    /// flushed before it returns (an object store); without, nothing is (a cache).
+    pub fn open(root: &Path, durable: bool) -> Result<Pack, StoreError> {
         let path = root.join(PACK_FILE);
         let mut conn = connect(&path).map_err(pack_error)?;
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
@@ -69,12 +72,14 @@ impl Pack {
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL").map_err(pack_error)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(pack_error)?;
         // FULL: a put's commit flushes the WAL, so a stored object survives power loss.
-        conn.pragma_update(None, "synchronous", "FULL").map_err(pack_error)?;
+        conn.pragma_update(None, "synchronous", if durable { "FULL" } else { "OFF" }).map_err(pack_error)?;
         crate::migrate::apply(&mut conn, crate::migrate::STORE_PACK)
             .map_err(|e| StoreError::Io(io::Error::other(format!("pack database: {e}"))))?;
-        // The WAL file exists now: make its name (and the database's) durable once.
-        std::fs::File::open(root)?.sync_all()?;
-        Ok(Pack { path, writer: Mutex::new(conn), readers: Mutex::new(Vec::new()) })
+        if durable {
+            // The WAL file exists now: make its name (and the database's) durable once.
+            std::fs::File::open(root)?.sync_all()?;
+        }
+        Ok(Pack { path, writer: Mutex::new(conn), readers: Mutex::new(Vec::new()), durable })
     }
 
     /// Stores every item in one transaction; durable when it returns.
@@ -102,7 +107,8 @@ impl Pack {
         let mut conn = self.writer.lock();
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(pack_error)?;
         let removed = delete_keys(&mut conn, keys).map_err(pack_error);
-        let restored = conn.pragma_update(None, "synchronous", "FULL").map_err(pack_error);
+        let restored =
+            conn.pragma_update(None, "synchronous", if self.durable { "FULL" } else { "OFF" }).map_err(pack_error);
         if removed? == 0 {
             return restored;
         }
