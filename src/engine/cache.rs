@@ -238,7 +238,7 @@ impl BlockCache {
             let data = self.pack.get(&pack_key(scope, sha)).map_err(|e| io::Error::other(e.to_string()))?;
             let Some(data) = data else { return Ok(false) };
             fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(dst)?.write_all(&data)?;
-            self.forget(&[key.clone()]);
+            self.forget(std::slice::from_ref(&key));
         } else {
             fs::rename(self.path(scope, sha), dst)?;
         }
