@@ -250,21 +250,19 @@ fn a_killed_process_loses_no_mutation_that_returned() {
 fn a_durability_point_and_an_idle_batch_leave_nothing_uncommitted() {
     let tmp = tempfile::tempdir().unwrap();
     let rt = runtime();
-    let id = ScopeId::generate();
-    let log = tmp.path().join("data/scopes").join(id.as_str()).join("meta.sqlite3-redo");
-    let e = storage(tmp.path(), &rt).open_scope(&id, engine_support::big_quota()).unwrap();
+    let e = storage(tmp.path(), &rt).open_scope(&ScopeId::generate(), engine_support::big_quota()).unwrap();
     for i in 0..30u64 {
         run(&e, &step(i)).unwrap();
     }
-    assert!(std::fs::metadata(&log).unwrap().len() > 0, "the batch's mutations are in the log");
+    assert!(e.uncommitted_metadata() > 0, "the batch's mutations are in the log only");
     e.fsync_dir().unwrap();
-    assert_eq!(std::fs::metadata(&log).unwrap().len(), 0, "a durability point commits the batch");
+    assert_eq!(e.uncommitted_metadata(), 0, "a durability point commits the batch");
     for i in 30..40u64 {
         run(&e, &step(i)).unwrap();
     }
     // The idle flusher commits a batch once it is older than its age bound.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::metadata(&log).unwrap().len() > 0 {
+    while e.uncommitted_metadata() > 0 {
         assert!(Instant::now() < deadline, "an idle batch was never committed");
         std::thread::sleep(Duration::from_millis(20));
     }

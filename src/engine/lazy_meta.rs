@@ -136,6 +136,11 @@ impl LazyMeta {
         }
     }
 
+    /// Mutations in the open batch (0 when the database is closed).
+    pub fn uncommitted(&self) -> u32 {
+        self.slot.db.lock().as_ref().map_or(0, MetaDb::uncommitted)
+    }
+
     /// Whether the database is open now.
     pub fn is_open(&self) -> bool {
         self.slot.is_open.load(Ordering::Relaxed)

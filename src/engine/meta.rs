@@ -142,6 +142,28 @@ pub(crate) fn from_ns(ns: i64) -> SystemTime {
     }
 }
 
+/// Keeps the WAL file when the database closes (emptied, not deleted): a scope's database is
+/// closed and opened again by the open-database budget, and creating the file anew each time cost
+/// the host file system an inode allocation (most of a reopen's time).
+fn persist_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let mut on: std::ffi::c_int = 1;
+    // SAFETY: a file control on this open connection's main database, with a pointer to an int
+    // that outlives the call.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
+            (&raw mut on).cast(),
+        )
+    };
+    if rc == rusqlite::ffi::SQLITE_OK {
+        Ok(())
+    } else {
+        Err(rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), Some("persisting the WAL file".into())))
+    }
+}
+
 /// WAL pages written between automatic checkpoints (4 KiB pages: 32 MiB).
 const WAL_CHECKPOINT_PAGES: i64 = 8192;
 /// Bytes of WAL file kept after a checkpoint resets it.
@@ -157,27 +179,33 @@ pub(crate) struct MetaDb {
 impl MetaDb {
     /// Opens (creating and migrating) the database; creates the root directory on first open.
     pub fn open(path: &Path, root_uid: u32, root_gid: u32) -> EngineResult<MetaDb> {
+        let fresh = !path.exists();
         let mut conn = Connection::open(path)?;
-        // Private before the WAL and shared-memory files exist: SQLite gives them the database's mode.
-        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        // One process owns a scope's database while it has it open (its redo log is replayed under
-        // that ownership): another process asking waits (busy timeout), then fails.
-        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        // NORMAL: in WAL mode a commit survives a process crash; a power loss may drop the newest
-        // commits but never corrupts. Durability points (fsync, fsyncdir, sync) flush the WAL
-        // through one FULL-synchronous commit (`make_durable`), covering every commit before it.
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        // Page cache at most 512 KiB per scope (SQLite's default is 2 MiB): thousands of scopes per daemon.
-        conn.pragma_update(None, "cache_size", -512)?;
-        // Each mutation runs in a savepoint of the open batch (`batch.rs`): its rollback journal (the
-        // pages it changed) stays in memory, never a temporary file written per page.
-        conn.pragma_update(None, "temp_store", "MEMORY")?;
-        // A checkpoint (three disk flushes under the metadata lock) every 8192 pages, not SQLite's
-        // 1000: a namespace change writes ~8 pages, so rm -rf flushed thrice per ~125 unlinks. The
-        // WAL stays below 32 MiB, is cut back to 4 MiB after a checkpoint and goes when the database closes.
-        conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
-        conn.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)?;
+        if fresh {
+            // Private before the WAL file exists: SQLite gives it the database's mode.
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        }
+        persist_wal(&conn)?;
+        // One batch, parsed once (a scope's database is opened again whenever the open-database
+        // budget closed it):
+        // - EXCLUSIVE: one process owns a scope's database while it has it open (its redo log is
+        //   replayed under that ownership); another process asking waits (busy timeout), then fails.
+        // - NORMAL: in WAL mode a commit survives a process crash; a power loss may drop the newest
+        //   commits but never corrupts. Durability points (fsync, fsyncdir, sync) flush the WAL
+        //   through one FULL-synchronous commit (`make_durable`), covering every commit before it.
+        // - a page cache of at most 512 KiB per scope (SQLite's default is 2 MiB): thousands of
+        //   scopes per daemon.
+        // - temp_store MEMORY: each mutation runs in a savepoint of the open batch (`batch.rs`); its
+        //   rollback journal (the pages it changed) stays in memory, never a temporary file.
+        // - a checkpoint (three disk flushes under the metadata lock) every 8192 pages, not SQLite's
+        //   1000; the WAL is cut back to 4 MiB after a checkpoint and emptied when the database closes.
+        // - foreign keys on, as every statement ran with them (a replayed log runs its cascades again).
+        conn.execute_batch(&format!(
+            "PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+             PRAGMA cache_size = -512; PRAGMA temp_store = MEMORY;
+             PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}; PRAGMA journal_size_limit = {WAL_KEEP_BYTES};
+             PRAGMA foreign_keys = ON;"
+        ))?;
         conn.busy_timeout(Duration::from_secs(30))?;
         // Every statement of the hot paths stays prepared (`exec`, `prepare_cached`), and keeps its
         // plan: without the query planner stability guarantee SQLite re-prepares a cached statement
@@ -187,14 +215,14 @@ impl MetaDb {
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         // A log left by a killed daemon is replayed before any migration: its statements were
         // written for the schema the file has now.
-        // It runs with foreign keys on, as the statements first did (their cascades run again).
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
         let replayed = if version >= batch::REDO_SCHEMA { Some(MetaDb::open_redo(&conn, path)?) } else { None };
-        // Off while migrating: a migration that rebuilds a table must not cascade its drop.
-        conn.pragma_update(None, "foreign_keys", "OFF")?;
-        migrate::apply(&mut conn, migrate::SCOPE_META)?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
+        if migrate::SCOPE_META.last().is_some_and(|m| m.version != version) {
+            // Off while migrating: a migration that rebuilds a table must not cascade its drop.
+            conn.pragma_update(None, "foreign_keys", "OFF")?;
+            migrate::apply(&mut conn, migrate::SCOPE_META)?;
+            conn.pragma_update(None, "foreign_keys", "ON")?;
+        }
         // Only a new database writes here: a reopened one (first use after a restart, or after the
         // open-database budget closed it) stays read-only until used.
         let has_root: bool =

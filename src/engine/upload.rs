@@ -481,6 +481,11 @@ impl ScopeEngine {
         self.meta.commit_if_open()
     }
 
+    /// Metadata mutations of the scope not yet committed (each is in the redo log).
+    pub fn uncommitted_metadata(&self) -> u32 {
+        self.meta.uncommitted()
+    }
+
     /// Local flushes (durability points that had work) so far: `close()` alone performs none
     /// unless the scope's durability mode is `close`.
     pub fn local_flushes(&self) -> u64 {

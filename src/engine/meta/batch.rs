@@ -32,6 +32,8 @@ const BATCH_LOG_BYTES: u64 = 8 << 20;
 /// Age at which a batch commits: at its next mutation, or by the idle flusher
 /// (`MetaBudget::commit_idle`).
 pub(crate) const BATCH_AGE: Duration = Duration::from_millis(200);
+/// Capacity of the record buffer kept between mutations.
+const RECORD_KEEP_BYTES: usize = 16 << 10;
 /// First bytes of every log record.
 const MAGIC: u32 = 0x5346_5244;
 /// Record header: magic, payload length, epoch, CRC-32 of epoch and payload.
@@ -65,9 +67,12 @@ pub(crate) fn log_path(db: &Path) -> PathBuf {
 
 impl Redo {
     /// Opens (creating, mode 0600) the log of the database at `db`, whose last committed batch is
-    /// `committed`; returns it with the payloads recorded for the batch after, in order, up to the
-    /// first damaged or short record (a write a killed process left unfinished). Records of
-    /// committed batches (a log emptied too late, or brought back by a power loss) are skipped.
+    /// `committed`; returns it with the payloads of the batch after, in order: the records of that
+    /// epoch from the start of the file, up to the first damaged or short one (a write a killed
+    /// process left unfinished) or one of another epoch. A batch always writes its records from
+    /// the start, over those of the batch before (`committed`), so a replay only ever runs a prefix
+    /// of the mutations of one batch onto the state the batch began from: never what lies behind
+    /// a later batch's records (records a power loss brought back).
     fn open(db: &Path, committed: u64) -> io::Result<(Redo, Vec<Vec<u8>>)> {
         let path = log_path(db);
         let mut file =
@@ -85,11 +90,10 @@ impl Redo {
             if magic != MAGIC || start + len > all.len() || checksum(record_epoch, &all[start..start + len]) != crc {
                 break;
             }
-            if record_epoch == epoch {
-                payloads.push(all[start..start + len].to_vec());
-            } else if record_epoch > epoch {
+            if record_epoch != epoch {
                 break;
             }
+            payloads.push(all[start..start + len].to_vec());
             at = start + len;
         }
         // What follows the last sound record (a torn write) is overwritten by the next one.
@@ -107,25 +111,35 @@ impl Redo {
         self.record.extend_from_slice(&checksum(self.epoch, payload).to_le_bytes());
         self.record.extend_from_slice(payload);
         // A failed or partial write leaves `end` where it was: the next record overwrites it.
-        self.file.write_all_at(&self.record, self.end)?;
-        self.end += self.record.len() as u64;
+        let written = self.file.write_all_at(&self.record, self.end);
+        let len = self.record.len() as u64;
+        if self.record.capacity() > RECORD_KEEP_BYTES {
+            // An idle open database keeps no large buffer (thousands may be open).
+            self.record = Vec::new();
+        }
+        written?;
+        self.end += len;
         self.ops += 1;
         Ok(())
     }
 
-    /// The batch committed: the next one begins with an empty log. A log that cannot be emptied
-    /// keeps its records (of a committed epoch now, so never replayed) and grows past them.
+    /// The batch committed: the next one writes its records from the start of the log, over the
+    /// committed ones (of an older epoch, so never replayed: a replay skips them and stops at the
+    /// first torn record). The file is not truncated on the way (that frees and allocates its
+    /// blocks again every batch); it stays within `BATCH_LOG_BYTES` and one record.
     fn committed(&mut self) {
         self.epoch += 1;
         self.ops = 0;
         self.started = None;
-        match self.file.set_len(0) {
-            Ok(()) => self.end = 0,
-            Err(e) => tracing::warn!(error = %e, "emptying a metadata redo log failed; it keeps stale records"),
+        self.end = 0;
+    }
+
+    /// Empties the log (the database is closing with its batch committed).
+    fn truncate(&mut self) {
+        if let Err(e) = self.file.set_len(0) {
+            tracing::warn!(error = %e, "emptying a metadata redo log failed; it keeps committed records");
         }
-        if self.record.capacity() > 1 << 20 {
-            self.record = Vec::new();
-        }
+        self.end = 0;
     }
 
     /// Whether the open batch should commit now.
@@ -398,6 +412,11 @@ impl MetaDb {
         Ok(())
     }
 
+    /// Mutations in the open batch (in the redo log, not yet committed).
+    pub fn uncommitted(&self) -> u32 {
+        self.redo.ops
+    }
+
     /// Commits the open batch if it is at least `age` old (the idle flusher), or whatever its age
     /// with `Duration::ZERO` (before the database closes or is handed over).
     pub fn commit_batch_older_than(&mut self, age: Duration) -> EngineResult<()> {
@@ -409,10 +428,78 @@ impl MetaDb {
 }
 
 impl Drop for MetaDb {
-    /// A database closing commits its batch; if that fails the log keeps it for the next open.
+    /// A database closing commits its batch and empties its log; if the commit fails the log keeps
+    /// the batch for the next open.
     fn drop(&mut self) {
-        if let Err(e) = self.commit_batch_older_than(Duration::ZERO) {
-            tracing::warn!(error = %e, "committing a metadata batch at close failed; the redo log keeps it");
+        match self.commit_batch_older_than(Duration::ZERO) {
+            Ok(()) => self.redo.truncate(),
+            Err(e) => tracing::warn!(error = %e, "committing a metadata batch at close failed; the redo log keeps it"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_with(dir: &Path, batches: &[(u64, &[&[u8]])]) -> PathBuf {
+        let db = dir.join("meta.sqlite3");
+        let (mut redo, _) = Redo::open(&db, 0).unwrap();
+        for (epoch, records) in batches {
+            redo.epoch = *epoch;
+            redo.end = 0;
+            for r in *records {
+                redo.append(r).unwrap();
+            }
+        }
+        db
+    }
+
+    #[test]
+    fn a_replay_takes_the_records_of_the_next_epoch_from_the_start_of_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        // Batch 3 wrote three records; batch 4 then two, over the start of them.
+        let db = log_with(dir.path(), &[(3, &[b"a3", b"b3", b"c3"]), (4, &[b"a4", b"b4"])]);
+        let (redo, found) = Redo::open(&db, 3).unwrap();
+        assert_eq!(found, vec![b"a4".to_vec(), b"b4".to_vec()], "batch 4, not the tail of batch 3 behind it");
+        assert_eq!(redo.epoch, 4);
+        // With batch 4 committed, nothing is replayed, and the next batch writes from the start.
+        let (redo, found) = Redo::open(&db, 4).unwrap();
+        assert!(found.is_empty());
+        assert_eq!(redo.end, 0);
+        // A database that lost batch 3 (a power loss) never gets batch 3's tail behind batch 4.
+        let (_, found) = Redo::open(&db, 2).unwrap();
+        assert!(found.is_empty());
+    }
+
+    #[test]
+    fn a_torn_record_ends_the_records_and_the_next_one_overwrites_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = log_with(dir.path(), &[(1, &[b"first", b"second", b"third"])]);
+        let log = log_path(&db);
+        let full = std::fs::read(&log).unwrap();
+        std::fs::write(&log, &full[..full.len() - 2]).unwrap();
+        let (mut redo, found) = Redo::open(&db, 0).unwrap();
+        assert_eq!(found, vec![b"first".to_vec(), b"second".to_vec()]);
+        redo.append(b"again").unwrap();
+        let (_, found) = Redo::open(&db, 0).unwrap();
+        assert_eq!(found, vec![b"first".to_vec(), b"second".to_vec(), b"again".to_vec()]);
+        // Garbage is no record.
+        std::fs::write(&log, b"not a record at all, just bytes").unwrap();
+        assert!(Redo::open(&db, 0).unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn statements_and_values_round_trip_through_a_record() {
+        let mut rec = Vec::new();
+        let values =
+            vec![Value::Null, Value::Integer(-7), Value::Real(1.5), Value::Text("é".into()), Value::Blob(vec![0, 255])];
+        encode_statement(&mut rec, "INSERT INTO t VALUES (?1, ?2, ?3, ?4, ?5)", &values);
+        encode_statement(&mut rec, "DELETE FROM t", &[]);
+        let decoded = decode_statements(&rec).unwrap();
+        assert_eq!(decoded.len(), 2);
+        assert_eq!(decoded[0].1, values);
+        assert_eq!(decoded[1], ("DELETE FROM t".to_string(), Vec::new()));
+        assert!(decode_statements(&rec[..rec.len() - 1]).is_none(), "a cut record does not decode");
     }
 }
