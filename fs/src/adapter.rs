@@ -205,8 +205,14 @@ impl Filesystem for ScopeFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         crate::pause::test_stall(name.as_bytes());
-        let r = call("lookup", || self.engine.lookup(parent.0, name.as_bytes()));
-        self.reply_entry(reply, r);
+        match call("lookup", || self.engine.lookup(parent.0, name.as_bytes())) {
+            // A missing name is cached by the kernel as a negative entry (inode 0) for the entry
+            // TTL: tools that look for the same absent files again (git's ignore files, a build's
+            // probes) ask once. Names created through the mount replace it at once; a change made
+            // through the HTTP API invalidates it (`crate::mount`).
+            Err(Errno::ENOENT) if !self.ttl.is_zero() => reply.entry(&self.ttl, &dot_attr(0), GENERATION),
+            r => self.reply_entry(reply, r),
+        }
     }
 
     fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
