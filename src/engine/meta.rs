@@ -142,28 +142,6 @@ pub(crate) fn from_ns(ns: i64) -> SystemTime {
     }
 }
 
-/// Keeps the WAL file when the database closes (emptied, not deleted): a scope's database is
-/// closed and opened again by the open-database budget, and creating the file anew each time cost
-/// the host file system an inode allocation (most of a reopen's time).
-fn persist_wal(conn: &Connection) -> rusqlite::Result<()> {
-    let mut on: std::ffi::c_int = 1;
-    // SAFETY: a file control on this open connection's main database, with a pointer to an int
-    // that outlives the call.
-    let rc = unsafe {
-        rusqlite::ffi::sqlite3_file_control(
-            conn.handle(),
-            c"main".as_ptr(),
-            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
-            (&raw mut on).cast(),
-        )
-    };
-    if rc == rusqlite::ffi::SQLITE_OK {
-        Ok(())
-    } else {
-        Err(rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), Some("persisting the WAL file".into())))
-    }
-}
-
 /// WAL pages written between automatic checkpoints (4 KiB pages: 32 MiB).
 const WAL_CHECKPOINT_PAGES: i64 = 8192;
 /// Bytes of WAL file kept after a checkpoint resets it.
@@ -185,7 +163,7 @@ impl MetaDb {
             // Private before the WAL file exists: SQLite gives it the database's mode.
             std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         }
-        persist_wal(&conn)?;
+        batch::persist_wal(&conn)?;
         // One batch, parsed once (a scope's database is opened again whenever the open-database
         // budget closed it):
         // - EXCLUSIVE: one process owns a scope's database while it has it open (its redo log is

@@ -438,6 +438,28 @@ impl Drop for MetaDb {
     }
 }
 
+/// Keeps the WAL file when the database closes (emptied, not deleted): a scope's database is
+/// closed and opened again by the open-database budget, and creating the file anew each time cost
+/// the host file system an inode allocation (most of a reopen's time).
+pub(super) fn persist_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let mut on: std::ffi::c_int = 1;
+    // SAFETY: a file control on this open connection's main database, with a pointer to an int
+    // that outlives the call.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
+            (&raw mut on).cast(),
+        )
+    };
+    if rc == rusqlite::ffi::SQLITE_OK {
+        Ok(())
+    } else {
+        Err(rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), Some("persisting the WAL file".into())))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
