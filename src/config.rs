@@ -109,6 +109,9 @@ pub struct Config {
     pub inline_block_max_bytes: u64,
     /// Bytes of in-memory dirty blocks across all scopes.
     pub dirty_memory_max_bytes: u64,
+    /// SQLite heap of the whole daemon (the page caches of every open metadata database and the
+    /// registry): a soft limit past which caches recycle pages instead of growing (0: none).
+    pub metadata_cache_max_bytes: u64,
     pub upload_parallelism: usize,
     /// How long a closed file's new blocks wait before their background upload (grouping a
     /// burst of closes into a few uploads); `fsync` never waits for it.
@@ -182,6 +185,7 @@ impl Default for Config {
             staging_max_bytes: s.staging_max_bytes,
             inline_block_max_bytes: s.inline_block_max_bytes,
             dirty_memory_max_bytes: s.dirty_memory_max_bytes,
+            metadata_cache_max_bytes: s.metadata_cache_max_bytes,
             upload_parallelism: s.upload_parallelism,
             upload_delay_ms: s.upload_delay.as_millis() as u64,
             store_timeout_ms: s.store_timeout.as_millis() as u64,
@@ -297,6 +301,7 @@ impl Config {
             max_open_scope_databases: self.limits.max_open_scope_databases,
             inline_block_max_bytes: self.inline_block_max_bytes,
             dirty_memory_max_bytes: self.dirty_memory_max_bytes,
+            metadata_cache_max_bytes: self.metadata_cache_max_bytes,
         }
     }
 

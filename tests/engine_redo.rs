@@ -314,3 +314,32 @@ fn a_torn_record_ends_the_replay_and_what_came_before_it_is_kept() {
     let e = storage(tmp.path(), &rt).open_scope(&id, engine_support::big_quota()).unwrap();
     assert_eq!(tree(&e), model(27));
 }
+
+/// A mutation that fails after it wrote (removing an extended attribute that is not there deletes
+/// nothing, then refuses) is undone by rolling the batch back and running its logged mutations
+/// again: every earlier mutation of the batch is still there, nothing of the failed one, and the
+/// database is consistent; it happens again in a fresh batch and after a durability point.
+#[test]
+fn a_mutation_failing_after_it_wrote_leaves_its_batch_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let e = storage(tmp.path(), &rt).open_scope(&ScopeId::generate(), engine_support::big_quota()).unwrap();
+    for i in 0..25u64 {
+        run(&e, &step(i)).unwrap();
+    }
+    let ino = resolve(&e, &file_of(1)).unwrap();
+    e.setxattr(ino, b"user.kept", b"v", XattrMode::Either).unwrap();
+    assert!(e.uncommitted_metadata() > 0, "the batch holds the mutations");
+    assert!(matches!(e.removexattr(ino, b"user.absent"), Err(EngineError::NoData)));
+    assert_eq!(tree(&e), model(25), "every mutation before the failed one is kept");
+    assert_eq!(e.getxattr(ino, b"user.kept").unwrap(), b"v");
+    assert_eq!(e.consistency_problems().unwrap(), Vec::<String>::new());
+    for i in 25..30u64 {
+        run(&e, &step(i)).unwrap();
+    }
+    assert!(matches!(e.removexattr(ino, b"user.absent"), Err(EngineError::NoData)));
+    e.fsync_dir().unwrap();
+    assert!(matches!(e.removexattr(ino, b"user.absent"), Err(EngineError::NoData)));
+    assert_eq!(tree(&e), model(30));
+    assert_eq!(e.consistency_problems().unwrap(), Vec::<String>::new());
+}

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::dirty::{DirtyBlock, Sealed};
 use super::error::{EngineError, EngineResult};
-use super::meta::{now_ns, BlockRef, FileVersion};
+use super::meta::{now_ns, BlockRef, FileVersion, InodeRow};
 use super::scope::{HandleInfo, ScopeEngine};
 use super::types::*;
 
@@ -26,6 +26,9 @@ pub(crate) const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 pub(crate) struct OpenEntry {
     pub handles: u32,
     pub file: Arc<Mutex<OpenFile>>,
+    /// The inode has no name any more (unlinked or renamed over while open, or an `O_TMPFILE`):
+    /// the last handle's release deletes it.
+    pub detached: bool,
 }
 
 pub(crate) struct OpenFile {
@@ -81,6 +84,12 @@ impl ScopeEngine {
             }
             (row.clone(), meta.blocks_of(ino)?)
         };
+        Ok(self.register_open(&row, blocks))
+    }
+
+    /// Registers one more handle on `row`'s inode: its open state is `blocks` and the row's size
+    /// unless another request opened it meanwhile.
+    fn register_open(&self, row: &InodeRow, blocks: BTreeMap<u64, BlockRef>) -> Arc<Mutex<OpenFile>> {
         let fresh = Arc::new(Mutex::new(OpenFile {
             size: row.size,
             committed_size: row.size,
@@ -91,9 +100,23 @@ impl ScopeEngine {
             last_read_block: None,
         }));
         let mut map = self.open_files.lock();
-        let e = map.entry(ino).or_insert(OpenEntry { handles: 0, file: fresh });
+        let e = map.entry(row.ino).or_insert(OpenEntry { handles: 0, file: fresh, detached: row.parent.is_none() });
         e.handles += 1;
-        Ok(e.file.clone())
+        e.file.clone()
+    }
+
+    /// A new handle on an inode registered by `acquire` or `register_open`. The low bit carries the
+    /// write right, so a later process can adopt the handle.
+    fn new_handle(&self, ino: Ino, write: bool) -> Opened {
+        let fh = (self.next_fh.fetch_add(1, Ordering::Relaxed) << 1) | u64::from(write);
+        self.handles.lock().insert(fh, HandleInfo { ino, write });
+        Opened { fh, keep_cache: true }
+    }
+
+    /// Opens a regular file `create` has just inserted (`row`): empty, so nothing is read back.
+    pub(crate) fn open_created(&self, row: &InodeRow, write: bool) -> Opened {
+        self.register_open(row, BTreeMap::new());
+        self.new_handle(row.ino, write)
     }
 
     fn file_of(&self, ino: Ino, fh: Fh, write: bool) -> EngineResult<Arc<Mutex<OpenFile>>> {
@@ -174,10 +197,7 @@ impl ScopeEngine {
                 return Err(e);
             }
         }
-        // The low bit carries the write right, so a later process can adopt the handle.
-        let fh = (self.next_fh.fetch_add(1, Ordering::Relaxed) << 1) | u64::from(flags.write);
-        self.handles.lock().insert(fh, HandleInfo { ino, write: flags.write });
-        Ok(Opened { fh, keep_cache: true })
+        Ok(self.new_handle(ino, flags.write))
     }
 
     pub fn read(&self, ino: Ino, fh: Fh, offset: u64, size: u32) -> EngineResult<Vec<u8>> {
@@ -574,8 +594,7 @@ impl ScopeEngine {
             self.discard_dirty(d);
         }
         drop(f);
-        let detached = matches!(self.meta.lock().and_then(|m| m.inode(ino)), Ok(row) if row.parent.is_none());
-        if detached {
+        if entry.detached {
             if let Err(e) = self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
                 tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");
             }

@@ -28,7 +28,12 @@ pub(crate) struct MetaBudget {
 }
 
 impl MetaBudget {
-    pub fn new(max_open: usize) -> Arc<MetaBudget> {
+    /// A budget of `max_open` open databases whose memory, with every other SQLite database of
+    /// the process, stays near `heap_bytes` (SQLite's soft heap limit, process-wide: page caches
+    /// recycle their own pages past it instead of growing; 0 sets no limit).
+    pub fn new(max_open: usize, heap_bytes: u64) -> Arc<MetaBudget> {
+        // SAFETY: sets a process-wide SQLite setting; callable at any time from any thread.
+        unsafe { rusqlite::ffi::sqlite3_soft_heap_limit64(i64::try_from(heap_bytes).unwrap_or(i64::MAX)) };
         Arc::new(MetaBudget { max_open: max_open.max(1), open: Mutex::new(VecDeque::new()) })
     }
 
@@ -187,7 +192,7 @@ mod tests {
     #[test]
     fn past_the_budget_the_oldest_idle_database_closes_and_reopens_on_use() {
         let dir = tempfile::tempdir().unwrap();
-        let budget = MetaBudget::new(2);
+        let budget = MetaBudget::new(2, 0);
         let metas: Vec<LazyMeta> =
             (0..3).map(|i| LazyMeta::new(dir.path().join(format!("{i}.sqlite3")), budget.clone(), None)).collect();
         let opened = |m: &LazyMeta| m.slot.is_open.load(Ordering::Relaxed);

@@ -13,7 +13,7 @@ use crate::migrate;
 
 pub(crate) mod batch;
 use batch::Op;
-use rows::{row_to_inode, INODE_COLS, LINK_COLS};
+use rows::{inode_cols, link_cols, row_to_inode};
 mod blocks;
 mod check;
 mod links;
@@ -107,7 +107,7 @@ pub(crate) fn exec(op: &Op<'_>, sql: &str, params: &[&dyn rusqlite::ToSql]) -> r
     op.write(sql, params)
 }
 
-/// Runs a statement without parameters that belongs to no mutation (savepoints, the durability
+/// Runs a statement without parameters that belongs to no mutation (the durability
 /// commit), through the statement cache.
 pub(crate) fn exec_raw(conn: &Connection, sql: &str) -> rusqlite::Result<usize> {
     conn.prepare_cached(sql)?.execute([])
@@ -152,6 +152,9 @@ const WAL_KEEP_BYTES: i64 = 4 << 20;
 pub(crate) struct MetaDb {
     conn: Connection,
     redo: batch::Redo,
+    /// Places of directories met by `place` (creates ask for their parent's on every call);
+    /// emptied by every rename and rmdir, bounded by `tree::PLACES_KEPT`.
+    places: std::cell::RefCell<std::collections::HashMap<Ino, tree::Place>>,
 }
 
 impl MetaDb {
@@ -171,16 +174,20 @@ impl MetaDb {
         // - NORMAL: in WAL mode a commit survives a process crash; a power loss may drop the newest
         //   commits but never corrupts. Durability points (fsync, fsyncdir, sync) flush the WAL
         //   through one FULL-synchronous commit (`make_durable`), covering every commit before it.
-        // - a page cache of at most 512 KiB per scope (SQLite's default is 2 MiB): thousands of
-        //   scopes per daemon.
-        // - temp_store MEMORY: each mutation runs in a savepoint of the open batch (`batch.rs`); its
-        //   rollback journal (the pages it changed) stays in memory, never a temporary file.
+        // - a page cache of up to 4 MiB, so a batch's changed pages fit and are written to the WAL
+        //   once, at its commit (a smaller cache spills them mid-batch, some twice); allocated as
+        //   used, and all caches together stay within `metadata_cache_max_bytes` (`MetaBudget`).
+        // - temp_store MEMORY: statement journals and temporary tables stay in memory, never in a
+        //   temporary file.
         // - a checkpoint (three disk flushes under the metadata lock) every 8192 pages, not SQLite's
         //   1000; the WAL is cut back to 4 MiB after a checkpoint and emptied when the database closes.
-        // - foreign keys on, as every statement ran with them (a replayed log runs its cascades again).
+        // - foreign keys on while a log is replayed (a log of an older daemon relied on their
+        //   cascades), off afterwards: every mutation deletes what an inode owns itself
+        //   (`delete_inode`), and the cascade programs cost most of an unlink; `consistency_problems`
+        //   checks the references.
         conn.execute_batch(&format!(
             "PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
-             PRAGMA cache_size = -512; PRAGMA temp_store = MEMORY;
+             PRAGMA cache_size = -4096; PRAGMA temp_store = MEMORY;
              PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}; PRAGMA journal_size_limit = {WAL_KEEP_BYTES};
              PRAGMA foreign_keys = ON;"
         ))?;
@@ -199,7 +206,6 @@ impl MetaDb {
             // Off while migrating: a migration that rebuilds a table must not cascade its drop.
             conn.pragma_update(None, "foreign_keys", "OFF")?;
             migrate::apply(&mut conn, migrate::SCOPE_META)?;
-            conn.pragma_update(None, "foreign_keys", "ON")?;
         }
         // Only a new database writes here: a reopened one (first use after a restart, or after the
         // open-database budget closed it) stays read-only until used.
@@ -215,9 +221,13 @@ impl MetaDb {
         }
         let redo = match replayed {
             Some(redo) => redo,
-            None => MetaDb::open_redo(&conn, path)?,
+            None => {
+                conn.pragma_update(None, "foreign_keys", "ON")?;
+                MetaDb::open_redo(&conn, path)?
+            }
         };
-        Ok(MetaDb { conn, redo })
+        conn.pragma_update(None, "foreign_keys", "OFF")?;
+        Ok(MetaDb { conn, redo, places: Default::default() })
     }
 
     pub fn inode(&self, ino: Ino) -> EngineResult<InodeRow> {
@@ -230,10 +240,12 @@ impl MetaDb {
 
     /// Every name in `parent` (first names and further links), by name.
     pub fn children(&self, parent: Ino) -> EngineResult<Vec<InodeRow>> {
-        let mut st = self.conn.prepare_cached(&format!(
-            "SELECT {INODE_COLS} FROM inodes WHERE parent = ?1
-             UNION ALL SELECT {LINK_COLS} FROM links l JOIN inodes i ON i.ino = l.ino WHERE l.parent = ?1
-             ORDER BY 3"
+        let mut st = self.conn.prepare_cached(concat!(
+            "SELECT ",
+            inode_cols!(),
+            " FROM inodes WHERE parent = ?1 UNION ALL SELECT ",
+            link_cols!(),
+            " FROM links l JOIN inodes i ON i.ino = l.ino WHERE l.parent = ?1 ORDER BY 3"
         ))?;
         let rows = st.query_map([parent as i64], row_to_inode)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -482,6 +494,7 @@ impl MetaDb {
     }
 
     pub fn rmdir(&mut self, parent: Ino, name: &[u8]) -> EngineResult<()> {
+        self.places.get_mut().clear();
         let tx = self.tx()?;
         let row = lookup_in(&tx, parent, name)?.ok_or(EngineError::NotFound)?;
         if row.kind != FileKind::Dir {
@@ -507,6 +520,7 @@ impl MetaDb {
         mode: RenameMode,
         is_open: &dyn Fn(Ino) -> bool,
     ) -> EngineResult<Dropped> {
+        self.places.get_mut().clear();
         let tx = self.tx()?;
         let src = lookup_in(&tx, parent, name)?.ok_or(EngineError::NotFound)?;
         let np = inode_in(&tx, new_parent)?.ok_or(EngineError::NotFound)?;
@@ -573,22 +587,20 @@ impl MetaDb {
 }
 
 fn inode_in(conn: &Connection, ino: Ino) -> rusqlite::Result<Option<InodeRow>> {
-    conn.prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE ino = ?1"))?
+    conn.prepare_cached(concat!("SELECT ", inode_cols!(), " FROM inodes WHERE ino = ?1"))?
         .query_row([ino as i64], row_to_inode)
         .optional()
 }
 
-/// The inode named `name` in `parent`, through its first name or a further link.
+/// The inode named `name` in `parent`, through its first name or a further link: one statement
+/// (a name is either a first name or a link, never both), which stops at the first row.
 fn lookup_in(conn: &Connection, parent: Ino, name: &[u8]) -> rusqlite::Result<Option<InodeRow>> {
-    let first = conn
-        .prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE parent = ?1 AND name = ?2"))?
-        .query_row(params![parent as i64, name], row_to_inode)
-        .optional()?;
-    if first.is_some() {
-        return Ok(first);
-    }
-    conn.prepare_cached(&format!(
-        "SELECT {LINK_COLS} FROM links l JOIN inodes i ON i.ino = l.ino WHERE l.parent = ?1 AND l.name = ?2"
+    conn.prepare_cached(concat!(
+        "SELECT ",
+        inode_cols!(),
+        " FROM inodes WHERE parent = ?1 AND name = ?2 UNION ALL SELECT ",
+        link_cols!(),
+        " FROM links l JOIN inodes i ON i.ino = l.ino WHERE l.parent = ?1 AND l.name = ?2 LIMIT 1"
     ))?
     .query_row(params![parent as i64, name], row_to_inode)
     .optional()
@@ -603,6 +615,10 @@ fn usage_in(conn: &Connection) -> rusqlite::Result<Usage> {
             links: r.get::<_, i64>(3)? as u64,
         })
     })
+}
+
+fn has_xattrs(conn: &Connection, ino: Ino) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM xattrs WHERE ino = ?1)")?.query_row([ino as i64], |r| r.get(0))
 }
 
 fn has_children(conn: &Connection, ino: Ino) -> rusqlite::Result<bool> {
@@ -664,7 +680,11 @@ fn delete_inode(conn: &Op<'_>, row: &InodeRow) -> EngineResult<()> {
     for sha in shas {
         drop_ref(conn, &sha)?;
     }
-    exec(conn, "DELETE FROM links WHERE ino = ?1", params![row.ino as i64])?;
+    // Foreign keys are off (`MetaDb::open`): what the inode owns goes explicitly. It has no
+    // further names (it is losing its last one), only extended attributes may remain.
+    if has_xattrs(conn, row.ino)? {
+        exec(conn, "DELETE FROM xattrs WHERE ino = ?1", params![row.ino as i64])?;
+    }
     exec(conn, "DELETE FROM inodes WHERE ino = ?1", params![row.ino as i64])?;
     let (files, bytes) = match row.kind {
         FileKind::File => (1, row.size as i64),

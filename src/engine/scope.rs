@@ -267,6 +267,11 @@ impl ScopeEngine {
     }
 
     fn insert(&self, parent: Ino, name: &[u8], node: NewNode<'_>, owner: Owner) -> EngineResult<Attr> {
+        let row = self.insert_row(parent, name, node, owner)?;
+        Ok(self.attr_of(&row))
+    }
+
+    fn insert_row(&self, parent: Ino, name: &[u8], node: NewNode<'_>, owner: Owner) -> EngineResult<InodeRow> {
         self.check_writable()?;
         names::check_new_name(name, parent == ROOT_INO)?;
         let max_inodes = self.quota().inodes;
@@ -278,9 +283,7 @@ impl ScopeEngine {
             let committed = meta.usage()?.bytes;
             self.check_bytes(committed, *self.pending_growth.lock(), t.len() as u64)?;
         }
-        let row = meta.insert(parent, name, node, owner, max_inodes)?;
-        drop(meta);
-        Ok(self.attr_of(&row))
+        meta.insert(parent, name, node, owner, max_inodes)
     }
 
     pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, owner: Owner) -> EngineResult<Attr> {
@@ -370,7 +373,9 @@ impl ScopeEngine {
         flags: OpenFlags,
         owner: Owner,
     ) -> EngineResult<(Attr, Opened)> {
-        let attr = match self.insert(parent, name, NewNode::plain(FileKind::File, perm), owner) {
+        let attr = match self.insert_row(parent, name, NewNode::plain(FileKind::File, perm), owner) {
+            // New and empty: opened without reading anything back.
+            Ok(row) => return Ok((self.attr_of(&row), self.open_created(&row, flags.write))),
             Err(EngineError::Exists) if !flags.exclusive => {
                 let attr = self.lookup(parent, name)?;
                 if attr.kind == FileKind::Dir {
@@ -378,7 +383,7 @@ impl ScopeEngine {
                 }
                 attr
             }
-            other => other?,
+            Err(e) => return Err(e),
         };
         let opened = self.open(attr.ino, flags)?;
         Ok((self.getattr(attr.ino)?, opened))
@@ -476,12 +481,16 @@ impl ScopeEngine {
     }
 
     /// A detached inode may have been released between the namespace change and now.
+    /// An open one is marked, and its last handle's release deletes it (under the same lock of the
+    /// open files, so exactly one of the two does).
     pub(crate) fn after_drop(&self, dropped: Dropped) {
         if let Dropped::Detached(ino) = dropped {
-            if !self.is_open(ino) {
-                if let Err(e) = self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
-                    tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");
-                }
+            if let Some(e) = self.open_files.lock().get_mut(&ino) {
+                e.detached = true;
+                return;
+            }
+            if let Err(e) = self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
+                tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");
             }
         }
     }

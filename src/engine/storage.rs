@@ -46,7 +46,8 @@ impl Storage {
         }
         let cache = BlockCache::open(data_dir.join("cache"), settings.cache_max_bytes)?;
         let staging_bytes = dir_size(&data_dir.join("staging"));
-        let meta_budget = super::lazy_meta::MetaBudget::new(settings.max_open_scope_databases);
+        let meta_budget =
+            super::lazy_meta::MetaBudget::new(settings.max_open_scope_databases, settings.metadata_cache_max_bytes);
         meta_budget.start_flusher()?;
         Ok(Arc::new(Storage {
             store,

@@ -217,6 +217,9 @@ pub struct StorageSettings {
     pub inline_block_max_bytes: u64,
     /// Bytes of in-memory dirty blocks across all scopes; past it, blocks go to staging files.
     pub dirty_memory_max_bytes: u64,
+    /// SQLite's heap across the process (every metadata database's page cache, the registry's):
+    /// past it page caches recycle their pages instead of growing (a soft limit; 0: none).
+    pub metadata_cache_max_bytes: u64,
 }
 
 impl Default for StorageSettings {
@@ -242,6 +245,7 @@ impl Default for StorageSettings {
             max_open_scope_databases: limits.max_open_scope_databases,
             inline_block_max_bytes: 64 * 1024,
             dirty_memory_max_bytes: 64 * 1024 * 1024,
+            metadata_cache_max_bytes: 256 * 1024 * 1024,
         }
     }
 }

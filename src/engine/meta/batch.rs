@@ -1,14 +1,16 @@
 //! Grouped commits of a scope's metadata database (issue 10). Mutations run inside one long write
-//! transaction, the batch, each in a savepoint; every statement a mutation writes with is recorded
-//! (its text and values) and the record is appended to the database's redo log (one write, no
-//! flush) before the mutation returns, so a mutation survives a killed daemon at once. The batch
+//! transaction, the batch; every statement a mutation writes with is recorded (its text and values)
+//! and the record is appended to the database's redo log (one write, no flush) before the mutation
+//! returns, so a mutation survives a killed daemon at once. A mutation that fails after it wrote
+//! is undone without a savepoint (which would copy every page it touches): the batch is rolled
+//! back and its logged mutations, which never include the failed one, run again (`Op::drop`). The batch
 //! commits, writing each page it changed to the WAL once for many mutations, after `BATCH_OPS`
 //! mutations or `BATCH_LOG_BYTES` of log, once `BATCH_AGE` old (at its next mutation, or by the
 //! idle flusher), at a durability point (`make_durable`), and when the database closes; the log is
 //! emptied after. Opening a database runs again, in order, the statements its log holds for the
 //! batch after the last committed one: the statements are deterministic (times and names are
-//! values, inode numbers come from the same AUTOINCREMENT state, triggers and foreign-key actions
-//! do the same again), so the database ends exactly as the killed process had it.
+//! values, inode numbers come from the same AUTOINCREMENT state, triggers do the same again;
+//! foreign keys are on while a log replays, for logs of older daemons that relied on their cascades), so the database ends exactly as the killed process had it.
 
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
@@ -26,7 +28,7 @@ use crate::engine::{EngineError, EngineResult};
 /// The first schema version with a redo log (migration 0008: `redo_state`).
 pub(super) const REDO_SCHEMA: i64 = 8;
 /// Mutations a batch takes before it commits.
-const BATCH_OPS: u32 = 256;
+const BATCH_OPS: u32 = 1024;
 /// Bytes of redo log at which the batch commits.
 const BATCH_LOG_BYTES: u64 = 8 << 20;
 /// Age at which a batch commits: at its next mutation, or by the idle flusher
@@ -38,10 +40,6 @@ const RECORD_KEEP_BYTES: usize = 16 << 10;
 const MAGIC: u32 = 0x5346_5244;
 /// Record header: magic, payload length, epoch, CRC-32 of epoch and payload.
 const HEADER: usize = 20;
-/// The savepoint each mutation runs in (statements kept prepared, like every hot one).
-const SAVEPOINT: &str = "SAVEPOINT scopefs_op";
-const RELEASE: &str = "RELEASE scopefs_op";
-const ROLLBACK_TO: &str = "ROLLBACK TO scopefs_op";
 
 /// The redo log of one database and the state of its open batch.
 pub(crate) struct Redo {
@@ -56,6 +54,9 @@ pub(crate) struct Redo {
     /// When the open batch began (`None`: no batch open).
     started: Option<Instant>,
     record: Vec<u8>,
+    /// The database lacks logged mutations of the open batch (undoing a failed one could not put
+    /// them back): restored before the next mutation runs.
+    restore_pending: bool,
 }
 
 /// The log file of the database at `db`: `<db>-redo`.
@@ -74,7 +75,11 @@ impl Redo {
     /// of the mutations of one batch onto the state the batch began from: never what lies behind
     /// a later batch's records (records a power loss brought back).
     fn open(db: &Path, committed: u64) -> io::Result<(Redo, Vec<Vec<u8>>)> {
-        let path = log_path(db);
+        Redo::open_log(log_path(db), committed)
+    }
+
+    /// `open` of the log file at `path` itself.
+    fn open_log(path: PathBuf, committed: u64) -> io::Result<(Redo, Vec<Vec<u8>>)> {
         let mut file =
             OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path)?;
         let mut all = Vec::new();
@@ -97,7 +102,16 @@ impl Redo {
             at = start + len;
         }
         // What follows the last sound record (a torn write) is overwritten by the next one.
-        let redo = Redo { path, file, end: at as u64, epoch, ops: 0, started: None, record: Vec::new() };
+        let redo = Redo {
+            path,
+            file,
+            end: at as u64,
+            epoch,
+            ops: 0,
+            started: None,
+            record: Vec::new(),
+            restore_pending: false,
+        };
         Ok((redo, payloads))
     }
 
@@ -155,9 +169,9 @@ fn checksum(epoch: u64, payload: &[u8]) -> u32 {
     h.finalize()
 }
 
-/// One mutation: a savepoint inside the open batch and the record of the statements it writes
-/// with (`write`). `commit` logs and keeps it; dropped without `commit` (an error on the way), it
-/// is rolled back and nothing is logged.
+/// One mutation inside the open batch and the record of the statements it writes with (`write`).
+/// `commit` logs and keeps it; dropped without `commit` (an error on the way) after it wrote, the
+/// batch is rolled back and restored from the log, which never holds the failed mutation.
 pub(crate) struct Op<'a> {
     conn: &'a Connection,
     statements: RefCell<Vec<u8>>,
@@ -173,28 +187,33 @@ impl std::ops::Deref for Op<'_> {
 }
 
 impl Op<'_> {
-    /// Runs one writing statement of the mutation (through the statement cache) and records it.
+    /// Runs one writing statement of the mutation (through the statement cache) and records it. The
+    /// values are encoded where they are (a blob is copied into the record once, never cloned).
     pub fn write(&self, sql: &str, params: &[&dyn ToSql]) -> rusqlite::Result<usize> {
         let mut values = Vec::with_capacity(params.len());
         for p in params {
-            values.push(match p.to_sql()? {
-                ToSqlOutput::Borrowed(v) => owned(v)?,
-                ToSqlOutput::Owned(v) => v,
-                _ => return Err(rusqlite::Error::ToSqlConversionFailure("unsupported value kind".into())),
-            });
+            values.push(p.to_sql()?);
         }
-        encode_statement(&mut self.statements.borrow_mut(), sql, &values);
-        self.conn.prepare_cached(sql)?.execute(rusqlite::params_from_iter(values.iter()))
+        let refs = values.iter().map(|v| match v {
+            ToSqlOutput::Borrowed(v) => Ok(*v),
+            ToSqlOutput::Owned(v) => Ok(ValueRef::from(v)),
+            _ => Err(rusqlite::Error::ToSqlConversionFailure("unsupported value kind".into())),
+        });
+        // Recorded before it runs: a statement that fails part-way is undone with the mutation.
+        encode_statement(&mut self.statements.borrow_mut(), sql, refs)?;
+        self.conn.prepare_cached(sql)?.execute(params)
     }
 
     /// Records the mutation in the redo log, then keeps its changes in the batch (which commits
-    /// when due). A mutation that cannot be logged is rolled back and fails.
+    /// when due). A mutation that cannot be logged is undone and fails.
     pub fn commit(mut self) -> EngineResult<()> {
-        let statements = std::mem::take(self.statements.get_mut());
-        if !statements.is_empty() {
-            self.redo.append(&statements)?;
+        if !self.statements.get_mut().is_empty() {
+            let record = std::mem::take(self.statements.get_mut());
+            let appended = self.redo.append(&record);
+            // Put back so that `drop` undoes the unlogged writes.
+            *self.statements.get_mut() = record;
+            appended?;
         }
-        exec_raw(self.conn, RELEASE)?;
         self.finished = true;
         if self.redo.due() {
             // The mutation is logged and in the batch: a failed batch commit is not its failure
@@ -208,24 +227,28 @@ impl Op<'_> {
 }
 
 impl Drop for Op<'_> {
+    /// A mutation that wrote and did not commit: the batch goes back to what its log holds (rare:
+    /// checks come before writes), and commits at once, so the next failure replays little.
     fn drop(&mut self) {
-        if !self.finished {
-            let _ = exec_raw(self.conn, ROLLBACK_TO).and_then(|_| exec_raw(self.conn, RELEASE));
+        if self.finished || self.statements.get_mut().is_empty() {
+            return;
+        }
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        if self.redo.ops == 0 {
+            // Nothing logged in this batch: the rollback was the whole undo.
+            self.redo.started = None;
+            return;
+        }
+        tracing::info!(mutations = self.redo.ops, "a metadata mutation failed after writing; its batch is restored");
+        let undone = restore_batch(self.conn, self.redo).and_then(|()| commit_batch(self.conn, self.redo));
+        if let Err(e) = undone {
+            // The log keeps every logged mutation; the next mutation tries again (`MetaDb::tx`).
+            self.redo.restore_pending = true;
+            tracing::warn!(error = %e, "restoring a metadata batch after a failed mutation failed");
         }
     }
-}
-
-/// An owned copy of a borrowed value.
-fn owned(v: ValueRef<'_>) -> rusqlite::Result<Value> {
-    Ok(match v {
-        ValueRef::Null => Value::Null,
-        ValueRef::Integer(i) => Value::Integer(i),
-        ValueRef::Real(f) => Value::Real(f),
-        ValueRef::Text(t) => {
-            Value::Text(String::from_utf8(t.to_vec()).map_err(|e| rusqlite::Error::Utf8Error(0, e.utf8_error()))?)
-        }
-        ValueRef::Blob(b) => Value::Blob(b.to_vec()),
-    })
 }
 
 /// Value tags of a recorded statement.
@@ -236,7 +259,11 @@ const TEXT: u8 = 3;
 const BLOB: u8 = 4;
 
 /// Appends one statement to a mutation's record: its text, then each value (tag and bytes).
-fn encode_statement(out: &mut Vec<u8>, sql: &str, values: &[Value]) {
+fn encode_statement<'v>(
+    out: &mut Vec<u8>,
+    sql: &str,
+    values: impl ExactSizeIterator<Item = rusqlite::Result<ValueRef<'v>>>,
+) -> rusqlite::Result<()> {
     let bytes = |out: &mut Vec<u8>, b: &[u8]| {
         out.extend_from_slice(&(b.len() as u32).to_le_bytes());
         out.extend_from_slice(b);
@@ -244,26 +271,27 @@ fn encode_statement(out: &mut Vec<u8>, sql: &str, values: &[Value]) {
     bytes(out, sql.as_bytes());
     out.extend_from_slice(&(values.len() as u16).to_le_bytes());
     for v in values {
-        match v {
-            Value::Null => out.push(NULL),
-            Value::Integer(i) => {
+        match v? {
+            ValueRef::Null => out.push(NULL),
+            ValueRef::Integer(i) => {
                 out.push(INTEGER);
                 out.extend_from_slice(&i.to_le_bytes());
             }
-            Value::Real(f) => {
+            ValueRef::Real(f) => {
                 out.push(REAL);
                 out.extend_from_slice(&f.to_le_bytes());
             }
-            Value::Text(t) => {
+            ValueRef::Text(t) => {
                 out.push(TEXT);
-                bytes(out, t.as_bytes());
+                bytes(out, t);
             }
-            Value::Blob(b) => {
+            ValueRef::Blob(b) => {
                 out.push(BLOB);
                 bytes(out, b);
             }
         }
     }
+    Ok(())
 }
 
 /// Reads a mutation's record back: its statements and their values, in order. `None` when the
@@ -327,7 +355,7 @@ fn commit_batch(conn: &Connection, redo: &mut Redo) -> EngineResult<()> {
 
 /// Runs the log's records of the open batch again, in a new batch (after its commit failed).
 fn restore_batch(conn: &Connection, redo: &mut Redo) -> EngineResult<()> {
-    let (fresh, payloads) = Redo::open(&redo.path, redo.epoch - 1)?;
+    let (fresh, payloads) = Redo::open_log(redo.path.clone(), redo.epoch - 1)?;
     conn.execute_batch("BEGIN IMMEDIATE")?;
     if let Err(e) = apply(conn, &payloads) {
         let _ = conn.execute_batch("ROLLBACK");
@@ -375,12 +403,18 @@ impl MetaDb {
 
     /// Starts one mutation (opening a batch first when none is open).
     pub(super) fn tx(&mut self) -> EngineResult<Op<'_>> {
-        let MetaDb { conn, redo } = self;
+        let MetaDb { conn, redo, .. } = self;
+        if redo.restore_pending {
+            if !conn.is_autocommit() {
+                conn.execute_batch("ROLLBACK")?;
+            }
+            restore_batch(conn, redo)?;
+            redo.restore_pending = false;
+        }
         if conn.is_autocommit() {
             conn.execute_batch("BEGIN IMMEDIATE")?;
             redo.started = Some(Instant::now());
         }
-        exec_raw(conn, SAVEPOINT)?;
         Ok(Op { conn, statements: RefCell::new(Vec::new()), redo, finished: false })
     }
 
@@ -516,8 +550,9 @@ mod tests {
         let mut rec = Vec::new();
         let values =
             vec![Value::Null, Value::Integer(-7), Value::Real(1.5), Value::Text("é".into()), Value::Blob(vec![0, 255])];
-        encode_statement(&mut rec, "INSERT INTO t VALUES (?1, ?2, ?3, ?4, ?5)", &values);
-        encode_statement(&mut rec, "DELETE FROM t", &[]);
+        let refs = values.iter().map(|v| Ok(ValueRef::from(v)));
+        encode_statement(&mut rec, "INSERT INTO t VALUES (?1, ?2, ?3, ?4, ?5)", refs).unwrap();
+        encode_statement(&mut rec, "DELETE FROM t", std::iter::empty()).unwrap();
         let decoded = decode_statements(&rec).unwrap();
         assert_eq!(decoded.len(), 2);
         assert_eq!(decoded[0].1, values);

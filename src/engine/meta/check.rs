@@ -29,6 +29,16 @@ impl MetaDb {
         if missing > 0 {
             problems.push(format!("{missing} file blocks point at no block row"));
         }
+        // Foreign keys are not enforced while a scope is in use (`MetaDb::open`): every reference
+        // of every table is checked here.
+        let dangling: Vec<String> = {
+            let mut st = self.conn.prepare("PRAGMA foreign_key_check")?;
+            let rows = st.query_map([], |r| Ok(format!("{} -> {}", r.get::<_, String>(0)?, r.get::<_, String>(2)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        if !dangling.is_empty() {
+            problems.push(format!("{} rows reference missing rows: {}", dangling.len(), dangling.join(", ")));
+        }
         let u = usage_in(&self.conn)?;
         let (files, bytes, inodes): (i64, i64, i64) = self.conn.query_row(
             "SELECT COALESCE(SUM(kind = 'file'), 0), COALESCE(SUM(CASE WHEN kind IN ('file', 'symlink') THEN size ELSE 0 END), 0)

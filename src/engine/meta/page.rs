@@ -1,7 +1,7 @@
 //! Paged directory listing in the metadata database: a directory's names one page at a time — first
 //! names in inode order, then further names (hard links) in link order — resumed after a cursor.
 
-use super::{row_to_inode, InodeRow, MetaDb, INODE_COLS, LINK_COLS};
+use super::{inode_cols, link_cols, row_to_inode, InodeRow, MetaDb};
 use crate::engine::{EngineResult, Ino};
 
 /// Cursors at or above this value resume among further names (`LINKS_CURSOR + links.id`); below
@@ -24,8 +24,10 @@ impl MetaDb {
         let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut rows = Vec::new();
         if after < LINKS_CURSOR {
-            let mut st = self.conn.prepare_cached(&format!(
-                "SELECT {INODE_COLS} FROM inodes WHERE parent = ?1 AND ino > ?2 ORDER BY ino LIMIT ?3"
+            let mut st = self.conn.prepare_cached(concat!(
+                "SELECT ",
+                inode_cols!(),
+                " FROM inodes WHERE parent = ?1 AND ino > ?2 ORDER BY ino LIMIT ?3"
             ))?;
             let found = st.query_map(rusqlite::params![parent as i64, after as i64, limit_sql], row_to_inode)?;
             rows = found.collect::<Result<Vec<_>, _>>()?;
@@ -34,9 +36,10 @@ impl MetaDb {
             }
         }
         let after_link = after.saturating_sub(LINKS_CURSOR).min(i64::MAX as u64) as i64;
-        let mut st = self.conn.prepare_cached(&format!(
-            "SELECT {LINK_COLS} FROM links l JOIN inodes i ON i.ino = l.ino
-             WHERE l.parent = ?1 AND l.id > ?2 ORDER BY l.id LIMIT ?3"
+        let mut st = self.conn.prepare_cached(concat!(
+            "SELECT ",
+            link_cols!(),
+            " FROM links l JOIN inodes i ON i.ino = l.ino WHERE l.parent = ?1 AND l.id > ?2 ORDER BY l.id LIMIT ?3"
         ))?;
         let more = (limit - rows.len()) as i64;
         let found = st.query_map(rusqlite::params![parent as i64, after_link, more], row_to_inode)?;

@@ -7,6 +7,9 @@ use rusqlite::{params, OptionalExtension};
 use super::{query_one, MetaDb};
 use crate::engine::{EngineError, EngineResult, Ino, ROOT_INO};
 
+/// Directory places `MetaDb::place` keeps (a few hundred KiB at most per open database).
+pub(super) const PLACES_KEPT: usize = 4096;
+
 /// Where an inode sits: components from the root and bytes of its path (root = `(0, 0)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Place {
@@ -28,12 +31,21 @@ impl MetaDb {
     /// parent (a directory's name and parent), from the statement cache: a create in a shallow tree
     /// costs a few index probes, no recursive query.
     pub fn place(&self, ino: Ino, max_depth: u64) -> EngineResult<Place> {
+        if let Some(p) = self.places.borrow().get(&ino) {
+            return Ok(*p);
+        }
         let mut st = self.conn.prepare_cached("SELECT parent, length(name) FROM inodes WHERE ino = ?1")?;
         let (mut at, mut depth, mut len) = (ino, 0u64, 0u64);
         loop {
             if at == ROOT_INO {
                 // `len` counts one separator per component; a path has one fewer.
-                return Ok(Place { depth, bytes: len.saturating_sub(1) });
+                let place = Place { depth, bytes: len.saturating_sub(1) };
+                let mut places = self.places.borrow_mut();
+                if places.len() >= PLACES_KEPT {
+                    places.clear();
+                }
+                places.insert(ino, place);
+                return Ok(place);
             }
             if depth > max_depth {
                 return Ok(Place { depth, bytes: len });
