@@ -78,10 +78,22 @@ pub fn lazy_unmount(path: &Path) -> io::Result<()> {
 /// The fuse control directory name of the connection mounted at `mountpoint`: the kernel's
 /// encoding of the superblock's device number (`major << 20 | minor`).
 pub fn connection_of(mountpoint: &Path) -> io::Result<Connection> {
-    let dev = std::fs::metadata(mountpoint)?.dev();
+    let dev = device_of(mountpoint)?;
     let name = ((u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev))).to_string();
     let dir_ino = std::fs::metadata(Path::new(FUSECTL).join(&name)).map(|m| m.ino()).ok();
     Ok(Connection { name, dir_ino })
+}
+
+/// The device number of the file system mounted at `path`, from the kernel's cached attributes
+/// (`AT_STATX_DONT_SYNC`): asking the FUSE daemon for the root's attributes would open the scope's
+/// metadata at every mount, for a number the kernel knows itself.
+fn device_of(path: &Path) -> io::Result<libc::dev_t> {
+    let c = cstr(path)?;
+    // SAFETY: statx into a zeroed struct with a NUL-terminated path that outlives the call.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    check(unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), libc::AT_STATX_DONT_SYNC, libc::STATX_TYPE, &mut st) })?;
+    Ok(libc::makedev(st.stx_dev_major, st.stx_dev_minor))
 }
 
 /// A FUSE connection as the fuse control filesystem names it. The number is the mount's device

@@ -149,7 +149,9 @@ impl MountManager {
         };
         let root = private_dir(mount_root).map_err(MountError::MountRoot)?;
         let real_root = private_dir(&layout::real_root_of(&root)).map_err(MountError::MountRoot)?;
-        let live = stale_mounts(&real_root).map_err(MountError::MountTable)?;
+        // A set: thousands of inherited connections are each looked up here.
+        let live: std::collections::HashSet<PathBuf> =
+            stale_mounts(&real_root).map_err(MountError::MountTable)?.into_iter().collect();
         inherited.retain(|scope, _| {
             let alive = live.contains(&real_root.join(scope.to_string()));
             if !alive {
