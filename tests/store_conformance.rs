@@ -53,6 +53,24 @@ async fn conformance(store: &dyn ObjectStore, ns: &str) {
         other => panic!("{}: get of a missing key gave {other:?}", store.describe()),
     }
 
+    // A store that answers reads on the calling thread answers what `get` does: a small object
+    // (packed in a local directory), a large one, a missing one. Only a local one does.
+    let small_key = format!("{ns}blocks/small");
+    store.put(&small_key, Bytes::from_static(b"small")).await.expect("put small");
+    match store.get_now(&small_key) {
+        Some(now) => {
+            assert!(store.reads_are_local(), "{}: get_now from a remote store", store.describe());
+            assert_eq!(now.expect("get_now small"), Bytes::from_static(b"small"));
+            assert_eq!(store.get_now(&big_key).expect("answered").expect("get_now big"), Bytes::from_static(b"short"));
+            match store.get_now(&missing).expect("answered") {
+                Err(StoreError::NotFound { key }) => assert_eq!(key, missing),
+                other => panic!("{}: get_now of a missing key gave {other:?}", store.describe()),
+            }
+        }
+        None => assert!(!store.reads_are_local(), "{}: a local store that never answers get_now", store.describe()),
+    }
+    store.delete(&small_key).await.expect("delete small");
+
     // Listing by prefix: exact keys and sizes, nothing outside the prefix,
     // and a prefix that is not a whole path component.
     for (name, len) in [("a/1", 1usize), ("a/2", 22), ("ab/3", 333), ("b/4", 0)] {

@@ -127,6 +127,14 @@ impl ObjectStore for CountingStore {
     fn reads_are_local(&self) -> bool {
         self.0.reads_are_local()
     }
+    fn get_now(&self, key: &str) -> Option<Result<Bytes, StoreError>> {
+        let r = self.0.get_now(key)?;
+        STORE_REQUESTS[1].fetch_add(1, Ordering::Relaxed);
+        if matches!(r, Err(ref e) if !matches!(e, StoreError::NotFound { .. })) {
+            STORE_ERRORS[1].fetch_add(1, Ordering::Relaxed);
+        }
+        Some(r)
+    }
 }
 
 /// Prometheus text writer: one `# HELP`/`# TYPE` per family, then its samples.

@@ -216,15 +216,20 @@ impl Storage {
         Err(last)
     }
 
-    /// Downloads one block, verifies its SHA-256 and caches it; foreground (bounded attempts).
+    /// Downloads one block, verifies its SHA-256 and caches it; foreground (bounded attempts). A
+    /// local directory answers on this thread and is not cached again.
     pub(crate) fn fetch_block(&self, scope: &str, sha: &str) -> EngineResult<Vec<u8>> {
         let key = crate::store::block_key(scope, sha);
-        let attempts = self.settings.store_attempts;
-        let data = self.rt.block_on(self.with_retry(attempts, || self.store.get(&key)))?;
+        let data = match self.store.get_now(&key) {
+            Some(read) => read?,
+            None => self.rt.block_on(self.with_retry(self.settings.store_attempts, || self.store.get(&key)))?,
+        };
         if hex::encode(Sha256::digest(&data)) != sha {
             return Err(EngineError::Corrupt { sha256: sha.to_string() });
         }
-        self.cache.insert_bytes(scope, sha, &data)?;
+        if !self.store.reads_are_local() {
+            self.cache.insert_bytes(scope, sha, &data)?;
+        }
         Ok(data.to_vec())
     }
 

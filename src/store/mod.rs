@@ -76,6 +76,12 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn reads_are_local(&self) -> bool {
         false
     }
+    /// `get` answered on the calling thread, for a store that reads a local disk (`Some`); a store
+    /// that would wait on the network answers `None` and is asked through `get`. A FUSE read of
+    /// a local directory's block then costs no hand-over to another thread and back.
+    fn get_now(&self, _key: &str) -> Option<Result<Bytes, StoreError>> {
+        None
+    }
 }
 
 /// Key of a content-addressed block of one scope.
