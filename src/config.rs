@@ -69,6 +69,9 @@ pub struct FuseConfig {
     /// Let the kernel buffer writes in its page cache (`FUSE_WRITEBACK_CACHE`); a refused write
     /// (`EDQUOT`, `ENOSPC`) then surfaces on `close` (flush) or `fsync` instead of on `write`.
     pub writeback_cache: bool,
+    /// Kernel readahead of each mount, KiB (0..=16384; 0: none), set on its backing device at
+    /// mount: FUSE's INIT can only lower the kernel's default of 128 KiB.
+    pub readahead_kib: u32,
 }
 
 impl Default for FuseConfig {
@@ -80,6 +83,7 @@ impl Default for FuseConfig {
             max_write_kib: 1024,
             keep_cache: true,
             writeback_cache: false,
+            readahead_kib: 1024,
         }
     }
 }
@@ -265,6 +269,9 @@ impl Config {
         }
         if !(4..=16 * 1024).contains(&self.fuse.max_write_kib) {
             return invalid("fuse.max_write_kib", "must be between 4 and 16384");
+        }
+        if self.fuse.readahead_kib > 16 * 1024 {
+            return invalid("fuse.readahead_kib", "must be at most 16384");
         }
         if self.deployment_id.is_empty() || self.deployment_id.len() > 64 {
             return invalid("deployment_id", "must be 1-64 characters");

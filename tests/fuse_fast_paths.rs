@@ -1,5 +1,5 @@
-//! The kernel fast paths of a mount (`[fuse]` max_write_kib, keep_cache, writeback_cache): each one
-//! keeps the mount's semantics — quota errors stay visible, pages cached across opens are dropped
+//! The kernel fast paths of a mount (`[fuse]` max_write_kib, keep_cache, writeback_cache,
+//! readahead_kib): each one keeps the mount's semantics — quota errors stay visible, pages cached across opens are dropped
 //! when the HTTP API replaces a file, and data written in any request size reads back intact.
 
 #[path = "support/fuse_harness.rs"]
@@ -131,5 +131,22 @@ fn every_max_write_reads_back_intact() {
         f.sync_all().unwrap();
         drop(f);
         assert_eq!(fs::read(m.join("big")).unwrap(), data, "max_write {kib} KiB");
+    }
+}
+
+/// The configured readahead is set on the mount's backing device (FUSE's INIT can only lower the
+/// kernel's 128 KiB), and a file larger than it reads back intact.
+#[test]
+fn the_configured_readahead_is_the_mounts_and_reads_stay_intact() {
+    use std::os::unix::fs::MetadataExt;
+    for kib in [64u32, 2048] {
+        let h = harness(FastPaths { readahead_kib: kib, ..FastPaths::default() });
+        let (_e, m) = h.scope(big_quota());
+        let dev = fs::metadata(&m).unwrap().dev();
+        let knob = format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev));
+        assert_eq!(fs::read_to_string(&knob).unwrap().trim(), kib.to_string(), "{knob}");
+        let data = pattern(5 * 1024 * 1024 + 3, u64::from(kib));
+        fs::write(m.join("f"), &data).unwrap();
+        assert_eq!(fs::read(m.join("f")).unwrap(), data, "readahead {kib} KiB");
     }
 }

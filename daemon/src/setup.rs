@@ -96,6 +96,7 @@ pub fn mount_options(cfg: &Config) -> MountOptions {
             max_write: cfg.fuse.max_write_kib.saturating_mul(1024),
             keep_cache: cfg.fuse.keep_cache,
             writeback_cache: cfg.fuse.writeback_cache,
+            readahead_kib: cfg.fuse.readahead_kib,
         },
     }
 }

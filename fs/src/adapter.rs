@@ -38,11 +38,13 @@ pub struct FastPaths {
     /// `FUSE_WRITEBACK_CACHE`: the kernel buffers writes; a refused write surfaces on the
     /// `flush` of `close` or on `fsync` (the kernel writes dirty pages back before both).
     pub writeback_cache: bool,
+    /// Readahead of the mount's backing device, KiB (`crate::mount` sets it after mounting).
+    pub readahead_kib: u32,
 }
 
 impl Default for FastPaths {
     fn default() -> Self {
-        FastPaths { max_write: 1024 * 1024, keep_cache: true, writeback_cache: false }
+        FastPaths { max_write: 1024 * 1024, keep_cache: true, writeback_cache: false, readahead_kib: 1024 }
     }
 }
 /// Inode numbers are never reused, so the generation is always 0.

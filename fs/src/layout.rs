@@ -96,6 +96,13 @@ fn device_of(path: &Path) -> io::Result<libc::dev_t> {
     Ok(libc::makedev(st.stx_dev_major, st.stx_dev_minor))
 }
 
+/// Sets the readahead of the file system mounted at `path` (`read_ahead_kb` of its backing
+/// device): the kernel gives FUSE at most its default at INIT, more is this knob.
+pub fn set_readahead(path: &Path, kib: u32) -> io::Result<()> {
+    let dev = device_of(path)?;
+    std::fs::write(format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev)), kib.to_string())
+}
+
 /// A FUSE connection as the fuse control filesystem names it. The number is the mount's device
 /// number, which the kernel reuses as soon as the connection ends; the control directory's inode
 /// number is not reused, so it tells this connection from a later one that got the same number.

@@ -252,6 +252,9 @@ impl MountManager {
             }
         }
         let session = session.spawn_in(&self.pool).map_err(mount_err)?;
+        if let Err(e) = layout::set_readahead(&path, self.opts.fast_paths.readahead_kib) {
+            tracing::warn!(%scope, error = %e, "cannot set the mount's readahead; the kernel's default applies");
+        }
         let conn = layout::connection_of(&path).ok();
         let mounted = Mounted { session, engine: engine.clone(), conn };
         if let Err(source) = layout::bind_view(&path, &view) {
