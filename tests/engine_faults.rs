@@ -298,3 +298,64 @@ fn fsync_uploads_a_files_blocks_concurrently_within_the_upload_slots() {
     let peak = store.peak.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(peak, 2, "uploads run at once, at most `upload_parallelism` of them");
 }
+
+/// A local object directory's large block is verified by its first read and read in place after
+/// (no copy in the block cache); a damaged one is refused before any byte of it is served.
+#[test]
+fn a_local_directorys_blocks_are_verified_then_read_in_place() {
+    use scopefs::store::LocalDirStore;
+    let dir = tempfile::tempdir().unwrap();
+    let objects = dir.path().join("objects");
+    let daemon = |data: &str| {
+        let store: Arc<dyn ObjectStore> = Arc::new(LocalDirStore::new(&objects).unwrap());
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let storage =
+            Storage::new(store, StorageSettings::default(), &dir.path().join(data), rt.handle().clone()).unwrap();
+        (rt, storage)
+    };
+    let data = pattern(1536 * 1024, 9);
+    let id = ScopeId::generate();
+    {
+        let (_rt, storage) = daemon("data");
+        let e = storage.open_scope(&id, big_quota()).unwrap();
+        write_file(&e, "f", &data).unwrap();
+        e.sync().unwrap();
+        std::fs::create_dir_all(dir.path().join("fresh/scopes").join(id.as_str())).unwrap();
+        e.copy_metadata_to(&dir.path().join("fresh/scopes").join(id.as_str()).join("meta.sqlite3")).unwrap();
+    }
+    let cache_files = |data: &str| walk_files(&dir.path().join(data).join("cache"));
+    {
+        // A fresh data directory: nothing staged or cached, every block from the store.
+        let (_rt, storage) = daemon("fresh");
+        let e = storage.open_scope(&id, big_quota()).unwrap();
+        assert_eq!(read_file(&e, "f").unwrap(), data, "first read: fetched and verified");
+        assert_eq!(read_file(&e, "f").unwrap(), data, "read again, in place");
+        assert!(cache_files("fresh").iter().all(|f| !f.contains(&id.to_string())), "nothing copied into the cache");
+    }
+    // The block damaged on disk: the next daemon's first read verifies it and refuses it.
+    let block = walk_files(&objects).into_iter().find(|f| f.contains("/blocks/")).unwrap();
+    let mut bytes = std::fs::read(&block).unwrap();
+    bytes[1000] ^= 0xff;
+    std::fs::write(&block, bytes).unwrap();
+    std::fs::remove_dir_all(dir.path().join("fresh/cache")).unwrap();
+    let (_rt, storage) = daemon("fresh");
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    assert!(matches!(read_file(&e, "f"), Err(EngineError::Corrupt { .. })));
+}
+
+/// Every file below `dir`, as strings.
+fn walk_files(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.to_string_lossy().into_owned());
+            }
+        }
+    }
+    out
+}

@@ -66,8 +66,27 @@ async fn conformance(store: &dyn ObjectStore, ns: &str) {
                 Err(StoreError::NotFound { key }) => assert_eq!(key, missing),
                 other => panic!("{}: get_now of a missing key gave {other:?}", store.describe()),
             }
+            // Parts of a packed and of a file object, in place; past the end and missing fail.
+            let mut part = [0u8; 3];
+            store.read_at_now(&small_key, 1, &mut part).expect("answered").expect("part of small");
+            assert_eq!(&part, b"mal");
+            let file_key = format!("{ns}blocks/file");
+            store.put(&file_key, big.clone()).await.expect("put big again");
+            let mut part = vec![0u8; 4096];
+            store.read_at_now(&file_key, 1 << 20, &mut part).expect("answered").expect("part of big");
+            assert_eq!(part, big[1 << 20..(1 << 20) + 4096]);
+            assert!(store.read_at_now(&small_key, 4, &mut [0u8; 3]).expect("answered").is_err());
+            assert!(store.read_at_now(&file_key, big.len() as u64 - 1, &mut [0u8; 2]).expect("answered").is_err());
+            assert!(matches!(
+                store.read_at_now(&missing, 0, &mut [0u8; 1]).expect("answered"),
+                Err(StoreError::NotFound { .. })
+            ));
+            store.delete(&file_key).await.expect("delete file");
         }
-        None => assert!(!store.reads_are_local(), "{}: a local store that never answers get_now", store.describe()),
+        None => {
+            assert!(!store.reads_are_local(), "{}: a local store that never answers get_now", store.describe());
+            assert!(store.read_at_now(&small_key, 0, &mut [0u8; 1]).is_none());
+        }
     }
     store.delete(&small_key).await.expect("delete small");
 

@@ -94,6 +94,14 @@ fn count<T>(op: usize, r: Result<T, StoreError>) -> Result<T, StoreError> {
     r
 }
 
+/// Counts one read of an object; a missing object is an answer, not a failed request.
+fn count_get<T>(r: &Result<T, StoreError>) {
+    STORE_REQUESTS[1].fetch_add(1, Ordering::Relaxed);
+    if matches!(r, Err(ref e) if !matches!(e, StoreError::NotFound { .. })) {
+        STORE_ERRORS[1].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 #[async_trait]
 impl ObjectStore for CountingStore {
     async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError> {
@@ -104,12 +112,8 @@ impl ObjectStore for CountingStore {
         results.into_iter().map(|r| count(0, r)).collect()
     }
     async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
-        // A missing object is an answer, not a failed request.
         let r = self.0.get(key).await;
-        STORE_REQUESTS[1].fetch_add(1, Ordering::Relaxed);
-        if matches!(r, Err(ref e) if !matches!(e, StoreError::NotFound { .. })) {
-            STORE_ERRORS[1].fetch_add(1, Ordering::Relaxed);
-        }
+        count_get(&r);
         r
     }
     async fn head(&self, key: &str) -> Result<Option<u64>, StoreError> {
@@ -129,10 +133,12 @@ impl ObjectStore for CountingStore {
     }
     fn get_now(&self, key: &str) -> Option<Result<Bytes, StoreError>> {
         let r = self.0.get_now(key)?;
-        STORE_REQUESTS[1].fetch_add(1, Ordering::Relaxed);
-        if matches!(r, Err(ref e) if !matches!(e, StoreError::NotFound { .. })) {
-            STORE_ERRORS[1].fetch_add(1, Ordering::Relaxed);
-        }
+        count_get(&r);
+        Some(r)
+    }
+    fn read_at_now(&self, key: &str, offset: u64, buf: &mut [u8]) -> Option<Result<(), StoreError>> {
+        let r = self.0.read_at_now(key, offset, buf)?;
+        count_get(&r);
         Some(r)
     }
 }

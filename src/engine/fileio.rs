@@ -274,7 +274,9 @@ impl ScopeEngine {
             f.read_exact_at(buf, offset)?;
             return Ok(());
         }
-        if cache.read_at(scope, &b.sha256, offset, buf) {
+        if cache.read_at(scope, &b.sha256, offset, buf)
+            || self.storage.read_local_range(scope, &b.sha256, offset, buf)?
+        {
             return Ok(());
         }
         if self.read_inline(&b.sha256, offset, buf, false)? {

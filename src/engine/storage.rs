@@ -28,9 +28,51 @@ pub struct Storage {
     /// Bytes of dirty blocks kept in memory (`dirty_memory_max_bytes`).
     dirty_memory: AtomicU64,
     prefetching: Mutex<HashSet<(String, String)>>,
+    /// Large blocks of a local object directory whose SHA-256 was checked by a read: read again
+    /// in place (`read_local_range`) instead of being copied into the block cache.
+    verified_local: Mutex<VerifiedBlocks>,
     scopes: Mutex<HashMap<ScopeId, Weak<ScopeEngine>>>,
     /// Metadata databases open at once (`limits.max_open_scope_databases`).
     pub(crate) meta_budget: Arc<super::lazy_meta::MetaBudget>,
+}
+
+/// Largest block of a local object directory that a read fetches again (and verifies) rather
+/// than reading in place once verified.
+const LOCAL_REREAD_MAX_BYTES: usize = 128 * 1024;
+/// Verified local blocks remembered (the oldest is forgotten first; about 100 bytes each).
+const VERIFIED_KEPT: usize = 4096;
+
+/// A bounded set of (scope, block) pairs, forgetting the oldest first.
+#[derive(Default)]
+struct VerifiedBlocks {
+    set: HashSet<(String, String)>,
+    order: std::collections::VecDeque<(String, String)>,
+}
+
+impl VerifiedBlocks {
+    fn insert(&mut self, scope: &str, sha: &str) {
+        let key = (scope.to_string(), sha.to_string());
+        if self.set.insert(key.clone()) {
+            self.order.push_back(key);
+            while self.order.len() > VERIFIED_KEPT {
+                if let Some(old) = self.order.pop_front() {
+                    self.set.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn contains(&self, scope: &str, sha: &str) -> bool {
+        // Borrowed lookups of a tuple key need owned parts; blocks are read rarely enough here.
+        self.set.contains(&(scope.to_string(), sha.to_string()))
+    }
+
+    fn remove(&mut self, scope: &str, sha: &str) {
+        let key = (scope.to_string(), sha.to_string());
+        if self.set.remove(&key) {
+            self.order.retain(|k| k != &key);
+        }
+    }
 }
 
 impl Storage {
@@ -59,6 +101,7 @@ impl Storage {
             staging_bytes: AtomicU64::new(staging_bytes),
             dirty_memory: AtomicU64::new(0),
             prefetching: Mutex::new(HashSet::new()),
+            verified_local: Mutex::new(VerifiedBlocks::default()),
             scopes: Mutex::new(HashMap::new()),
             meta_budget,
         }))
@@ -217,7 +260,9 @@ impl Storage {
     }
 
     /// Downloads one block, verifies its SHA-256 and caches it; foreground (bounded attempts). A
-    /// local directory answers on this thread and is not cached again.
+    /// local directory answers on this thread and its blocks are not copied into the cache: a
+    /// large one, once verified, is read in place (`read_local_range`); a small one is cheaper to
+    /// read and hash again.
     pub(crate) fn fetch_block(&self, scope: &str, sha: &str) -> EngineResult<Vec<u8>> {
         let key = crate::store::block_key(scope, sha);
         let data = match self.store.get_now(&key) {
@@ -227,17 +272,53 @@ impl Storage {
         if hex::encode(Sha256::digest(&data)) != sha {
             return Err(EngineError::Corrupt { sha256: sha.to_string() });
         }
-        if !self.store.reads_are_local() {
-            self.cache.insert_bytes(scope, sha, &data)?;
-        }
+        self.keep_fetched(scope, sha, &data)?;
         Ok(data.to_vec())
+    }
+
+    /// A fetched and verified block: into the cache, or for a local directory's large block, into
+    /// the set of blocks read in place.
+    fn keep_fetched(&self, scope: &str, sha: &str, data: &[u8]) -> EngineResult<()> {
+        if !self.store.reads_are_local() {
+            self.cache.insert_bytes(scope, sha, data)?;
+        } else if data.len() > LOCAL_REREAD_MAX_BYTES {
+            self.verified_local.lock().insert(scope, sha);
+        }
+        Ok(())
+    }
+
+    /// A block a local object directory stored from bytes whose hash was checked when they were
+    /// sealed: a large one is read in place from now on, without a verifying read first.
+    pub(crate) fn verified_upload(&self, scope: &str, sha: &str, len: u64) {
+        if len > LOCAL_REREAD_MAX_BYTES as u64 {
+            self.verified_local.lock().insert(scope, sha);
+        }
+    }
+
+    /// Fills `buf` from `offset` of a block of a local object directory that a read verified
+    /// before, in place; `false` when the block is not one (the caller fetches and verifies it).
+    pub(crate) fn read_local_range(&self, scope: &str, sha: &str, offset: u64, buf: &mut [u8]) -> EngineResult<bool> {
+        if !self.verified_local.lock().contains(scope, sha) {
+            return Ok(false);
+        }
+        match self.store.read_at_now(&crate::store::block_key(scope, sha), offset, buf) {
+            Some(Ok(())) => Ok(true),
+            Some(Err(e)) => {
+                // Gone or changed underneath: fetched and verified again, which reports it.
+                self.verified_local.lock().remove(scope, sha);
+                tracing::warn!(error = %e, "reading a verified local block in place failed");
+                Ok(false)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Starts background downloads of blocks a sequential reader will want next.
     pub(crate) fn prefetch(self: &Arc<Self>, scope: &str, shas: Vec<String>) {
         for sha in shas {
             let key = (scope.to_string(), sha.clone());
-            if self.cache.size_of(scope, &sha).is_some() || !self.prefetching.lock().insert(key.clone()) {
+            let kept = self.cache.size_of(scope, &sha).is_some() || self.verified_local.lock().contains(scope, &sha);
+            if kept || !self.prefetching.lock().insert(key.clone()) {
                 continue;
             }
             let this = self.clone();
@@ -245,7 +326,7 @@ impl Storage {
                 let obj = crate::store::block_key(&key.0, &key.1);
                 if let Ok(data) = this.with_retry(1, || this.store.get(&obj)).await {
                     if hex::encode(Sha256::digest(&data)) == key.1 {
-                        let _ = this.cache.insert_bytes(&key.0, &key.1, &data);
+                        let _ = this.keep_fetched(&key.0, &key.1, &data);
                     }
                 }
                 this.prefetching.lock().remove(&key);

@@ -224,12 +224,14 @@ impl ScopeEngine {
             }
         }
         // Inline blocks go into the cache (one transaction) before their rows leave the journal,
-        // so a reader always finds them; best effort: without it a read fetches from the store.
+        // so a reader always finds them; best effort: without it a read fetches from the store. A
+        // local directory is read as cheaply as the cache: nothing is copied.
         let cached: Vec<(&str, &[u8])> = results
             .iter()
             .filter_map(|(i, r)| r.as_ref().ok().filter(|b| b.inline).map(|b| (shas[*i].as_str(), &b.data[..])))
             .collect();
-        if let Err(e) = self.storage.cache.insert_many(self.scope_id.as_str(), &cached) {
+        let local = self.storage.store.reads_are_local();
+        if let Err(e) = if local { Ok(()) } else { self.storage.cache.insert_many(self.scope_id.as_str(), &cached) } {
             tracing::debug!(scope = %self.scope_id, error = %e, "caching uploaded inline blocks failed");
         }
         self.record_group(shas, results, &mut outcomes);
@@ -327,6 +329,10 @@ impl ScopeEngine {
             }
             let staged = self.blocks_dir.join(sha);
             if let Ok(m) = std::fs::metadata(&staged) {
+                // A local directory now holds exactly the sealed bytes: read in place from now on.
+                if !keep_in_cache {
+                    self.storage.verified_upload(self.scope_id.as_str(), sha, m.len());
+                }
                 // Into the cache, or (if the cache cannot take it, or the store is local) away.
                 let adopted = keep_in_cache && cache.adopt_file(self.scope_id.as_str(), sha, &staged).is_ok();
                 if adopted || std::fs::remove_file(&staged).is_ok() {

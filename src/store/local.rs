@@ -371,6 +371,24 @@ impl ObjectStore for LocalDirStore {
         true
     }
 
+    fn read_at_now(&self, key: &str, offset: u64, buf: &mut [u8]) -> Option<Result<(), StoreError>> {
+        let path = match self.path_of(key) {
+            Ok(path) => path,
+            Err(e) => return Some(Err(e)),
+        };
+        let short = || StoreError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "object shorter than the read"));
+        Some(match self.pack.get(key) {
+            Ok(Some(data)) => {
+                let range = usize::try_from(offset).ok().and_then(|at| data.get(at..at.checked_add(buf.len())?));
+                range.map(|r| buf.copy_from_slice(r)).ok_or_else(short)
+            }
+            Ok(None) => fs::File::open(&path)
+                .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, buf, offset))
+                .map_err(|e| if e.kind() == io::ErrorKind::UnexpectedEof { short() } else { not_found_as(key, e) }),
+            Err(e) => Err(e),
+        })
+    }
+
     fn get_now(&self, key: &str) -> Option<Result<Bytes, StoreError>> {
         let path = match self.path_of(key) {
             Ok(path) => path,

@@ -82,6 +82,11 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn get_now(&self, _key: &str) -> Option<Result<Bytes, StoreError>> {
         None
     }
+    /// Fills `buf` from `offset` of an object, on the calling thread, for a store that reads a
+    /// local disk (`Some`; an object shorter than the range is an error); `None` otherwise.
+    fn read_at_now(&self, _key: &str, _offset: u64, _buf: &mut [u8]) -> Option<Result<(), StoreError>> {
+        None
+    }
 }
 
 /// Key of a content-addressed block of one scope.
