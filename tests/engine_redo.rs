@@ -315,12 +315,11 @@ fn a_torn_record_ends_the_replay_and_what_came_before_it_is_kept() {
     assert_eq!(tree(&e), model(27));
 }
 
-/// A mutation that fails after it wrote (removing an extended attribute that is not there deletes
-/// nothing, then refuses) is undone by rolling the batch back and running its logged mutations
-/// again: every earlier mutation of the batch is still there, nothing of the failed one, and the
-/// database is consistent; it happens again in a fresh batch and after a durability point.
+/// A refused mutation (removing an extended attribute that is not there) in the middle of a batch,
+/// in a fresh batch and after a durability point leaves every mutation before it in place and the
+/// database consistent (the undo of one refused after writing: `meta::batch` unit tests).
 #[test]
-fn a_mutation_failing_after_it_wrote_leaves_its_batch_whole() {
+fn a_refused_mutation_leaves_its_batch_whole() {
     let tmp = tempfile::tempdir().unwrap();
     let rt = runtime();
     let e = storage(tmp.path(), &rt).open_scope(&ScopeId::generate(), engine_support::big_quota()).unwrap();

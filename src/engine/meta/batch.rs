@@ -511,6 +511,42 @@ mod tests {
         db
     }
 
+    /// A mutation dropped after it wrote (an error on its way) is undone: the batch goes back to
+    /// its logged mutations (run again from the log), which stay, and commits; the next mutation
+    /// and a reopen see exactly those. An undo with nothing logged is a plain rollback.
+    #[test]
+    fn a_mutation_failing_after_it_wrote_is_undone_and_its_batch_kept() {
+        use crate::engine::meta::NewNode;
+        use crate::engine::{FileKind, Owner, ROOT_INO};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.sqlite3");
+        let owner = Owner { uid: 0, gid: 0 };
+        let names =
+            |db: &MetaDb| db.children(ROOT_INO).unwrap().into_iter().map(|r| r.name.unwrap()).collect::<Vec<_>>();
+        let mut db = MetaDb::open(&path, 0, 0).unwrap();
+        let failing = |db: &mut MetaDb| {
+            let tx = db.tx().unwrap();
+            super::super::exec(&tx, "UPDATE usage SET files = files + 100 WHERE id = 1", &[]).unwrap();
+            // Dropped without commit: the error path of a mutation.
+        };
+        failing(&mut db);
+        assert_eq!(db.usage().unwrap().files, 0, "nothing logged: rolled back");
+        for name in [&b"a"[..], b"b"] {
+            db.insert(ROOT_INO, name, NewNode::plain(FileKind::File, 0o644), owner, 100).unwrap();
+        }
+        assert_eq!(db.uncommitted(), 2);
+        failing(&mut db);
+        assert_eq!(db.usage().unwrap().files, 2, "the failed mutation is undone");
+        assert_eq!(names(&db), vec![b"a".to_vec(), b"b".to_vec()], "the logged ones are kept");
+        assert_eq!(db.uncommitted(), 0, "and committed");
+        db.insert(ROOT_INO, b"c", NewNode::plain(FileKind::File, 0o644), owner, 100).unwrap();
+        assert_eq!(db.consistency_problems().unwrap(), Vec::<String>::new());
+        drop(db);
+        let db = MetaDb::open(&path, 0, 0).unwrap();
+        assert_eq!(names(&db), vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(db.usage().unwrap().files, 3);
+    }
+
     #[test]
     fn a_replay_takes_the_records_of_the_next_epoch_from_the_start_of_the_log() {
         let dir = tempfile::tempdir().unwrap();
