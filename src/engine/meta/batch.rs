@@ -1,16 +1,17 @@
 //! Grouped commits of a scope's metadata database (issue 10). Mutations run inside one long write
 //! transaction, the batch; every statement a mutation writes with is recorded (its text and values)
 //! and the record is appended to the database's redo log (one write, no flush) before the mutation
-//! returns, so a mutation survives a killed daemon at once. A mutation that fails after it wrote
-//! is undone without a savepoint (which would copy every page it touches): the batch is rolled
-//! back and its logged mutations, which never include the failed one, run again (`Op::drop`). The batch
+//! returns, so a mutation survives a killed daemon at once. A mutation that fails after it wrote is
+//! undone without a savepoint (which would copy every page it touches): the batch is rolled back
+//! and its logged mutations, which never include the failed one, run again (`Op::drop`). The batch
 //! commits, writing each page it changed to the WAL once for many mutations, after `BATCH_OPS`
 //! mutations or `BATCH_LOG_BYTES` of log, once `BATCH_AGE` old (at its next mutation, or by the
 //! idle flusher), at a durability point (`make_durable`), and when the database closes; the log is
 //! emptied after. Opening a database runs again, in order, the statements its log holds for the
 //! batch after the last committed one: the statements are deterministic (times and names are
 //! values, inode numbers come from the same AUTOINCREMENT state, triggers do the same again;
-//! foreign keys are on while a log replays, for logs of older daemons that relied on their cascades), so the database ends exactly as the killed process had it.
+//! foreign keys are on while a log replays, for logs of older daemons that relied on their
+//! cascades), so the database ends exactly as the killed process had it.
 
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
