@@ -28,8 +28,9 @@ pub struct Storage {
     /// Bytes of dirty blocks kept in memory (`dirty_memory_max_bytes`).
     dirty_memory: AtomicU64,
     prefetching: Mutex<HashSet<(String, String)>>,
-    /// Large blocks of a local object directory whose SHA-256 was checked by a read: read again
-    /// in place (`read_local_range`) instead of being copied into the block cache.
+    /// Large blocks of a local object directory whose bytes were checked against their SHA-256 (by
+    /// a read, or sealed before their upload): read in place (`read_local_range`) instead of being
+    /// copied into the block cache.
     verified_local: Mutex<VerifiedBlocks>,
     scopes: Mutex<HashMap<ScopeId, Weak<ScopeEngine>>>,
     /// Metadata databases open at once (`limits.max_open_scope_databases`).
@@ -298,7 +299,7 @@ impl Storage {
     /// Fills `buf` from `offset` of a block of a local object directory that a read verified
     /// before, in place; `false` when the block is not one (the caller fetches and verifies it).
     pub(crate) fn read_local_range(&self, scope: &str, sha: &str, offset: u64, buf: &mut [u8]) -> EngineResult<bool> {
-        if !self.verified_local.lock().contains(scope, sha) {
+        if !self.store.reads_are_local() || !self.verified_local.lock().contains(scope, sha) {
             return Ok(false);
         }
         match self.store.read_at_now(&crate::store::block_key(scope, sha), offset, buf) {
