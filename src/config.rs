@@ -443,18 +443,27 @@ mod tests {
     }
 
     #[test]
-    fn fuse_fast_path_keys_parse_and_max_write_is_bounded() {
+    fn fuse_fast_path_keys_parse_and_max_write_and_readahead_are_bounded() {
         let d = Config::default().fuse;
-        assert_eq!((d.max_write_kib, d.keep_cache, d.writeback_cache), (1024, true, false));
-        let cfg =
-            Config::from_toml("[fuse]\nmax_write_kib = 4096\nkeep_cache = false\nwriteback_cache = true\n").unwrap();
-        assert_eq!((cfg.fuse.max_write_kib, cfg.fuse.keep_cache, cfg.fuse.writeback_cache), (4096, false, true));
+        assert_eq!((d.max_write_kib, d.keep_cache, d.writeback_cache, d.readahead_kib), (1024, true, false, 1024));
+        let cfg = Config::from_toml(
+            "[fuse]\nmax_write_kib = 4096\nkeep_cache = false\nwriteback_cache = true\nreadahead_kib = 0\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (cfg.fuse.max_write_kib, cfg.fuse.keep_cache, cfg.fuse.writeback_cache, cfg.fuse.readahead_kib),
+            (4096, false, true, 0)
+        );
         cfg.validate().unwrap();
         for bad in [0, 3, 16 * 1024 + 1] {
             let cfg = Config::from_toml(&format!("[fuse]\nmax_write_kib = {bad}\n")).unwrap();
             let err = cfg.validate().unwrap_err().to_string();
             assert!(err.contains("fuse.max_write_kib"), "{err}");
         }
+        Config::from_toml("[fuse]\nreadahead_kib = 16384\n").unwrap().validate().unwrap();
+        let cfg = Config::from_toml("[fuse]\nreadahead_kib = 16385\n").unwrap();
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("fuse.readahead_kib"), "{err}");
     }
 
     #[test]

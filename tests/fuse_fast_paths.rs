@@ -1,6 +1,7 @@
 //! The kernel fast paths of a mount (`[fuse]` max_write_kib, keep_cache, writeback_cache,
-//! readahead_kib): each one keeps the mount's semantics — quota errors stay visible, pages cached across opens are dropped
-//! when the HTTP API replaces a file, and data written in any request size reads back intact.
+//! readahead_kib): each one keeps the mount's semantics — quota errors stay visible, pages cached
+//! across opens are dropped when the HTTP API replaces a file, and data written in any request size
+//! reads back intact.
 
 #[path = "support/fuse_harness.rs"]
 pub mod support;

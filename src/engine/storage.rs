@@ -43,16 +43,15 @@ const LOCAL_REREAD_MAX_BYTES: usize = 128 * 1024;
 /// Verified local blocks remembered (the oldest is forgotten first; about 100 bytes each).
 const VERIFIED_KEPT: usize = 4096;
 
-/// A bounded set of (scope, block) pairs, forgetting the oldest first.
+/// A bounded set of blocks' object keys (`store::block_key`), forgetting the oldest first.
 #[derive(Default)]
 struct VerifiedBlocks {
-    set: HashSet<(String, String)>,
-    order: std::collections::VecDeque<(String, String)>,
+    set: HashSet<String>,
+    order: std::collections::VecDeque<String>,
 }
 
 impl VerifiedBlocks {
-    fn insert(&mut self, scope: &str, sha: &str) {
-        let key = (scope.to_string(), sha.to_string());
+    fn insert(&mut self, key: String) {
         if self.set.insert(key.clone()) {
             self.order.push_back(key);
             while self.order.len() > VERIFIED_KEPT {
@@ -63,15 +62,13 @@ impl VerifiedBlocks {
         }
     }
 
-    fn contains(&self, scope: &str, sha: &str) -> bool {
-        // Borrowed lookups of a tuple key need owned parts; blocks are read rarely enough here.
-        self.set.contains(&(scope.to_string(), sha.to_string()))
+    fn contains(&self, key: &str) -> bool {
+        self.set.contains(key)
     }
 
-    fn remove(&mut self, scope: &str, sha: &str) {
-        let key = (scope.to_string(), sha.to_string());
-        if self.set.remove(&key) {
-            self.order.retain(|k| k != &key);
+    fn remove(&mut self, key: &str) {
+        if self.set.remove(key) {
+            self.order.retain(|k| k != key);
         }
     }
 }
@@ -283,7 +280,7 @@ impl Storage {
         if !self.store.reads_are_local() {
             self.cache.insert_bytes(scope, sha, data)?;
         } else if data.len() > LOCAL_REREAD_MAX_BYTES {
-            self.verified_local.lock().insert(scope, sha);
+            self.verified_local.lock().insert(crate::store::block_key(scope, sha));
         }
         Ok(())
     }
@@ -292,21 +289,25 @@ impl Storage {
     /// sealed: a large one is read in place from now on, without a verifying read first.
     pub(crate) fn verified_upload(&self, scope: &str, sha: &str, len: u64) {
         if len > LOCAL_REREAD_MAX_BYTES as u64 {
-            self.verified_local.lock().insert(scope, sha);
+            self.verified_local.lock().insert(crate::store::block_key(scope, sha));
         }
     }
 
     /// Fills `buf` from `offset` of a block of a local object directory that a read verified
     /// before, in place; `false` when the block is not one (the caller fetches and verifies it).
     pub(crate) fn read_local_range(&self, scope: &str, sha: &str, offset: u64, buf: &mut [u8]) -> EngineResult<bool> {
-        if !self.store.reads_are_local() || !self.verified_local.lock().contains(scope, sha) {
+        if !self.store.reads_are_local() {
             return Ok(false);
         }
-        match self.store.read_at_now(&crate::store::block_key(scope, sha), offset, buf) {
+        let key = crate::store::block_key(scope, sha);
+        if !self.verified_local.lock().contains(&key) {
+            return Ok(false);
+        }
+        match self.store.read_at_now(&key, offset, buf) {
             Some(Ok(())) => Ok(true),
             Some(Err(e)) => {
                 // Gone or changed underneath: fetched and verified again, which reports it.
-                self.verified_local.lock().remove(scope, sha);
+                self.verified_local.lock().remove(&key);
                 tracing::warn!(error = %e, "reading a verified local block in place failed");
                 Ok(false)
             }
@@ -317,14 +318,14 @@ impl Storage {
     /// Starts background downloads of blocks a sequential reader will want next.
     pub(crate) fn prefetch(self: &Arc<Self>, scope: &str, shas: Vec<String>) {
         for sha in shas {
-            let key = (scope.to_string(), sha.clone());
-            let kept = self.cache.size_of(scope, &sha).is_some() || self.verified_local.lock().contains(scope, &sha);
+            let obj = crate::store::block_key(scope, &sha);
+            let kept = self.cache.size_of(scope, &sha).is_some() || self.verified_local.lock().contains(&obj);
+            let key = (scope.to_string(), sha);
             if kept || !self.prefetching.lock().insert(key.clone()) {
                 continue;
             }
             let this = self.clone();
             self.rt.spawn(async move {
-                let obj = crate::store::block_key(&key.0, &key.1);
                 if let Ok(data) = this.with_retry(1, || this.store.get(&obj)).await {
                     if hex::encode(Sha256::digest(&data)) == key.1 {
                         let _ = this.keep_fetched(&key.0, &key.1, &data);

@@ -226,13 +226,14 @@ impl ScopeEngine {
         // Inline blocks go into the cache (one transaction) before their rows leave the journal,
         // so a reader always finds them; best effort: without it a read fetches from the store. A
         // local directory is read as cheaply as the cache: nothing is copied.
-        let cached: Vec<(&str, &[u8])> = results
-            .iter()
-            .filter_map(|(i, r)| r.as_ref().ok().filter(|b| b.inline).map(|b| (shas[*i].as_str(), &b.data[..])))
-            .collect();
-        let local = self.storage.store.reads_are_local();
-        if let Err(e) = if local { Ok(()) } else { self.storage.cache.insert_many(self.scope_id.as_str(), &cached) } {
-            tracing::debug!(scope = %self.scope_id, error = %e, "caching uploaded inline blocks failed");
+        if !self.storage.store.reads_are_local() {
+            let cached: Vec<(&str, &[u8])> = results
+                .iter()
+                .filter_map(|(i, r)| r.as_ref().ok().filter(|b| b.inline).map(|b| (shas[*i].as_str(), &b.data[..])))
+                .collect();
+            if let Err(e) = self.storage.cache.insert_many(self.scope_id.as_str(), &cached) {
+                tracing::debug!(scope = %self.scope_id, error = %e, "caching uploaded inline blocks failed");
+            }
         }
         self.record_group(shas, results, &mut outcomes);
         outcomes

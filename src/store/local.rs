@@ -203,6 +203,14 @@ fn walk(dir: &Path, rel: &str, out: &mut Vec<ObjectInfo>) -> io::Result<()> {
     Ok(())
 }
 
+/// The whole object `key`: from the pack, or else its file at `path`.
+fn read_whole(pack: &Pack, path: &Path, key: &str) -> Result<Bytes, StoreError> {
+    match pack.get(key)? {
+        Some(data) => Ok(Bytes::from(data)),
+        None => fs::read(path).map(Bytes::from).map_err(|e| not_found_as(key, e)),
+    }
+}
+
 fn not_found_as(key: &str, e: io::Error) -> StoreError {
     if e.kind() == io::ErrorKind::NotFound {
         StoreError::NotFound { key: key.to_string() }
@@ -301,11 +309,7 @@ impl ObjectStore for LocalDirStore {
         let path = self.path_of(key)?;
         let key = key.to_string();
         let pack = self.pack.clone();
-        self.blocking(move |_| match pack.get(&key)? {
-            Some(data) => Ok(Bytes::from(data)),
-            None => fs::read(&path).map(Bytes::from).map_err(|e| not_found_as(&key, e)),
-        })
-        .await
+        self.blocking(move |_| read_whole(&pack, &path, &key)).await
     }
 
     async fn head(&self, key: &str) -> Result<Option<u64>, StoreError> {
@@ -390,15 +394,7 @@ impl ObjectStore for LocalDirStore {
     }
 
     fn get_now(&self, key: &str) -> Option<Result<Bytes, StoreError>> {
-        let path = match self.path_of(key) {
-            Ok(path) => path,
-            Err(e) => return Some(Err(e)),
-        };
-        Some(match self.pack.get(key) {
-            Ok(Some(data)) => Ok(Bytes::from(data)),
-            Ok(None) => fs::read(&path).map(Bytes::from).map_err(|e| not_found_as(key, e)),
-            Err(e) => Err(e),
-        })
+        Some(self.path_of(key).and_then(|path| read_whole(&self.pack, &path, key)))
     }
 }
 

@@ -209,11 +209,8 @@ impl Op<'_> {
     /// when due). A mutation that cannot be logged is undone and fails.
     pub fn commit(mut self) -> EngineResult<()> {
         if !self.statements.get_mut().is_empty() {
-            let record = std::mem::take(self.statements.get_mut());
-            let appended = self.redo.append(&record);
-            // Put back so that `drop` undoes the unlogged writes.
-            *self.statements.get_mut() = record;
-            appended?;
+            // On failure `drop` sees the unlogged statements and undoes them.
+            self.redo.append(self.statements.get_mut())?;
         }
         self.finished = true;
         if self.redo.due() {
