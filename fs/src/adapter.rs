@@ -49,6 +49,9 @@ impl Default for FastPaths {
 }
 /// Inode numbers are never reused, so the generation is always 0.
 const GENERATION: Generation = Generation(0);
+/// The bit the kernel sets in the id of a request it hands a server again after its previous
+/// server died (`FUSE_UNIQUE_RESEND`, Linux 6.9, after `FUSE_NOTIFY_RESEND`).
+const RESEND_BIT: u64 = 1 << 63;
 
 /// Runs one engine call; an engine error becomes its errno, a panic becomes `EIO`. Every call is
 /// counted with its latency, refusals and unsupported requests by kind (`crate::metrics`).
@@ -119,6 +122,13 @@ impl ScopeFs {
     pub fn with_fast_paths(mut self, fast: FastPaths) -> ScopeFs {
         self.fast = fast;
         self
+    }
+
+    /// Runs a mutating request as one the engine can answer again if the kernel resends it to a
+    /// later process (`ScopeEngine::begin_request`); held until the reply is sent.
+    fn request(&self, req: &Request) -> scopefs::engine::RequestScope<'_> {
+        let unique = req.unique().0;
+        self.engine.begin_request(unique & !RESEND_BIT, unique & RESEND_BIT != 0)
     }
 
     fn reply_entry(&self, reply: ReplyEntry, result: Result<Attr, Errno>) {
@@ -217,8 +227,10 @@ impl Filesystem for ScopeFs {
         }
     }
 
-    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
-        // Engine inode numbers are never reused: nothing to release.
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        // Inode numbers are never reused, so nothing is released, except on a resumed mount an
+        // inode without a name kept for the kernel (the kernel forgets an inode once, whole).
+        self.engine.forget(ino.0);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -277,6 +289,7 @@ impl Filesystem for ScopeFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _request = self.request(req);
         let r = call("mknod", || -> Result<Attr, Failure> {
             Ok(self.engine.mknod(parent.0, name.as_bytes(), mknod_kind(mode)?, mode & 0o7777, rdev, owner(req))?)
         });
@@ -284,19 +297,23 @@ impl Filesystem for ScopeFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let _request = self.request(req);
         let r = call("mkdir", || self.engine.mkdir(parent.0, name.as_bytes(), mode & 0o7777, owner(req)));
         self.reply_entry(reply, r);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _request = self.request(req);
         reply_empty(reply, call("unlink", || self.engine.unlink(parent.0, name.as_bytes())));
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _request = self.request(req);
         reply_empty(reply, call("rmdir", || self.engine.rmdir(parent.0, name.as_bytes())));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+        let _request = self.request(req);
         let r = call("symlink", || {
             self.engine.symlink(parent.0, link_name.as_bytes(), target.as_os_str().as_bytes(), owner(req))
         });
@@ -305,7 +322,7 @@ impl Filesystem for ScopeFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -313,6 +330,7 @@ impl Filesystem for ScopeFs {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _request = self.request(req);
         let r = call("rename", || -> Result<(), Failure> {
             let mode = rename_mode(flags.bits())?;
             Ok(self.engine.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), mode)?)
@@ -320,7 +338,8 @@ impl Filesystem for ScopeFs {
         reply_empty(reply, r);
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let _request = self.request(req);
         let r = call("link", || self.engine.link(ino.0, newparent.0, newname.as_bytes()));
         self.reply_entry(reply, r);
     }
@@ -443,7 +462,7 @@ impl Filesystem for ScopeFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -451,6 +470,7 @@ impl Filesystem for ScopeFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _request = self.request(req);
         self.do_setxattr(ino, name, value, flags, reply);
     }
 
@@ -462,7 +482,8 @@ impl Filesystem for ScopeFs {
         self.do_listxattr(ino, size, reply);
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _request = self.request(req);
         self.do_removexattr(ino, name, reply);
     }
 
@@ -472,6 +493,7 @@ impl Filesystem for ScopeFs {
     }
 
     fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
+        let _request = self.request(req);
         let r = call("tmpfile", || self.engine.tmpfile(parent.0, mode & 0o7777, open_flags(flags), owner(req)));
         match r {
             // The kernel takes the one link it is told of away itself (`d_tmpfile`).
@@ -496,6 +518,7 @@ impl Filesystem for ScopeFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _request = self.request(req);
         let r = call("create", || {
             self.engine.create(parent.0, name.as_bytes(), mode & 0o7777, open_flags(flags), owner(req))
         });

@@ -6,6 +6,10 @@ use scopefs::engine::EngineError;
 
 /// The raw errno for an engine error.
 pub fn errno_code(err: &EngineError) -> i32 {
+    // A full disk is told as such, whichever layer met it (a write of staging, SQLite, a log).
+    if err.out_of_space() {
+        return libc::ENOSPC;
+    }
     match err {
         EngineError::NotFound => libc::ENOENT,
         EngineError::Exists => libc::EEXIST,
@@ -33,7 +37,9 @@ pub fn errno_code(err: &EngineError) -> i32 {
         | EngineError::Corrupt { .. }
         | EngineError::Metadata(_)
         | EngineError::Migration(_)
-        | EngineError::Io(_) => libc::EIO,
+        | EngineError::Io(_)
+        | EngineError::Poisoned(_)
+        | EngineError::WriteLost => libc::EIO,
     }
 }
 

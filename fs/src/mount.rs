@@ -237,6 +237,7 @@ impl MountManager {
         if let Some(fd) = self.inherited.lock().remove(&scope) {
             let mounted = self.resume(&scope, fs, fd, &engine)?;
             engine.set_observer(Some(observer(scope.clone(), mounted.session.notifier())));
+            engine.set_kernel_probe(Some(kernel_probe(mounted.session.notifier())));
             tracing::info!(%scope, "scope mount resumed");
             self.sessions.lock().insert(scope, mounted);
             return Ok(path);
@@ -305,6 +306,11 @@ impl MountManager {
         Ok(mounted)
     }
 
+    /// Whether `scope`'s live connection was inherited and is not resumed yet.
+    pub fn will_resume(&self, scope: &ScopeId) -> bool {
+        self.inherited.lock().contains_key(scope)
+    }
+
     /// Scopes whose live connection was inherited and is not resumed yet.
     pub fn inherited_scopes(&self) -> Vec<ScopeId> {
         self.inherited.lock().keys().cloned().collect()
@@ -356,6 +362,7 @@ impl MountManager {
             return Ok(());
         };
         mounted.engine.set_observer(None);
+        mounted.engine.set_kernel_probe(None);
         forget(self.keeper.as_deref(), scope);
         let err = |source| MountError::Unmount { scope: scope.to_string(), source };
         let view = layout::unmount_path(&self.mountpoint(scope));
@@ -438,6 +445,16 @@ fn observer(scope: ScopeId, notifier: Notifier) -> scopefs::engine::ChangeObserv
 
 /// Sends the invalidations of one change. An entry change also drops the parent directory's
 /// attributes (size, times, link count) and cached listing pages.
+/// Asks the kernel whether it holds an inode: an invalidation of its attributes only (offset -1
+/// leaves its pages) answers `ENOENT` for an inode the kernel does not have.
+fn kernel_probe(notifier: Notifier) -> scopefs::engine::KernelProbe {
+    Arc::new(move |ino: Ino| match notifier.inval_inode(INodeNo(ino), -1, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => false,
+        // Held, or unknown (a failed notification): kept until the kernel forgets it.
+        _ => true,
+    })
+}
+
 fn apply(scope: &ScopeId, notifier: &Notifier, change: &Change) {
     match change {
         Change::Entry { parent, name } => {

@@ -6,7 +6,7 @@
 //! so allocating is making the size (and its quota charge) real; a hole reads as zeros.
 
 use super::{OpenFile, MAX_FILE_SIZE};
-use crate::engine::meta::now_ns;
+use crate::engine::openlog::Change;
 use crate::engine::{EngineError, EngineResult, Fh, Ino, ScopeEngine};
 use std::sync::atomic::Ordering;
 
@@ -39,26 +39,36 @@ impl ScopeEngine {
         };
         let file = self.file_of(ino, fh, true)?;
         let mut f = file.lock();
-        let changed = match mode {
-            AllocMode::Allocate { keep_size: false } => self.grow_to(&mut f, end)?,
-            AllocMode::Allocate { keep_size: true } => {
-                self.check_room(&f, end)?;
-                false
+        // What changed, as the open-file log records it.
+        let mut changes = Vec::new();
+        match mode {
+            AllocMode::Allocate { keep_size: false } => {
+                if self.grow_to(&mut f, end)? {
+                    changes.push(Change::SetSize { size: end });
+                }
             }
+            AllocMode::Allocate { keep_size: true } => self.check_room(&f, end)?,
             AllocMode::PunchHole | AllocMode::ZeroRange { keep_size: true } => {
-                self.zero_range(&mut f, ino, offset, end)?
+                if self.zero_range(&mut f, ino, offset, end)? {
+                    changes.push(Change::Zero { start: offset, end });
+                }
             }
             AllocMode::ZeroRange { keep_size: false } => {
                 // Grown first (quota checked before anything changes); the new part is a hole already.
                 let old_size = f.size;
-                let grown = self.grow_to(&mut f, end)?;
-                let zeroed = self.zero_range(&mut f, ino, offset, end.min(old_size))?;
-                grown || zeroed
+                if self.grow_to(&mut f, end)? {
+                    changes.push(Change::SetSize { size: end });
+                }
+                if self.zero_range(&mut f, ino, offset, end.min(old_size))? {
+                    changes.push(Change::Zero { start: offset, end: end.min(old_size) });
+                }
             }
-        };
-        if changed {
-            f.changed = true;
-            f.mtime_ns = now_ns();
+        }
+        if !changes.is_empty() {
+            self.mark_changed(&mut f);
+            for change in changes {
+                self.log_change(ino, &f, change)?;
+            }
             if self.commit_each_write.load(Ordering::SeqCst) {
                 self.commit_locked(ino, &mut f)?;
             }
@@ -91,7 +101,7 @@ impl ScopeEngine {
     /// Makes `[start, end)` (clipped to the size) read as zeros: blocks wholly inside become holes,
     /// partial ones are zeroed in a dirty copy. Visits only the blocks the file has. True when a
     /// block changed.
-    fn zero_range(&self, f: &mut OpenFile, ino: Ino, start: u64, end: u64) -> EngineResult<bool> {
+    pub(super) fn zero_range(&self, f: &mut OpenFile, ino: Ino, start: u64, end: u64) -> EngineResult<bool> {
         let end = end.min(f.size);
         if start >= end {
             return Ok(false);

@@ -66,6 +66,14 @@ impl DirtyBlock {
         }
     }
 
+    /// The name of the block's working file in staging (`None`: kept in memory).
+    pub(crate) fn working_name(&self) -> Option<String> {
+        match &self.data {
+            DirtyData::Mem(_) => None,
+            DirtyData::File { path, .. } => path.file_name().map(|n| n.to_string_lossy().into_owned()),
+        }
+    }
+
     fn sha256(&mut self) -> std::io::Result<String> {
         match &mut self.data {
             DirtyData::Mem(v) => Ok(hex::encode(Sha256::digest(v.as_slice()))),

@@ -72,6 +72,15 @@ pub enum EngineError {
     Migration(#[from] crate::migrate::MigrateError),
     #[error("local I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// The scope's metadata lacks mutations that were acknowledged and could not be put back from
+    /// its redo log yet (a full disk, an I/O error), or a durability point of the scope failed:
+    /// every call fails until it is repaired (`EIO`; the HTTP API answers 503).
+    #[error("scope unavailable: {0}")]
+    Poisoned(&'static str),
+    /// Data written through this handle may have been lost since it was last told of an error (a
+    /// failed durability point, a damaged block): told once per handle (`EIO`).
+    #[error("an earlier write of this file may have been lost")]
+    WriteLost,
 }
 
 pub type EngineResult<T> = Result<T, EngineError>;
@@ -119,7 +128,20 @@ impl EngineError {
             | EngineError::Corrupt { .. }
             | EngineError::Metadata(_)
             | EngineError::Migration(_)
-            | EngineError::Io(_) => None,
+            | EngineError::Io(_)
+            | EngineError::Poisoned(_)
+            | EngineError::WriteLost => None,
+        }
+    }
+
+    /// Whether the error means the local disk is full (the host's `ENOSPC`/`EDQUOT`, SQLite's
+    /// `SQLITE_FULL`, or the staging budget): answered `ENOSPC`, not `EIO`.
+    pub fn out_of_space(&self) -> bool {
+        match self {
+            EngineError::NoSpace => true,
+            EngineError::Io(e) => matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)),
+            EngineError::Metadata(rusqlite::Error::SqliteFailure(f, _)) => f.code == rusqlite::ErrorCode::DiskFull,
+            _ => false,
         }
     }
 }

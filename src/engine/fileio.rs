@@ -11,13 +11,16 @@ use sha2::{Digest, Sha256};
 
 use super::dirty::{DirtyBlock, Sealed};
 use super::error::{EngineError, EngineResult};
-use super::meta::{now_ns, BlockRef, FileVersion, InodeRow};
+use super::meta::{BlockRef, FileVersion, InodeRow};
 use super::scope::{HandleInfo, ScopeEngine};
 use super::types::*;
 
 /// `fallocate`: works on the open-file state below.
 #[path = "alloc.rs"]
 pub(super) mod alloc;
+/// Open files across a restart: their uncommitted changes logged, and replayed after a crash.
+#[path = "reopen.rs"]
+mod reopen;
 
 /// Largest file size: sizes and usage are stored as SQLite integers (`i64`). Larger is `TooLarge`.
 pub(crate) const MAX_FILE_SIZE: u64 = i64::MAX as u64;
@@ -40,6 +43,8 @@ pub(crate) struct OpenFile {
     changed: bool,
     mtime_ns: i64,
     last_read_block: Option<u64>,
+    /// The committed version the state builds on (what its logged changes name).
+    version: u64,
 }
 
 /// Where the bytes of one piece of a read come from.
@@ -98,6 +103,7 @@ impl ScopeEngine {
             changed: false,
             mtime_ns: row.mtime_ns,
             last_read_block: None,
+            version: row.version,
         }));
         let mut map = self.open_files.lock();
         let e = map.entry(row.ino).or_insert(OpenEntry { handles: 0, file: fresh, detached: row.parent.is_none() });
@@ -109,7 +115,8 @@ impl ScopeEngine {
     /// write right, so a later process can adopt the handle.
     fn new_handle(&self, ino: Ino, write: bool) -> Opened {
         let fh = (self.next_fh.fetch_add(1, Ordering::Relaxed) << 1) | u64::from(write);
-        self.handles.lock().insert(fh, HandleInfo { ino, write });
+        let err_seen = self.errors.sample(ino);
+        self.handles.lock().insert(fh, HandleInfo { ino, write, err_seen });
         Opened { fh, keep_cache: true }
     }
 
@@ -142,7 +149,8 @@ impl ScopeEngine {
             return Err(EngineError::BadHandle);
         }
         self.acquire(ino)?;
-        let info = HandleInfo { ino, write: fh & 1 == 1 };
+        // Opened before anything this process saw: every error since is news to it.
+        let info = HandleInfo { ino, write: fh & 1 == 1, err_seen: Default::default() };
         let raced = {
             let mut handles = self.handles.lock();
             match handles.get(&fh).copied() {
@@ -180,6 +188,10 @@ impl ScopeEngine {
                     result = Err(e);
                 }
             }
+        }
+        // Everything committed: the next process need not replay (nor open the scope at once).
+        if let Err(e) = self.open_log.empty_if_settled() {
+            tracing::warn!(scope = %self.scope_id, error = %e, "emptying the open-file log failed");
         }
         result
     }
@@ -297,6 +309,8 @@ impl ScopeEngine {
         Ok(out)
     }
 
+    /// Writes `data` at `offset` through handle `fh`: into the open file's dirty blocks, logged in
+    /// the open-file log before it returns (a killed process's successor replays it).
     pub fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> EngineResult<u32> {
         self.check_writable()?;
         let file = self.file_of(ino, fh, true)?;
@@ -309,6 +323,24 @@ impl ScopeEngine {
         if end > f.size {
             self.reserve_growth(end - f.size)?;
         }
+        let (reached, result) = self.write_blocks(&mut f, ino, offset, data);
+        if reached > offset {
+            self.mark_changed(&mut f);
+            let written = &data[..(reached - offset) as usize];
+            // A write that cannot be logged fails (its bytes stay in the open file, uncommitted).
+            self.log_write(ino, &f, offset, written)?;
+        }
+        result?;
+        if self.commit_each_write.load(Ordering::SeqCst) {
+            self.commit_locked(ino, &mut f)?;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// Puts `data` at `offset` into the dirty blocks (growth already reserved by the caller; what was
+    /// reserved beyond what got written is given back). Returns how far it got and whether it all went.
+    fn write_blocks(&self, f: &mut OpenFile, ino: Ino, offset: u64, data: &[u8]) -> (u64, EngineResult<()>) {
+        let end = offset + data.len() as u64;
         let bs = self.block_size();
         let mut pos = offset;
         let result = (|| -> EngineResult<()> {
@@ -317,7 +349,7 @@ impl ScopeEngine {
                 let in_off = pos % bs;
                 let n = (bs - in_off).min(end - pos);
                 let src = &data[(pos - offset) as usize..(pos - offset + n) as usize];
-                self.ensure_dirty(&mut f, ino, idx, in_off, n)?;
+                self.ensure_dirty(f, ino, idx, in_off, n)?;
                 let d = f.dirty.get_mut(&idx).ok_or(EngineError::BadHandle)?;
                 self.write_dirty(d, ino, idx, src, in_off)?;
                 pos += n;
@@ -331,15 +363,7 @@ impl ScopeEngine {
             *self.pending_growth.lock() -= (end - f.size - grown) as i64;
             f.size = f.size.max(reached);
         }
-        if reached > offset {
-            f.changed = true;
-            f.mtime_ns = now_ns();
-        }
-        result?;
-        if self.commit_each_write.load(Ordering::SeqCst) {
-            self.commit_locked(ino, &mut f)?;
-        }
-        Ok(data.len() as u32)
+        (reached, result)
     }
 
     /// Checks the byte quota for `growth` more bytes and reserves them. Committed usage and pending
@@ -398,8 +422,7 @@ impl ScopeEngine {
             }
         }
         f.size = size;
-        f.changed = true;
-        f.mtime_ns = now_ns();
+        self.mark_changed(f);
         Ok(())
     }
 
@@ -443,10 +466,15 @@ impl ScopeEngine {
         }
         self.note_unsynced(&sealed);
         let content_sha = content_sha256(&blocks, f.size);
-        let new = self.commit_version(ino, f, &blocks, content_sha.as_deref(), &inline)?;
+        let (new, version) = self.commit_version(ino, f, &blocks, content_sha.as_deref(), &inline)?;
         for (idx, d) in std::mem::take(&mut f.dirty) {
             self.retire_dirty(d, linked.contains(&idx));
         }
+        f.committed_size = f.size;
+        f.blocks = blocks;
+        f.changed = false;
+        f.version = version;
+        self.open_log.settled(true);
         // Sealed copies of blocks the scope already had uploaded are redundant.
         for sha in sealed.iter().filter(|s| !new.contains(s)) {
             if self.meta.lock()?.block_uploaded(sha)? == Some(true) {
@@ -458,9 +486,6 @@ impl ScopeEngine {
                 }
             }
         }
-        f.committed_size = f.size;
-        f.blocks = blocks;
-        f.changed = false;
         if !foreground {
             for sha in &new {
                 self.enqueue_upload(sha.clone());
@@ -478,15 +503,18 @@ impl ScopeEngine {
         blocks: &BTreeMap<u64, BlockRef>,
         content_sha256: Option<&str>,
         inline: &BTreeMap<String, Vec<u8>>,
-    ) -> EngineResult<Vec<String>> {
+    ) -> EngineResult<(Vec<String>, u64)> {
         let version = FileVersion { ino, size: f.size, mtime_ns: f.mtime_ns, blocks, content_sha256 };
-        self.with_inline_journal(inline, || {
+        let number = std::cell::Cell::new(0);
+        let new = self.with_inline_journal(inline, || {
             let mut meta = self.meta.lock()?;
-            let new = meta.commit_file(&version, inline)?;
+            let (new, n) = meta.commit_file(&version, inline)?;
+            number.set(n);
             // Moved from pending to committed under the metadata lock (see `reserve_growth`).
             *self.pending_growth.lock() -= f.size as i64 - f.committed_size as i64;
             Ok(new)
-        })
+        })?;
+        Ok((new, number.get()))
     }
 
     /// Commits the file's dirty data (a new version) without a disk flush: it survives a killed
@@ -494,6 +522,7 @@ impl ScopeEngine {
     /// this is that point (as `fsync`).
     pub fn flush(&self, ino: Ino, fh: Fh) -> EngineResult<()> {
         let file = self.file_of(ino, fh, false)?;
+        self.report_errors(ino, fh)?;
         if self.storage.settings.durability == Durability::Close {
             self.commit_and_upload(ino, &file)
         } else {
@@ -512,7 +541,11 @@ impl ScopeEngine {
     /// timeouts: an unreachable store answers `Store`, after the local flush).
     pub fn fsync(&self, ino: Ino, fh: Option<Fh>) -> EngineResult<()> {
         let file = match fh {
-            Some(fh) => self.file_of(ino, fh, false)?,
+            Some(fh) => {
+                let file = self.file_of(ino, fh, false)?;
+                self.report_errors(ino, fh)?;
+                file
+            }
             None => match self.open_files.lock().get(&ino) {
                 Some(e) => e.file.clone(),
                 None => {
@@ -550,6 +583,17 @@ impl ScopeEngine {
         }
         self.flush_local()?;
         uploaded
+    }
+
+    /// Tells handle `fh` of an error that may have lost its data and that it was not told of yet
+    /// (`errseq.rs`): `WriteLost`, once.
+    fn report_errors(&self, ino: Ino, fh: Fh) -> EngineResult<()> {
+        let mut handles = self.handles.lock();
+        let told = handles.get_mut(&fh).is_some_and(|h| self.errors.check(ino, &mut h.err_seen));
+        if told {
+            return Err(EngineError::WriteLost);
+        }
+        Ok(())
     }
 
     fn committed_shas(&self, ino: Ino) -> EngineResult<Vec<String>> {
@@ -592,11 +636,16 @@ impl ScopeEngine {
         let mut f = entry.file.lock();
         // Uncommitted data of a failed commit is given up with the last handle.
         *self.pending_growth.lock() -= f.size as i64 - f.committed_size as i64;
+        if std::mem::take(&mut f.changed) {
+            self.open_log.settled(true);
+        }
         for (_, d) in std::mem::take(&mut f.dirty) {
             self.discard_dirty(d);
         }
         drop(f);
-        if entry.detached {
+        // On a resumed mount the kernel may hold other handles of an earlier process: kept until
+        // it lets go (`forget`).
+        if entry.detached && !self.kernel_unknown.load(Ordering::Acquire) {
             if let Err(e) = self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
                 tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");
             }

@@ -157,6 +157,9 @@ impl ScopeEngine {
             return Vec::new();
         }
         self.inline.marked.store(true, Ordering::Release);
+        // Its name may never have been flushed (an earlier process died before a durability
+        // point): the next durability point flushes it.
+        self.inline.unsynced.store(true, Ordering::Release);
         let mut set = self.inline.shas.lock();
         let mut shas = Vec::with_capacity(rows.len());
         for (sha, len) in rows {
@@ -182,5 +185,8 @@ impl ScopeEngine {
 impl Drop for ScopeEngine {
     fn drop(&mut self) {
         self.close_inline_journal();
+        if let Err(e) = self.open_log.empty_if_settled() {
+            tracing::warn!(scope = %self.scope_id, error = %e, "emptying the open-file log at close failed");
+        }
     }
 }

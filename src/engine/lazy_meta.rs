@@ -12,6 +12,7 @@ use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
 
 use super::error::EngineResult;
 use super::meta::MetaDb;
+use super::requests::Answers;
 
 /// Scope metadata databases open in this process (for `/metrics` and the scale benchmark).
 static OPEN_DATABASES: AtomicU64 = AtomicU64::new(0);
@@ -92,9 +93,11 @@ struct Slot {
     path: PathBuf,
     db: Mutex<Option<MetaDb>>,
     is_open: AtomicBool,
-    /// Inodes left without a name by a crash are deleted at the first open only: later reopens
-    /// (after a close by the budget) find unlinked files that are still open.
-    first_open_done: AtomicBool,
+    /// Inodes without a name are deleted at the next open (set when the scope is mounted afresh:
+    /// no kernel holds any of them then).
+    collect_detached: AtomicBool,
+    /// Answers of requests, shared with the engine (`requests.rs`).
+    answers: Arc<Answers>,
 }
 
 impl Slot {
@@ -117,14 +120,15 @@ pub(crate) struct LazyMeta {
 
 impl LazyMeta {
     /// A database opened on first use; `open` is an already open one (a scope recovered at once,
-    /// e.g. to replay its upload journal).
-    pub fn new(path: PathBuf, budget: Arc<MetaBudget>, open: Option<MetaDb>) -> LazyMeta {
+    /// e.g. to replay its upload journal), sharing `answers`.
+    pub fn new(path: PathBuf, budget: Arc<MetaBudget>, open: Option<MetaDb>, answers: Arc<Answers>) -> LazyMeta {
         let is_open = open.is_some();
         let slot = Arc::new(Slot {
             path,
             db: Mutex::new(open),
             is_open: AtomicBool::new(is_open),
-            first_open_done: AtomicBool::new(is_open),
+            collect_detached: AtomicBool::new(false),
+            answers,
         });
         if is_open {
             OPEN_DATABASES.fetch_add(1, Ordering::Relaxed);
@@ -151,16 +155,34 @@ impl LazyMeta {
         self.slot.is_open.load(Ordering::Relaxed)
     }
 
-    /// The database, locked; opened (and migrated, and on its first open cleared of inodes left
-    /// without a name by a crash) if it is closed.
+    /// Deletes the inodes without a name now if the database is open, else at its next open: the
+    /// scope is mounted afresh, so no kernel holds any of them.
+    pub fn collect_detached(&self) -> EngineResult<()> {
+        let mut guard = self.slot.db.lock();
+        match guard.as_mut() {
+            Some(db) => {
+                self.slot.collect_detached.store(false, Ordering::Relaxed);
+                db.heal()?;
+                delete_detached(db)
+            }
+            None => {
+                self.slot.collect_detached.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+
+    /// The database, locked; opened (and migrated, its redo log replayed) if it is closed. A
+    /// poisoned database is put back from its log first, or the caller gets `Poisoned`.
     pub fn lock(&self) -> EngineResult<MappedMutexGuard<'_, MetaDb>> {
         let mut guard = self.slot.db.lock();
+        if let Some(db) = guard.as_mut() {
+            db.heal()?;
+        }
         if guard.is_none() {
-            let mut db = MetaDb::open(&self.slot.path, 0, 0)?;
-            if !self.slot.first_open_done.swap(true, Ordering::Relaxed) {
-                for ino in db.detached_inodes()? {
-                    db.delete_detached(ino)?;
-                }
+            let mut db = MetaDb::open_with(&self.slot.path, 0, 0, self.slot.answers.clone())?;
+            if self.slot.collect_detached.swap(false, Ordering::Relaxed) {
+                delete_detached(&mut db)?;
             }
             *guard = Some(db);
             self.slot.is_open.store(true, Ordering::Relaxed);
@@ -175,6 +197,13 @@ impl LazyMeta {
         }
         Ok(MutexGuard::map(guard, |db| db.as_mut().expect("open: checked above")))
     }
+}
+
+fn delete_detached(db: &mut MetaDb) -> EngineResult<()> {
+    for ino in db.detached_inodes()? {
+        db.delete_detached(ino)?;
+    }
+    Ok(())
 }
 
 impl Drop for LazyMeta {
@@ -193,8 +222,9 @@ mod tests {
     fn past_the_budget_the_oldest_idle_database_closes_and_reopens_on_use() {
         let dir = tempfile::tempdir().unwrap();
         let budget = MetaBudget::new(2, 0);
-        let metas: Vec<LazyMeta> =
-            (0..3).map(|i| LazyMeta::new(dir.path().join(format!("{i}.sqlite3")), budget.clone(), None)).collect();
+        let metas: Vec<LazyMeta> = (0..3)
+            .map(|i| LazyMeta::new(dir.path().join(format!("{i}.sqlite3")), budget.clone(), None, Arc::default()))
+            .collect();
         let opened = |m: &LazyMeta| m.slot.is_open.load(Ordering::Relaxed);
         drop(metas[0].lock().unwrap());
         drop(metas[1].lock().unwrap());

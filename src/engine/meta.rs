@@ -1,7 +1,6 @@
 //! `MetaDb`: every SQL statement of a scope's metadata database (namespace, block lists, refcounts, usage).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -9,11 +8,14 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::error::{EngineError, EngineResult};
 use super::paths::WriteMode;
 use super::types::{FileKind, Ino, Owner, RenameMode, TimeSet, Usage, ROOT_INO};
-use crate::migrate;
 
 pub(crate) mod batch;
+mod open;
+pub(crate) mod redo;
+pub(crate) mod statements;
 use batch::Op;
 use rows::{inode_cols, link_cols, row_to_inode};
+use statements as st;
 mod blocks;
 mod check;
 mod links;
@@ -100,11 +102,11 @@ pub(crate) struct AttrChanges {
     pub mtime: Option<TimeSet>,
 }
 
-/// Runs one writing statement of a mutation through the connection's statement cache (the hot
-/// paths run the same few statements for every file, so each is prepared once per connection); it
-/// is recorded with the mutation in the redo log (`batch.rs`).
-pub(crate) fn exec(op: &Op<'_>, sql: &str, params: &[&dyn rusqlite::ToSql]) -> rusqlite::Result<usize> {
-    op.write(sql, params)
+/// Runs one writing statement of a mutation (one of `statements.rs`) through the connection's
+/// statement cache (the hot paths run the same few statements for every file, so each is prepared
+/// once per connection); it is recorded with the mutation in the redo log (`batch.rs`).
+pub(crate) fn exec(op: &Op<'_>, stmt: st::Stmt, params: &[&dyn rusqlite::ToSql]) -> rusqlite::Result<usize> {
+    op.write(&stmt, params)
 }
 
 /// Runs a statement without parameters that belongs to no mutation (the durability
@@ -142,94 +144,21 @@ pub(crate) fn from_ns(ns: i64) -> SystemTime {
     }
 }
 
-/// WAL pages written between automatic checkpoints (4 KiB pages: 32 MiB).
-const WAL_CHECKPOINT_PAGES: i64 = 8192;
-/// Bytes of WAL file kept after a checkpoint resets it.
-const WAL_KEEP_BYTES: i64 = 4 << 20;
-
 /// The metadata database of one scope. Callers serialize access (one `Mutex`). Mutations commit in
-/// batches and are logged in between (`batch.rs`).
+/// batches and are logged in between (`batch.rs`, `redo.rs`); opening replays the log (`open.rs`).
 pub(crate) struct MetaDb {
     conn: Connection,
-    redo: batch::Redo,
+    redo: redo::Redo,
+    /// Answers of requests, for requests a restarted server is handed again (`requests.rs`).
+    answers: std::sync::Arc<crate::engine::requests::Answers>,
+    /// The database lacks acknowledged mutations it could not put back from the log yet.
+    poisoned: bool,
     /// Places of directories met by `place` (creates ask for their parent's on every call);
     /// emptied by every rename and rmdir, bounded by `tree::PLACES_KEPT`.
     places: std::cell::RefCell<std::collections::HashMap<Ino, tree::Place>>,
 }
 
 impl MetaDb {
-    /// Opens (creating and migrating) the database; creates the root directory on first open.
-    pub fn open(path: &Path, root_uid: u32, root_gid: u32) -> EngineResult<MetaDb> {
-        let fresh = !path.exists();
-        let mut conn = Connection::open(path)?;
-        if fresh {
-            // Private before the WAL file exists: SQLite gives it the database's mode.
-            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        }
-        batch::persist_wal(&conn)?;
-        // One batch, parsed once (a scope's database is opened again whenever the open-database
-        // budget closed it):
-        // - EXCLUSIVE: one process owns a scope's database while it has it open (its redo log is
-        //   replayed under that ownership); another process asking waits (busy timeout), then fails.
-        // - NORMAL: in WAL mode a commit survives a process crash; a power loss may drop the newest
-        //   commits but never corrupts. Durability points (fsync, fsyncdir, sync) flush the WAL
-        //   through one FULL-synchronous commit (`make_durable`), covering every commit before it.
-        // - a page cache of up to 4 MiB, so a batch's changed pages fit and are written to the WAL
-        //   once, at its commit (a smaller cache spills them mid-batch, some twice); allocated as
-        //   used, and all caches together stay within `metadata_cache_max_bytes` (`MetaBudget`).
-        // - temp_store MEMORY: statement journals and temporary tables stay in memory, never in a
-        //   temporary file.
-        // - a checkpoint (three disk flushes under the metadata lock) every 8192 pages, not SQLite's
-        //   1000; the WAL is cut back to 4 MiB after a checkpoint and emptied when the database closes.
-        // - foreign keys on while a log is replayed (a log of an older daemon relied on their
-        //   cascades), off afterwards: every mutation deletes what an inode owns itself
-        //   (`delete_inode`), and the cascade programs cost most of an unlink; `consistency_problems`
-        //   checks the references.
-        conn.execute_batch(&format!(
-            "PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
-             PRAGMA cache_size = -4096; PRAGMA temp_store = MEMORY;
-             PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}; PRAGMA journal_size_limit = {WAL_KEEP_BYTES};
-             PRAGMA foreign_keys = ON;"
-        ))?;
-        conn.busy_timeout(Duration::from_secs(30))?;
-        // Every statement of the hot paths stays prepared (`exec`, `prepare_cached`), and keeps its
-        // plan: without the query planner stability guarantee SQLite re-prepares a cached statement
-        // whenever a bound value (a `LIMIT`, a parent of 0 or 1) might change the plan (15-24 % of
-        // the daemon's time in the small-file workloads).
-        conn.set_prepared_statement_cache_capacity(64);
-        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
-        // A log left by a killed daemon is replayed before any migration: its statements were
-        // written for the schema the file has now.
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        let replayed = if version >= batch::REDO_SCHEMA { Some(MetaDb::open_redo(&conn, path)?) } else { None };
-        if migrate::SCOPE_META.last().is_some_and(|m| m.version != version) {
-            // Off while migrating: a migration that rebuilds a table must not cascade its drop.
-            conn.pragma_update(None, "foreign_keys", "OFF")?;
-            migrate::apply(&mut conn, migrate::SCOPE_META)?;
-        }
-        // Only a new database writes here: a reopened one (first use after a restart, or after the
-        // open-database budget closed it) stays read-only until used.
-        let has_root: bool =
-            conn.query_row("SELECT EXISTS (SELECT 1 FROM inodes WHERE ino = ?1)", [ROOT_INO as i64], |r| r.get(0))?;
-        if !has_root {
-            let now = now_ns();
-            conn.execute(
-                "INSERT OR IGNORE INTO inodes (ino, parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns)
-                 VALUES (?1, NULL, NULL, 'dir', 493, ?2, ?3, ?4, ?4, ?4)",
-                params![ROOT_INO as i64, root_uid, root_gid, now],
-            )?;
-        }
-        let redo = match replayed {
-            Some(redo) => redo,
-            None => {
-                conn.pragma_update(None, "foreign_keys", "ON")?;
-                MetaDb::open_redo(&conn, path)?
-            }
-        };
-        conn.pragma_update(None, "foreign_keys", "OFF")?;
-        Ok(MetaDb { conn, redo, places: Default::default() })
-    }
-
     pub fn inode(&self, ino: Ino) -> EngineResult<InodeRow> {
         inode_in(&self.conn, ino)?.ok_or(EngineError::NotFound)
     }
@@ -283,18 +212,14 @@ impl MetaDb {
         let size = target.map(|t| t.len() as i64).unwrap_or(0);
         exec(
             &tx,
-            "INSERT INTO inodes (parent, name, kind, perm, uid, gid, size, atime_ns, mtime_ns, ctime_ns, symlink_target, rdev)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, ?9, ?10)",
+            st::INSERT_INODE,
             params![parent as i64, name, kind.as_str(), perm & 0o7777, uid, gid, size, now, target, rdev],
         )?;
         let ino = tx.last_insert_rowid() as Ino;
+        tx.set_answer(ino);
         let is_file = i64::from(kind == FileKind::File);
         // A symlink's target is charged to the byte quota (its `size` is the target's length).
-        exec(
-            &tx,
-            "UPDATE usage SET inodes = inodes + 1, files = files + ?1, bytes = bytes + ?2 WHERE id = 1",
-            params![is_file, size],
-        )?;
+        exec(&tx, st::USAGE_INSERTED, params![is_file, size])?;
         touch_dir(&tx, parent, now)?;
         tx.commit()?;
         // The row as inserted (the columns not named above keep their defaults).
@@ -328,14 +253,10 @@ impl MetaDb {
             return Err(EngineError::QuotaExceeded("inodes"));
         }
         let now = now_ns();
-        exec(
-            &tx,
-            "INSERT INTO inodes (parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns, nlink)
-             VALUES (NULL, NULL, 'file', ?1, ?2, ?3, ?4, ?4, ?4, 0)",
-            params![perm & 0o7777, uid, gid, now],
-        )?;
+        exec(&tx, st::INSERT_DETACHED, params![perm & 0o7777, uid, gid, now])?;
         let ino = tx.last_insert_rowid() as Ino;
-        exec(&tx, "UPDATE usage SET inodes = inodes + 1, files = files + 1 WHERE id = 1", params![])?;
+        tx.set_answer(ino);
+        exec(&tx, st::USAGE_DETACHED_INSERTED, params![])?;
         let row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;
         tx.commit()?;
         Ok(row)
@@ -373,7 +294,7 @@ impl MetaDb {
             }
             dropped = drop_entry(&tx, &old, is_open(old.ino), now)?;
         }
-        exec(&tx, "UPDATE inodes SET nlink = 1 WHERE ino = ?1", params![ino as i64])?;
+        exec(&tx, st::SET_NLINK_ONE, params![ino as i64])?;
         set_name(&tx, ino, parent, name, now)?;
         touch_dir(&tx, parent, now)?;
         tx.commit()?;
@@ -404,8 +325,9 @@ impl MetaDb {
             row.mtime_ns = resolve(t);
         }
         row.ctime_ns = now;
-        exec(&tx,
-            "UPDATE inodes SET perm = ?2, uid = ?3, gid = ?4, atime_ns = ?5, mtime_ns = ?6, ctime_ns = ?7 WHERE ino = ?1",
+        exec(
+            &tx,
+            st::SET_ATTRS,
             params![ino as i64, row.perm, row.uid, row.gid, row.atime_ns, row.mtime_ns, row.ctime_ns],
         )?;
         tx.commit()?;
@@ -423,12 +345,12 @@ impl MetaDb {
 
     /// Commits a new version of a file: its full block list, size and mtime, in one transaction,
     /// with the bytes of its new blocks found in `inline` (the inline journal). Returns the hashes
-    /// that are new to the scope (to be uploaded from staging).
+    /// that are new to the scope (to be uploaded from staging) and the version's number.
     pub fn commit_file(
         &mut self,
         version: &FileVersion<'_>,
         inline: &BTreeMap<String, Vec<u8>>,
-    ) -> EngineResult<Vec<String>> {
+    ) -> EngineResult<(Vec<String>, u64)> {
         // NORMAL like every other commit: it survives a killed daemon at once and power loss from
         // the next durability point on (`make_durable`, reached by fsync/fsyncdir/sync).
         let FileVersion { ino, size, mtime_ns, blocks, content_sha256 } = *version;
@@ -452,11 +374,7 @@ impl MetaDb {
                 }
                 new_shas.push(b.sha256.clone());
             }
-            exec(
-                &tx,
-                "INSERT OR REPLACE INTO file_blocks (ino, idx, sha256, len) VALUES (?1, ?2, ?3, ?4)",
-                params![ino as i64, *idx as i64, b.sha256, b.len as i64],
-            )?;
+            exec(&tx, st::PUT_FILE_BLOCK, params![ino as i64, *idx as i64, b.sha256, b.len as i64])?;
         }
         for (idx, b) in &old {
             if blocks.get(idx) == Some(b) {
@@ -464,19 +382,14 @@ impl MetaDb {
             }
             drop_ref(&tx, &b.sha256)?;
             if !blocks.contains_key(idx) {
-                exec(&tx, "DELETE FROM file_blocks WHERE ino = ?1 AND idx = ?2", params![ino as i64, *idx as i64])?;
+                exec(&tx, st::DELETE_FILE_BLOCK, params![ino as i64, *idx as i64])?;
             }
         }
         let now = now_ns();
-        exec(
-            &tx,
-            "UPDATE inodes SET size = ?2, mtime_ns = ?3, ctime_ns = ?4, version = version + 1, content_sha256 = ?5
-             WHERE ino = ?1",
-            params![ino as i64, size as i64, mtime_ns, now, content_sha256],
-        )?;
-        exec(&tx, "UPDATE usage SET bytes = bytes + ?1 WHERE id = 1", params![size as i64 - row.size as i64])?;
+        exec(&tx, st::SET_VERSION, params![ino as i64, size as i64, mtime_ns, now, content_sha256])?;
+        exec(&tx, st::USAGE_BYTES, params![size as i64 - row.size as i64])?;
         tx.commit()?;
-        Ok(new_shas)
+        Ok((new_shas, row.version + 1))
     }
 
     /// Removes the name `parent/name` of a non-directory. `is_open` says whether an inode is still open.
@@ -629,16 +542,12 @@ fn has_children(conn: &Connection, ino: Ino) -> rusqlite::Result<bool> {
 }
 
 fn touch_dir(conn: &Op<'_>, ino: Ino, now: i64) -> rusqlite::Result<()> {
-    exec(conn, "UPDATE inodes SET mtime_ns = ?2, ctime_ns = ?2 WHERE ino = ?1", params![ino as i64, now])?;
+    exec(conn, st::TOUCH_DIR, params![ino as i64, now])?;
     Ok(())
 }
 
 fn set_name(conn: &Op<'_>, ino: Ino, parent: Ino, name: &[u8], now: i64) -> rusqlite::Result<()> {
-    exec(
-        conn,
-        "UPDATE inodes SET parent = ?2, name = ?3, ctime_ns = ?4 WHERE ino = ?1",
-        params![ino as i64, parent as i64, name, now],
-    )?;
+    exec(conn, st::SET_NAME, params![ino as i64, parent as i64, name, now])?;
     Ok(())
 }
 
@@ -658,11 +567,7 @@ fn is_within(conn: &Connection, mut ino: Ino, ancestor: Ino) -> EngineResult<boo
 /// Takes the only name of an inode away: detaches it if open, else deletes it.
 fn drop_last_name(conn: &Op<'_>, row: &InodeRow, open: bool, now: i64) -> EngineResult<Dropped> {
     if open {
-        exec(
-            conn,
-            "UPDATE inodes SET parent = NULL, name = NULL, nlink = 0, ctime_ns = ?2 WHERE ino = ?1",
-            params![row.ino as i64, now],
-        )?;
+        exec(conn, st::DETACH, params![row.ino as i64, now])?;
         Ok(Dropped::Detached(row.ino))
     } else {
         delete_inode(conn, row)?;
@@ -676,25 +581,21 @@ fn delete_inode(conn: &Op<'_>, row: &InodeRow) -> EngineResult<()> {
         let rows = st.query_map([row.ino as i64], |r| r.get::<_, String>(0))?;
         rows.collect::<Result<Vec<_>, _>>()?
     };
-    exec(conn, "DELETE FROM file_blocks WHERE ino = ?1", params![row.ino as i64])?;
+    exec(conn, st::DELETE_FILE_BLOCKS, params![row.ino as i64])?;
     for sha in shas {
         drop_ref(conn, &sha)?;
     }
     // Foreign keys are off (`MetaDb::open`): what the inode owns goes explicitly. It has no
     // further names (it is losing its last one), only extended attributes may remain.
     if has_xattrs(conn, row.ino)? {
-        exec(conn, "DELETE FROM xattrs WHERE ino = ?1", params![row.ino as i64])?;
+        exec(conn, st::DELETE_XATTRS, params![row.ino as i64])?;
     }
-    exec(conn, "DELETE FROM inodes WHERE ino = ?1", params![row.ino as i64])?;
+    exec(conn, st::DELETE_INODE, params![row.ino as i64])?;
     let (files, bytes) = match row.kind {
         FileKind::File => (1, row.size as i64),
         FileKind::Symlink => (0, row.size as i64),
         _ => (0, 0),
     };
-    exec(
-        conn,
-        "UPDATE usage SET inodes = inodes - 1, files = files - ?1, bytes = bytes - ?2 WHERE id = 1",
-        params![files, bytes],
-    )?;
+    exec(conn, st::USAGE_DELETED, params![files, bytes])?;
     Ok(())
 }

@@ -23,6 +23,8 @@ use crate::names;
 pub(crate) struct HandleInfo {
     pub ino: Ino,
     pub write: bool,
+    /// The errors this handle has been told of (`errseq.rs`).
+    pub err_seen: super::errseq::Seen,
 }
 
 /// One scope's filesystem.
@@ -52,7 +54,26 @@ pub struct ScopeEngine {
     /// Small staged blocks journaled in the metadata database.
     pub(crate) inline: super::journal::InlineJournal,
     pub(crate) observer: Mutex<Option<super::paths::ChangeObserver>>,
+    /// The kernel may hold open files and inodes this process never handed out: the scope's mount
+    /// was resumed from an earlier process. An inode that loses its last name is then kept until the
+    /// kernel lets go of it (`forget`, or `kernel_probe` answers it is not held).
+    pub(crate) kernel_unknown: AtomicBool,
+    /// Asks the kernel whether it still holds an inode (installed by the mount).
+    pub(crate) kernel_probe: Mutex<Option<KernelProbe>>,
+    /// Answers of requests, for requests a restarted server is handed again (`requests.rs`).
+    pub(crate) answers: Arc<super::requests::Answers>,
+    /// Uncommitted changes of open files, for the next process (`openlog.rs`).
+    pub(crate) open_log: super::openlog::OpenLog,
+    /// A durability point of this scope failed: its data may not be on disk, whatever a later flush
+    /// says (a failed fsync's pages may be gone). Every later durability point fails until the scope
+    /// is opened again.
+    pub(crate) durability_failed: AtomicBool,
+    /// Errors that may have lost data of open files, each reported to each handle once.
+    pub(crate) errors: super::errseq::ErrSeq,
 }
+
+/// Whether the kernel still holds inode `ino` (a mount's probe; see `ScopeEngine::set_kernel_probe`).
+pub type KernelProbe = Arc<dyn Fn(Ino) -> bool + Send + Sync>;
 
 /// Names the scope only (the engine's state is behind locks).
 impl std::fmt::Debug for ScopeEngine {
@@ -62,7 +83,14 @@ impl std::fmt::Debug for ScopeEngine {
 }
 
 impl ScopeEngine {
-    pub(crate) fn open_new(storage: Arc<Storage>, scope_id: ScopeId, quota: Quota) -> EngineResult<Arc<ScopeEngine>> {
+    /// Opens a scope; `resumed`: its mount is served on from an earlier process (the kernel may hold
+    /// its files open), so inodes without a name are kept rather than collected.
+    pub(crate) fn open_new(
+        storage: Arc<Storage>,
+        scope_id: ScopeId,
+        quota: Quota,
+        resumed: bool,
+    ) -> EngineResult<Arc<ScopeEngine>> {
         let id = scope_id.as_str().to_string();
         let meta_dir = storage.scope_meta_dir(&id);
         let staging = storage.scope_staging_dir(&id);
@@ -77,9 +105,15 @@ impl ScopeEngine {
         // now; a scope with none opens its database on first use.
         let has_work = |d: &PathBuf| std::fs::read_dir(d).map(|mut e| e.next().is_some()).unwrap_or(true);
         let inline_journal = staging.join(super::journal::INLINE_MARKER).exists();
-        let eager = has_work(&blocks_dir) || has_work(&open_dir) || inline_journal || !db_path.exists();
-        let db = if eager { Some(MetaDb::open(&db_path, 0, 0)?) } else { None };
-        let meta = LazyMeta::new(db_path, storage.meta_budget.clone(), db);
+        let open_log = std::fs::metadata(staging.join(super::openlog::OPEN_LOG)).is_ok_and(|m| m.len() > 0);
+        let eager = has_work(&blocks_dir) || has_work(&open_dir) || inline_journal || open_log || !db_path.exists();
+        let answers = Arc::new(super::requests::Answers::default());
+        let db = if eager { Some(MetaDb::open_with(&db_path, 0, 0, answers.clone())?) } else { None };
+        let meta = LazyMeta::new(db_path, storage.meta_budget.clone(), db, answers.clone());
+        if !resumed {
+            // A fresh mount: no kernel holds an inode without a name any more.
+            meta.collect_detached()?;
+        }
         let engine = Arc::new_cyclic(|me| ScopeEngine {
             scope_id,
             storage,
@@ -99,6 +133,12 @@ impl ScopeEngine {
             uploads: UploadQueue::default(),
             inline: Default::default(),
             observer: Mutex::new(None),
+            kernel_unknown: AtomicBool::new(resumed),
+            kernel_probe: Mutex::new(None),
+            answers,
+            open_log: super::openlog::OpenLog::new(),
+            durability_failed: AtomicBool::new(false),
+            errors: Default::default(),
         });
         if eager {
             engine.recover()?;
@@ -106,18 +146,17 @@ impl ScopeEngine {
         Ok(engine)
     }
 
-    /// Startup recovery: drop uncommitted write buffers and orphans, replay the upload journal.
+    /// Startup recovery: commit what open files were told was written (the open-file log), drop
+    /// the working files, replay the upload journal.
     fn recover(&self) -> EngineResult<()> {
+        self.replay_open_log()?;
         for entry in std::fs::read_dir(&self.open_dir)?.flatten() {
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
             if std::fs::remove_file(entry.path()).is_ok() {
                 self.staging_sub(len);
             }
         }
-        let mut meta = self.meta.lock()?;
-        for ino in meta.detached_inodes()? {
-            meta.delete_detached(ino)?;
-        }
+        let meta = self.meta.lock()?;
         let staged = meta.staged_blocks()?;
         let inline_rows = meta.inline_blocks()?;
         drop(meta);
@@ -133,17 +172,56 @@ impl ScopeEngine {
             }
         }
         let mut missing = 0;
+        let mut on_disk = Vec::new();
         for sha in staged {
-            if self.is_inline(&sha) || self.blocks_dir.join(&sha).exists() || self.restage_from_cache(&sha) {
+            if self.is_inline(&sha) {
+                self.enqueue_upload(sha);
+            } else if self.blocks_dir.join(&sha).exists() || self.restage_from_cache(&sha) {
+                on_disk.push(sha.clone());
                 self.enqueue_upload(sha);
             } else {
+                // Its upload may have finished with the mark lost to a power loss: the uploader asks
+                // the store, and marks it or reports it missing.
                 missing += 1;
+                self.enqueue_upload(sha);
             }
         }
+        // Written by an earlier process and maybe never flushed: the next durability point flushes
+        // them (and the marker) before it claims anything.
+        self.note_unsynced(&on_disk);
         if missing > 0 {
-            tracing::error!(scope = %self.scope_id, missing, "journaled blocks missing from staging; run fsck");
+            tracing::warn!(scope = %self.scope_id, missing, "journaled blocks missing from staging; checking the store");
         }
         Ok(())
+    }
+
+    /// Installs (or removes) the mount's probe of whether the kernel still holds an inode.
+    pub fn set_kernel_probe(&self, probe: Option<KernelProbe>) {
+        *self.kernel_probe.lock() = probe;
+    }
+
+    /// The kernel let go of inode `ino` (FUSE `FORGET`). On a resumed mount an inode without a name
+    /// that no handle of this process holds is deleted now: it was kept for the kernel.
+    pub fn forget(&self, ino: Ino) {
+        if !self.kernel_unknown.load(Ordering::Acquire) || ino == ROOT_INO || self.open_files.lock().contains_key(&ino)
+        {
+            return;
+        }
+        if let Err(e) = self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
+            tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a forgotten inode failed");
+        }
+    }
+
+    /// Starts one request that the kernel may hand a later process again (see `requests.rs`): its
+    /// mutations are recorded with `id`, and when `resent` is set a request already applied is
+    /// answered as it was. Keep the scope until the request is answered.
+    pub fn begin_request(&self, id: u64, resent: bool) -> super::requests::RequestScope<'_> {
+        super::requests::RequestScope::enter(&self.answers, id, resent)
+    }
+
+    /// The answer recorded for the calling thread's request when it is resent and was applied.
+    pub(crate) fn resent_answer(&self) -> Option<u64> {
+        self.answers.resent_answer()
     }
 
     pub fn scope_id(&self) -> &ScopeId {
@@ -187,8 +265,10 @@ impl ScopeEngine {
         self.meta.lock()?.usage()
     }
 
+    /// Whether an inode losing its last name must be kept (detached) rather than deleted: a handle
+    /// of this process holds it, or (on a resumed mount) the kernel may hold it.
     pub(crate) fn is_open(&self, ino: Ino) -> bool {
-        self.open_files.lock().contains_key(&ino)
+        self.kernel_unknown.load(Ordering::Acquire) || self.open_files.lock().contains_key(&ino)
     }
 
     /// Attributes of a row, with uncommitted size and mtime of an open file applied. Called after
@@ -272,6 +352,9 @@ impl ScopeEngine {
     }
 
     fn insert_row(&self, parent: Ino, name: &[u8], node: NewNode<'_>, owner: Owner) -> EngineResult<InodeRow> {
+        if let Some(ino) = self.resent_answer() {
+            return self.meta.lock()?.inode(ino);
+        }
         self.check_writable()?;
         names::check_new_name(name, parent == ROOT_INO)?;
         let max_inodes = self.quota().inodes;
@@ -325,14 +408,19 @@ impl ScopeEngine {
     /// Gives inode `ino` (not a directory) the further name `new_parent/new_name` (`link(2)`).
     /// The name counts against the inode quota; the file's bytes are charged once.
     pub fn link(&self, ino: Ino, new_parent: Ino, new_name: &[u8]) -> EngineResult<Attr> {
+        if let Some(linked) = self.resent_answer() {
+            return self.getattr(linked);
+        }
         self.check_writable()?;
         names::check_new_name(new_name, new_parent == ROOT_INO)?;
         let bounds = LinkBounds { max_names: self.quota().inodes, max_links: self.storage.settings.max_links_per_file };
         let row = {
             let mut meta = self.meta.lock()?;
             self.check_placement(&meta, new_parent, new_name, None)?;
-            // An `O_TMPFILE` inode gets its first name.
-            meta.link(ino, new_parent, new_name, bounds, self.tmpfiles.lock().contains(&ino))?
+            // An `O_TMPFILE` inode gets its first name (on a resumed mount the kernel, which refuses
+            // to link a file that was unlinked, is the only judge: the set of this process is new).
+            let unnamed_ok = self.tmpfiles.lock().contains(&ino) || self.kernel_unknown.load(Ordering::Acquire);
+            meta.link(ino, new_parent, new_name, bounds, unnamed_ok)?
         };
         self.tmpfiles.lock().remove(&ino);
         Ok(self.attr_of(&row))
@@ -342,6 +430,10 @@ impl ScopeEngine {
     /// counts against the inode quota, `link` may give it a name while it is open, and it is deleted
     /// at its last release if it never got one (or at the next start).
     pub fn tmpfile(&self, parent: Ino, perm: u32, flags: OpenFlags, owner: Owner) -> EngineResult<(Attr, Opened)> {
+        if let Some(ino) = self.resent_answer() {
+            let opened = self.open(ino, flags)?;
+            return Ok((self.getattr(ino)?, opened));
+        }
         self.check_writable()?;
         let max_inodes = self.quota().inodes;
         let row = {
@@ -373,6 +465,11 @@ impl ScopeEngine {
         flags: OpenFlags,
         owner: Owner,
     ) -> EngineResult<(Attr, Opened)> {
+        if let Some(ino) = self.resent_answer() {
+            // Created by a process that died before answering: opened as it would have been.
+            let opened = self.open(ino, OpenFlags { truncate: false, ..flags })?;
+            return Ok((self.getattr(ino)?, opened));
+        }
         let attr = match self.insert_row(parent, name, NewNode::plain(FileKind::File, perm), owner) {
             // New and empty: opened without reading anything back.
             Ok(row) => return Ok((self.attr_of(&row), self.open_created(&row, flags.write))),
@@ -390,6 +487,9 @@ impl ScopeEngine {
     }
 
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> EngineResult<()> {
+        if self.resent_answer().is_some() {
+            return Ok(());
+        }
         self.check_writable()?;
         names::check_lookup_name(name)?;
         let dropped = self.meta.lock()?.unlink(parent, name, &|ino| self.is_open(ino))?;
@@ -398,6 +498,9 @@ impl ScopeEngine {
     }
 
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> EngineResult<()> {
+        if self.resent_answer().is_some() {
+            return Ok(());
+        }
         self.check_writable()?;
         names::check_lookup_name(name)?;
         self.meta.lock()?.rmdir(parent, name)
@@ -411,6 +514,9 @@ impl ScopeEngine {
         new_name: &[u8],
         mode: RenameMode,
     ) -> EngineResult<()> {
+        if self.resent_answer().is_some() {
+            return Ok(());
+        }
         self.check_writable()?;
         names::check_lookup_name(name)?;
         names::check_new_name(new_name, new_parent == ROOT_INO)?;
@@ -483,11 +589,19 @@ impl ScopeEngine {
     /// A detached inode may have been released between the namespace change and now.
     /// An open one is marked, and its last handle's release deletes it (under the same lock of the
     /// open files, so exactly one of the two does).
+    /// On a resumed mount an inode not open here is kept while the kernel may hold it (deleted at
+    /// its `forget`), unless the mount's probe says the kernel does not hold it.
     pub(crate) fn after_drop(&self, dropped: Dropped) {
         if let Dropped::Detached(ino) = dropped {
             if let Some(e) = self.open_files.lock().get_mut(&ino) {
                 e.detached = true;
                 return;
+            }
+            if self.kernel_unknown.load(Ordering::Acquire) {
+                let probe = self.kernel_probe.lock().clone();
+                if probe.is_none_or(|held| held(ino)) {
+                    return;
+                }
             }
             if let Err(e) = self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
                 tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");

@@ -116,12 +116,28 @@ impl Storage {
     /// Opens (creating if needed) one scope's engine; replays its upload journal and drops orphans.
     /// Opening a scope that is already open returns the same engine.
     pub fn open_scope(self: &Arc<Self>, scope_id: &ScopeId, quota: Quota) -> EngineResult<Arc<ScopeEngine>> {
+        self.open_scope_as(scope_id, quota, false)
+    }
+
+    /// `open_scope` of a scope whose mount an earlier process served and this one serves on (the
+    /// kernel may still hold its files open, unlinked ones too): nothing the kernel may hold is
+    /// collected (see `ScopeEngine::forget`).
+    pub fn open_scope_resumed(self: &Arc<Self>, scope_id: &ScopeId, quota: Quota) -> EngineResult<Arc<ScopeEngine>> {
+        self.open_scope_as(scope_id, quota, true)
+    }
+
+    fn open_scope_as(
+        self: &Arc<Self>,
+        scope_id: &ScopeId,
+        quota: Quota,
+        resumed: bool,
+    ) -> EngineResult<Arc<ScopeEngine>> {
         let mut scopes = self.scopes.lock();
         if let Some(engine) = scopes.get(scope_id).and_then(Weak::upgrade) {
             engine.set_quota(quota);
             return Ok(engine);
         }
-        let engine = ScopeEngine::open_new(self.clone(), scope_id.clone(), quota)?;
+        let engine = ScopeEngine::open_new(self.clone(), scope_id.clone(), quota, resumed)?;
         scopes.insert(scope_id.clone(), Arc::downgrade(&engine));
         Ok(engine)
     }

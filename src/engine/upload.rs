@@ -136,6 +136,12 @@ impl ScopeEngine {
                         Ok(()) => {
                             pending.remove(&sha);
                         }
+                        Err(e) if !e.is_transient() => {
+                            // Retrying cannot change it (a staged block lost, not in the store
+                            // either): fsync of its files fails, fsck names them.
+                            tracing::error!(scope = %self.scope_id, block = %sha, error = %e, "a staged block cannot be uploaded; run fsck");
+                            pending.remove(&sha);
+                        }
                         Err(e) => {
                             first_error.get_or_insert(e);
                             failed.push(sha);
@@ -239,27 +245,50 @@ impl ScopeEngine {
         outcomes
     }
 
-    /// The bytes of a staged block to upload and its key; `None` when it is gone (uploaded and
-    /// moved by a foreground upload, or collected). Damaged bytes (their hash is not the block's)
-    /// are never uploaded: `drop_damaged` decides.
+    /// The bytes of a staged block to upload and its key; `None` when there is nothing to upload
+    /// (uploaded and moved by a foreground upload, collected, or found in the store already).
+    /// Damaged bytes (their hash is not the block's) are never uploaded: `drop_damaged` decides.
     async fn staged_block(&self, sha: &str) -> Result<Option<StagedBlock>, StoreError> {
         let unavailable = |e: EngineError| StoreError::Unavailable(format!("reading the inline journal: {e}"));
         let row = self.meta.lock().and_then(|m| m.inline_block(sha)).map_err(unavailable)?;
         let inline = row.is_some();
+        let key = block_key(self.scope_id.as_str(), sha);
         let data = match row {
             Some(d) => Bytes::from(d),
             None => match tokio::fs::read(self.blocks_dir.join(sha)).await {
                 Ok(d) => Bytes::from(d),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.missing_staged(sha, &key).await,
                 Err(e) => return Err(e.into()),
             },
         };
-        let key = block_key(self.scope_id.as_str(), sha);
         if hex::encode(Sha256::digest(&data)) != sha {
             self.drop_damaged(sha, &key).await?;
             return Ok(None);
         }
         Ok(Some(StagedBlock { key, data, inline }))
+    }
+
+    /// A staged block whose file is gone. Still marked staged, it is either in the store (its upload
+    /// finished and the mark was lost to a power loss: marked now) or lost (`NotFound`: never
+    /// counted as uploaded, so fsync of its files fails). Otherwise nothing is left to do.
+    async fn missing_staged(&self, sha: &str, key: &str) -> Result<Option<StagedBlock>, StoreError> {
+        let unavailable = |e: EngineError| StoreError::Unavailable(format!("reading the upload journal: {e}"));
+        if self.meta.lock().and_then(|m| m.block_uploaded(sha)).map_err(unavailable)? != Some(false) {
+            return Ok(None);
+        }
+        let timeout = self.storage.settings.store_timeout;
+        let present = match tokio::time::timeout(timeout, self.storage.store.head(key)).await {
+            Ok(r) => r?.is_some(),
+            Err(_) => return Err(StoreError::Timeout(timeout)),
+        };
+        if !present {
+            return Err(StoreError::NotFound { key: key.to_string() });
+        }
+        self.meta
+            .lock()
+            .and_then(|mut m| m.mark_uploaded(sha).map(drop))
+            .map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))?;
+        Ok(None)
     }
 
     /// Records the stored blocks among `results` (index into `shas`, outcome) in one transaction;
@@ -425,6 +454,11 @@ impl ScopeEngine {
     /// arrive while a flush runs share the next one. Costs one fsync per new journal file, one of
     /// the journal directory and one of the SQLite WAL; nothing when nothing is new.
     pub(crate) fn flush_local(&self) -> EngineResult<()> {
+        if self.durability_failed.load(Ordering::Acquire) {
+            return Err(EngineError::Poisoned(
+                "a durability point of this scope failed; nothing later can vouch for its data",
+            ));
+        }
         let ticket = self.uploads.requested.fetch_add(1, Ordering::AcqRel) + 1;
         let _guard = self.uploads.flush_lock.lock();
         if self.uploads.durable.load(Ordering::Acquire) >= ticket {
@@ -433,12 +467,20 @@ impl ScopeEngine {
         // Every ticket up to here was taken after its caller's commit: this flush covers them.
         let covers = self.uploads.requested.load(Ordering::Acquire);
         let shas: Vec<String> = self.uploads.unsynced.lock().drain().collect();
-        let synced = self
-            .sync_journal_files(&shas)
-            .and_then(|()| self.sync_inline_marker())
-            .and_then(|()| self.meta.lock()?.make_durable());
-        if let Err(e) = synced {
+        let files = self.sync_journal_files(&shas).and_then(|()| self.sync_inline_marker());
+        let synced = files.map_err(|e| (true, e)).and_then(|()| {
+            let mut meta = self.meta.lock().map_err(|e| (false, e))?;
+            meta.make_durable().map_err(|e| (failed_flush(&e), e))
+        });
+        if let Err((lost, e)) = synced {
             self.uploads.unsynced.lock().extend(shas);
+            if lost {
+                // A failed flush may have dropped the pages it was flushing, and a later flush
+                // would find them clean ("fsyncgate"): no later durability point is believed.
+                self.durability_failed.store(true, Ordering::Release);
+                self.errors.scope_error();
+                tracing::error!(scope = %self.scope_id, error = %e, "a durability point failed; the scope's durability points fail until it is opened again");
+            }
             return Err(e);
         }
         self.uploads.flushes.fetch_add(1, Ordering::Relaxed);
@@ -522,5 +564,18 @@ impl ScopeEngine {
     /// Blocks queued or in flight.
     pub fn pending_uploads(&self) -> usize {
         self.uploads.pending.lock().len()
+    }
+}
+
+/// Whether a metadata durability point failed at its flush (SQLite's fsync of the WAL or of its
+/// directory), not before it wrote anything.
+fn failed_flush(e: &EngineError) -> bool {
+    match e {
+        EngineError::Metadata(rusqlite::Error::SqliteFailure(f, _)) => {
+            f.extended_code == rusqlite::ffi::SQLITE_IOERR_FSYNC
+                || f.extended_code == rusqlite::ffi::SQLITE_IOERR_DIR_FSYNC
+        }
+        EngineError::Io(_) => true,
+        _ => false,
     }
 }

@@ -192,6 +192,9 @@ fn from_engine(e: &EngineError) -> ApiError {
 
 fn engine_answer(e: &EngineError) -> ApiError {
     let conflict = |code| ApiError::new(StatusCode::CONFLICT, code, e.to_string());
+    if e.out_of_space() {
+        return ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", "local storage is full");
+    }
     match e {
         EngineError::NotFound => ApiError::workspace_not_found(),
         EngineError::Exists => conflict("file_exists"),
@@ -214,6 +217,14 @@ fn engine_answer(e: &EngineError) -> ApiError {
         EngineError::NoSpace => ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", e.to_string()),
         EngineError::QuotaExceeded(_) => {
             ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "quota_exceeded", e.to_string())
+        }
+        EngineError::Poisoned(_) => {
+            tracing::error!(error = %e, "scope unavailable until its metadata is restored");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "scope_unavailable",
+                "the workspace is temporarily unavailable",
+            )
         }
         EngineError::Store(_) => {
             tracing::error!(error = %e, "object store failure");
@@ -416,6 +427,9 @@ mod tests {
         let bound = RegistryError::ThreadAlreadyBound(ScopeId::generate());
         assert_eq!(status_code(ServiceError::Registry(bound)), (409, "thread_already_bound"));
         assert_eq!(status_code(ServiceError::Engine(EngineError::NoSpace)), (507, "no_space"));
+        let full = EngineError::Io(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(status_code(ServiceError::Engine(full)), (507, "no_space"));
+        assert_eq!(status_code(ServiceError::Engine(EngineError::Poisoned("test"))), (503, "scope_unavailable"));
         let store = EngineError::Store(scopefs::store::StoreError::Unavailable("down".into()));
         assert_eq!(status_code(ServiceError::Engine(store)), (503, "object_store_unavailable"));
     }

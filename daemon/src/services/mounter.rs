@@ -22,6 +22,11 @@ pub trait Mounter: Send + Sync {
     fn unmount_all(&self);
     /// Scopes whose mount a previous daemon process handed over and that are not resumed yet.
     fn inherited_scopes(&self) -> Vec<ScopeId>;
+    /// Whether `scope`'s mount will be resumed (handed over by a previous process): its engine is
+    /// then opened knowing that the kernel may hold its files open.
+    fn will_resume(&self, _scope: &ScopeId) -> bool {
+        false
+    }
     /// Takes down every inherited mount no scope claimed.
     fn drop_unclaimed(&self);
 }
@@ -45,6 +50,10 @@ impl Mounter for MountManager {
 
     fn inherited_scopes(&self) -> Vec<ScopeId> {
         MountManager::inherited_scopes(self)
+    }
+
+    fn will_resume(&self, scope: &ScopeId) -> bool {
+        MountManager::will_resume(self, scope)
     }
 
     fn drop_unclaimed(&self) {

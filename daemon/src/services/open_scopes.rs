@@ -56,7 +56,12 @@ impl OpenScopes {
         if let Some(open) = table.get(&rec.scope_id) {
             return Ok(open.engine.clone());
         }
-        let engine = self.storage.open_scope(&rec.scope_id, rec.quota_or(self.default_quota))?;
+        let quota = rec.quota_or(self.default_quota);
+        let engine = if self.mounter.will_resume(&rec.scope_id) {
+            self.storage.open_scope_resumed(&rec.scope_id, quota)?
+        } else {
+            self.storage.open_scope(&rec.scope_id, quota)?
+        };
         table.insert(rec.scope_id.clone(), OpenScope { engine: engine.clone(), mount: None });
         Ok(engine)
     }

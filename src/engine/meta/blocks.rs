@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use rusqlite::{params, OptionalExtension};
 
 use super::batch::Op;
+use super::statements as st;
 use super::{exec, now_ns, query_one, BlockRef, MetaDb};
 use crate::engine::{EngineResult, Ino};
 
@@ -46,8 +47,8 @@ impl MetaDb {
         let tx = self.tx()?;
         let mut had = Vec::with_capacity(shas.len());
         for sha in shas {
-            exec(&tx, "UPDATE blocks SET state = 'uploaded' WHERE sha256 = ?1", params![sha])?;
-            had.push(exec(&tx, "DELETE FROM staged_inline WHERE sha256 = ?1", params![sha])? > 0);
+            exec(&tx, st::MARK_UPLOADED, params![sha])?;
+            had.push(exec(&tx, st::DELETE_INLINE, params![sha])? > 0);
         }
         tx.commit()?;
         Ok(had)
@@ -101,8 +102,8 @@ impl MetaDb {
             rows.collect::<Result<Vec<_>, _>>()?
         };
         for b in &mut found {
-            exec(&tx, "DELETE FROM blocks WHERE sha256 = ?1 AND refcount = 0", params![&b.sha256])?;
-            b.inline = exec(&tx, "DELETE FROM staged_inline WHERE sha256 = ?1", params![&b.sha256])? > 0;
+            exec(&tx, st::DELETE_UNREFERENCED, params![&b.sha256])?;
+            b.inline = exec(&tx, st::DELETE_INLINE, params![&b.sha256])? > 0;
         }
         tx.commit()?;
         Ok(found)
@@ -121,36 +122,22 @@ pub(crate) struct Unreferenced {
 
 /// Journals the bytes of a block new to the scope inline, in the caller's transaction.
 pub(super) fn stage_inline(conn: &Op<'_>, sha: &str, data: &[u8]) -> rusqlite::Result<()> {
-    exec(conn, "INSERT OR IGNORE INTO staged_inline (sha256, data) VALUES (?1, ?2)", params![sha, data])?;
+    exec(conn, st::STAGE_INLINE, params![sha, data])?;
     Ok(())
 }
 
 /// Adds a reference to a block; returns true when the block is new to the scope (must be uploaded).
 pub(super) fn add_ref(conn: &Op<'_>, b: &BlockRef) -> rusqlite::Result<bool> {
-    let updated = exec(
-        conn,
-        "UPDATE blocks SET refcount = refcount + 1, unreferenced_since = NULL WHERE sha256 = ?1",
-        params![&b.sha256],
-    )?;
+    let updated = exec(conn, st::ADD_REF, params![&b.sha256])?;
     if updated == 1 {
         return Ok(false);
     }
-    exec(
-        conn,
-        "INSERT INTO blocks (sha256, len, refcount, state) VALUES (?1, ?2, 1, 'staged')",
-        params![b.sha256, b.len as i64],
-    )?;
+    exec(conn, st::INSERT_BLOCK, params![b.sha256, b.len as i64])?;
     Ok(true)
 }
 
 pub(super) fn drop_ref(conn: &Op<'_>, sha: &str) -> rusqlite::Result<()> {
     let unix_now = now_ns() / 1_000_000_000;
-    exec(
-        conn,
-        "UPDATE blocks SET refcount = refcount - 1,
-                unreferenced_since = CASE WHEN refcount = 1 THEN ?2 ELSE unreferenced_since END
-         WHERE sha256 = ?1",
-        params![sha, unix_now],
-    )?;
+    exec(conn, st::DROP_REF, params![sha, unix_now])?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::batch::Op;
+use super::statements as st;
 use super::{drop_last_name, exec, inode_in, lookup_in, now_ns, touch_dir, usage_in, Dropped, InodeRow, MetaDb};
 use crate::engine::{EngineError, EngineResult, FileKind, Ino, ROOT_INO};
 
@@ -48,10 +49,11 @@ impl MetaDb {
             return Err(EngineError::Exists);
         }
         let now = now_ns();
+        tx.set_answer(ino);
         if row.nlink == 0 {
             // Its first name: the inode is already counted.
             super::set_name(&tx, ino, parent, name, now)?;
-            exec(&tx, "UPDATE inodes SET nlink = 1 WHERE ino = ?1", params![ino as i64])?;
+            exec(&tx, st::SET_NLINK_ONE, params![ino as i64])?;
             touch_dir(&tx, parent, now)?;
             let row = lookup_in(&tx, parent, name)?.ok_or(EngineError::NotFound)?;
             tx.commit()?;
@@ -66,13 +68,9 @@ impl MetaDb {
             crate::limits::refuse(crate::limits::Bound::QuotaInodes);
             return Err(EngineError::QuotaExceeded("inodes"));
         }
-        exec(
-            &tx,
-            "INSERT INTO links (parent, name, ino) VALUES (?1, ?2, ?3)",
-            params![parent as i64, name, ino as i64],
-        )?;
-        exec(&tx, "UPDATE inodes SET nlink = nlink + 1, ctime_ns = ?2 WHERE ino = ?1", params![ino as i64, now])?;
-        exec(&tx, "UPDATE usage SET links = links + 1 WHERE id = 1", params![])?;
+        exec(&tx, st::INSERT_LINK, params![parent as i64, name, ino as i64])?;
+        exec(&tx, st::NLINK_UP, params![ino as i64, now])?;
+        exec(&tx, st::USAGE_LINK_ADDED, params![])?;
         touch_dir(&tx, parent, now)?;
         let row = lookup_in(&tx, parent, name)?.ok_or(EngineError::NotFound)?;
         tx.commit()?;
@@ -89,7 +87,7 @@ pub(super) fn drop_entry(conn: &Op<'_>, row: &InodeRow, open: bool, now: i64) ->
     }
     match row.link {
         Some(id) => {
-            exec(conn, "DELETE FROM links WHERE id = ?1", params![id])?;
+            exec(conn, st::DELETE_LINK, params![id])?;
         }
         None => {
             let next: Option<(i64, i64, Vec<u8>)> = conn
@@ -100,16 +98,12 @@ pub(super) fn drop_entry(conn: &Op<'_>, row: &InodeRow, open: bool, now: i64) ->
                 // A link count without the links behind it: this was the last name after all.
                 return drop_last_name(conn, row, open, now);
             };
-            exec(conn, "DELETE FROM links WHERE id = ?1", params![id])?;
-            exec(
-                conn,
-                "UPDATE inodes SET parent = ?2, name = ?3 WHERE ino = ?1",
-                params![row.ino as i64, parent, name],
-            )?;
+            exec(conn, st::DELETE_LINK, params![id])?;
+            exec(conn, st::PROMOTE_LINK, params![row.ino as i64, parent, name])?;
         }
     }
-    exec(conn, "UPDATE inodes SET nlink = nlink - 1, ctime_ns = ?2 WHERE ino = ?1", params![row.ino as i64, now])?;
-    exec(conn, "UPDATE usage SET links = links - 1 WHERE id = 1", params![])?;
+    exec(conn, st::NLINK_DOWN, params![row.ino as i64, now])?;
+    exec(conn, st::USAGE_LINK_DROPPED, params![])?;
     Ok(Dropped::None)
 }
 
@@ -117,8 +111,8 @@ pub(super) fn drop_entry(conn: &Op<'_>, row: &InodeRow, open: bool, now: i64) ->
 pub(super) fn set_entry_name(conn: &Op<'_>, row: &InodeRow, parent: Ino, name: &[u8], now: i64) -> EngineResult<()> {
     match row.link {
         Some(id) => {
-            exec(conn, "UPDATE links SET parent = ?2, name = ?3 WHERE id = ?1", params![id, parent as i64, name])?;
-            exec(conn, "UPDATE inodes SET ctime_ns = ?2 WHERE ino = ?1", params![row.ino as i64, now])?;
+            exec(conn, st::MOVE_LINK, params![id, parent as i64, name])?;
+            exec(conn, st::SET_CTIME, params![row.ino as i64, now])?;
         }
         None => super::set_name(conn, row.ino, parent, name, now)?,
     }
@@ -130,8 +124,8 @@ pub(super) fn set_entry_name(conn: &Op<'_>, row: &InodeRow, parent: Ino, name: &
 pub(super) fn move_aside(conn: &Op<'_>, row: &InodeRow) -> EngineResult<()> {
     match row.link {
         // Negative parents name no directory and are unique per link.
-        Some(id) => exec(conn, "UPDATE links SET parent = -id WHERE id = ?1", params![id])?,
-        None => exec(conn, "UPDATE inodes SET parent = NULL WHERE ino = ?1", params![row.ino as i64])?,
+        Some(id) => exec(conn, st::LINK_ASIDE, params![id])?,
+        None => exec(conn, st::INODE_ASIDE, params![row.ino as i64])?,
     };
     Ok(())
 }

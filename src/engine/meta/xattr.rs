@@ -3,6 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::statements as st;
 use super::{exec, now_ns, MetaDb};
 use crate::engine::xattr::XattrMode;
 use crate::engine::{EngineError, EngineResult, FileKind, Ino};
@@ -104,13 +105,8 @@ impl MetaDb {
             let committed: i64 = tx.query_row("SELECT bytes FROM usage WHERE id = 1", [], |r| r.get(0))?;
             room(committed.max(0) as u64, new_bytes - old_bytes)?;
         }
-        exec(
-            &tx,
-            "INSERT INTO xattrs (ino, name, value) VALUES (?1, ?2, ?3)
-             ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
-            params![ino as i64, name, value],
-        )?;
-        exec(&tx, "UPDATE inodes SET ctime_ns = ?2 WHERE ino = ?1", params![ino as i64, now_ns()])?;
+        exec(&tx, st::PUT_XATTR, params![ino as i64, name, value])?;
+        exec(&tx, st::SET_CTIME, params![ino as i64, now_ns()])?;
         tx.commit()?;
         Ok(())
     }
@@ -126,8 +122,8 @@ impl MetaDb {
         if value_len(&tx, ino, name)?.is_none() {
             return Err(EngineError::NoData);
         }
-        exec(&tx, "DELETE FROM xattrs WHERE ino = ?1 AND name = ?2", params![ino as i64, name])?;
-        exec(&tx, "UPDATE inodes SET ctime_ns = ?2 WHERE ino = ?1", params![ino as i64, now_ns()])?;
+        exec(&tx, st::DELETE_XATTR, params![ino as i64, name])?;
+        exec(&tx, st::SET_CTIME, params![ino as i64, now_ns()])?;
         tx.commit()?;
         Ok(())
     }
