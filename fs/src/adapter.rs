@@ -299,6 +299,7 @@ impl Filesystem for ScopeFs {
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         let _request = self.request(req);
         let r = call("mkdir", || self.engine.mkdir(parent.0, name.as_bytes(), mode & 0o7777, owner(req)));
+        crate::pause::test_stall_after(name.as_bytes());
         self.reply_entry(reply, r);
     }
 
@@ -335,6 +336,7 @@ impl Filesystem for ScopeFs {
             let mode = rename_mode(flags.bits())?;
             Ok(self.engine.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), mode)?)
         });
+        crate::pause::test_stall_after(newname.as_bytes());
         reply_empty(reply, r);
     }
 
@@ -522,6 +524,7 @@ impl Filesystem for ScopeFs {
         let r = call("create", || {
             self.engine.create(parent.0, name.as_bytes(), mode & 0o7777, open_flags(flags), owner(req))
         });
+        crate::pause::test_stall_after(name.as_bytes());
         match r {
             Ok((attr, opened)) => reply.created(
                 &self.ttl,

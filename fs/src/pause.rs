@@ -55,17 +55,31 @@ pub fn pause_all(limit: Duration) -> bool {
     true
 }
 
-/// Name whose lookup the test hook stalls.
+/// Name whose lookup the test hook stalls before the engine sees it.
 const STALL_NAME: &[u8] = b"stall-me";
+/// Name whose mutation (mkdir, create, rename's new name, ...) the test hook stalls after the engine
+/// applied it, before the answer goes out.
+const STALL_AFTER_NAME: &[u8] = b"stall-after-me";
 
 /// Test hook, honoured by test builds only (`scopefs::testhooks`, feature `test-hooks`): when
 /// `SCOPEFS_TEST_FUSE_STALL` names a marker file that exists, a lookup of `stall-me` renames the
 /// marker to `<marker>.reached` and is never answered (its thread parks): a request in flight when
 /// the process is killed.
 pub(crate) fn test_stall(name: &[u8]) {
-    if name != STALL_NAME {
-        return;
+    if name == STALL_NAME {
+        stall_if_armed();
     }
+}
+
+/// Like `test_stall`, for a mutation of `stall-after-me` once the engine applied it: a request the
+/// process dies before answering, which the kernel then resends to the next one.
+pub(crate) fn test_stall_after(name: &[u8]) {
+    if name == STALL_AFTER_NAME {
+        stall_if_armed();
+    }
+}
+
+fn stall_if_armed() {
     let Some(marker) = scopefs::testhooks::fuse_stall_marker() else { return };
     let mut reached = marker.clone();
     reached.push(".reached");
