@@ -47,7 +47,7 @@ if [ -n "${CI:-}" ] || [ ! -t 1 ]; then
 fi
 
 # Test targets that drive heavy external suites or kill daemons: run serially.
-HEAVY_TARGETS=" posix_suites crash_storm "
+HEAVY_TARGETS=" posix_suites crash_storm worker_kills "
 # Targets whose own report (counts, latencies) belongs in the log even on a pass.
 REPORTING_TARGETS=" hostile_tenant "
 TARGET_TIMEOUT="${SCOPEFS_TEST_TARGET_TIMEOUT:-1200}"

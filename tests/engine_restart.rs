@@ -223,3 +223,35 @@ fn resent_requests_are_answered_as_they_were_not_run_again() {
     }
     drop((_r15, _r14, _r13));
 }
+
+/// D11: a staged block whose file is gone (a power loss took it before a flush) never counts as
+/// uploaded: fsync of its file fails while the store lacks it; when the store has it (its upload
+/// finished, the mark was lost) it is marked uploaded and reads work.
+#[test]
+fn a_missing_staged_block_is_never_taken_for_uploaded() {
+    use sha2::Digest;
+    let h = harness();
+    let storage = h.storage();
+    let id = ScopeId::generate();
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    let lost = pattern(100_000, 7);
+    let kept = pattern(100_000, 8);
+    write_file(&e, "lost", &lost).unwrap();
+    write_file(&e, "kept", &kept).unwrap();
+    let blocks = h.data_dir().join("staging").join(id.as_str()).join("blocks");
+    let sha = |d: &[u8]| hex::encode(sha2::Sha256::digest(d));
+    for data in [&lost[..65536], &kept[..65536]] {
+        std::fs::remove_file(blocks.join(sha(data))).unwrap();
+    }
+    // The store has `kept`'s first block (uploaded before the power loss), not `lost`'s.
+    h.rt.block_on(
+        h.store.put(&scopefs::store::block_key(id.as_str(), &sha(&kept[..65536])), kept[..65536].to_vec().into()),
+    )
+    .unwrap();
+    let lost_ino = resolve(&e, "lost").unwrap();
+    assert!(e.fsync(lost_ino, None).is_err(), "fsync of a file whose block is gone must fail");
+    let kept_ino = resolve(&e, "kept").unwrap();
+    e.fsync(kept_ino, None).expect("the store has it: marked uploaded");
+    assert_eq!(read_file(&e, "kept").unwrap(), kept);
+    assert!(read_file(&e, "lost").is_err(), "never wrong bytes");
+}

@@ -548,3 +548,62 @@ fn changes_made_beside_the_mount_show_after_invalidation() {
     assert_eq!(errno_of(fs::metadata(m.join("x")), "stat renamed"), libc::ENOENT);
     assert_eq!(read(&m.join("z")), b"newer content");
 }
+
+/// Issue 21: a full data disk answers `ENOSPC` (not `EIO`), and every file closed before it reads
+/// back intact: the data directory and the local object directory on a 24 MiB tmpfs, files of
+/// 1 MiB written and fsynced until the disk is full.
+#[test]
+fn a_full_data_disk_answers_enospc_and_loses_nothing_closed() {
+    use std::sync::Arc;
+    let disk = tempfile::tempdir().unwrap();
+    let tmpfs = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs"])
+        .arg(disk.path())
+        .status()
+        .expect("mount(8)");
+    assert!(tmpfs.success(), "mounting a tmpfs (needs root)");
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(disk.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store: Arc<dyn scopefs::store::ObjectStore> =
+        Arc::new(scopefs::store::LocalDirStore::new(disk.path().join("store")).unwrap());
+    let settings = StorageSettings { block_size: 256 * 1024, ..StorageSettings::default() };
+    let storage =
+        scopefs::engine::Storage::new(store, settings, &disk.path().join("data"), rt.handle().clone()).unwrap();
+    let mnt_root = tempfile::tempdir().unwrap();
+    let mounts = scopefs_fs::MountManager::new(mnt_root.path(), MountOptions::default()).unwrap();
+    let engine = storage.open_scope(&scopefs::ids::ScopeId::generate(), big_quota()).unwrap();
+    let m = mounts.mount(engine.clone()).unwrap();
+    let mut closed = Vec::new();
+    let mut failure = None;
+    for i in 0..64u64 {
+        let data = pattern(1 << 20, i);
+        let p = m.join(format!("f{i}"));
+        let written = (|| -> std::io::Result<()> {
+            let mut f = File::create(&p)?;
+            f.write_all(&data)?;
+            f.sync_all()?;
+            drop(f);
+            Ok(())
+        })();
+        match written {
+            Ok(()) => closed.push((p, data)),
+            Err(e) => {
+                failure = Some(e.raw_os_error());
+                break;
+            }
+        }
+    }
+    assert_eq!(failure, Some(Some(libc::ENOSPC)), "a full disk is ENOSPC ({} files fitted)", closed.len());
+    assert!(closed.len() >= 4, "the disk held only {} files", closed.len());
+    for (p, data) in &closed {
+        assert!(read(p) == *data, "{} changed after the disk filled", p.display());
+    }
+    drop(m);
+    mounts.unmount_all();
+}

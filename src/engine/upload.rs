@@ -336,6 +336,12 @@ impl ScopeEngine {
         }
         if !present {
             tracing::error!(scope = %self.scope_id, block = %sha, "staged block damaged (not flushed before a power loss); run fsck");
+            // Open handles of the files using it learn of the loss at their next flush or fsync.
+            if let Ok(files) = self.meta.lock().and_then(|m| m.files_with_block(sha)) {
+                for ino in files {
+                    self.errors.inode_error(ino);
+                }
+            }
         }
         Ok(())
     }

@@ -1,0 +1,191 @@
+//! Issue 21 acceptance c, from outside: a writer creating and closing files through a scope's mount
+//! (sizes from 100 B to 1 MiB, each created exclusively, written, closed, then logged with its
+//! SHA-256 outside the mount) keeps running with no error at all while the serving worker is killed
+//! with `-9` 50 times (the supervisor restarts it with the kept mounts) and restarted gracefully 20
+//! times; afterwards every file it closed reads back intact, through the mount and again after a
+//! clean restart of the whole daemon. Kills land wherever the writer is: in a create, a write, a
+//! close, between files.
+
+pub mod serve_process;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::Client;
+use serde_json::{json, Value};
+use serve_process::{free_port, write_config, ServeProcess};
+use sha2::{Digest, Sha256};
+
+const KILLS: usize = 50;
+const GRACEFUL: usize = 20;
+/// Files the writer closes after a restart before the next one (so each worker serves some work).
+const FILES_BETWEEN: usize = 4;
+
+fn client() -> Client {
+    Client::builder().timeout(Duration::from_secs(60)).build().unwrap()
+}
+
+/// Provisions and mounts a scope for `thread-1`: the path containers bind (the real mount).
+fn provision_and_mount(http: &Client, daemon: &ServeProcess, dir: &Path) -> PathBuf {
+    let token = std::fs::read_to_string(dir.join("data/control/service-token")).unwrap().trim().to_owned();
+    let resp: Value = http
+        .post(format!("{}/internal/workspace-scopes/provision", daemon.base))
+        .bearer_auth(&token)
+        .json(&json!({"operation_id": "op-1", "primary_thread_id": "thread-1"}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let scope = resp["scope_id"].as_str().expect("scope_id").to_owned();
+    let mount: Value = http
+        .get(format!("{}/internal/workspace-scopes/{scope}/mount", daemon.base))
+        .bearer_auth(&token)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    PathBuf::from(mount["bind_source"].as_str().expect("bind_source"))
+}
+
+/// The writer: creates `f<i>` exclusively, writes it in pieces of up to 128 KiB, closes it, then
+/// appends `f<i> <sha256>` to the manifest (outside the mount); every failure goes to stderr and
+/// the writer goes on with the next file. Stops when `stop` exists.
+const WRITER: &str = r#"
+import hashlib, os, random, sys
+mount, manifest, stop = sys.argv[1], sys.argv[2], sys.argv[3]
+rng = random.Random(21)
+out = open(manifest, "a", buffering=1)
+i = 0
+while not os.path.exists(stop):
+    name = "f%d" % i
+    size = rng.choice([100, 4096, 70000, 300000, 1 << 20]) + rng.randrange(0, 1000)
+    data = rng.randbytes(size)
+    try:
+        fd = os.open(os.path.join(mount, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        at = 0
+        while at < size:
+            at += os.write(fd, data[at:at + 131072])
+        os.close(fd)
+        out.write("%s %s\n" % (name, hashlib.sha256(data).hexdigest()))
+    except OSError as e:
+        sys.stderr.write("%s: %s\n" % (name, e))
+        sys.stderr.flush()
+    i += 1
+"#;
+
+fn start_writer(mount: &Path, dir: &Path) -> (Child, PathBuf, PathBuf, PathBuf) {
+    let manifest = dir.join("manifest");
+    let stop = dir.join("stop-writer");
+    let errors = dir.join("writer.err");
+    let child = Command::new("python3")
+        .args(["-c", WRITER])
+        .arg(mount)
+        .arg(&manifest)
+        .arg(&stop)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&errors).unwrap())
+        .spawn()
+        .expect("python3 (installed by scripts/install-deps.sh)");
+    (child, manifest, stop, errors)
+}
+
+/// Files the writer has closed so far, with their SHA-256.
+fn manifest(path: &Path) -> BTreeMap<String, String> {
+    let Ok(f) = std::fs::File::open(path) else { return BTreeMap::new() };
+    std::io::BufReader::new(f)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| l.split_once(' ').map(|(n, h)| (n.to_owned(), h.to_owned())))
+        .collect()
+}
+
+/// Waits until the writer closed `n` more files than `after` (bounded).
+fn wait_progress(manifest_path: &Path, after: usize, n: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let now = manifest(manifest_path).len();
+        if now >= after + n {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "the writer made no progress past {after} files");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn errors_of(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Every file of the manifest reads back with its hash through `mount`.
+fn check_all(mount: &Path, files: &BTreeMap<String, String>) {
+    let mut bad = Vec::new();
+    for (name, sha) in files {
+        match std::fs::read(mount.join(name)) {
+            Ok(data) if hex::encode(Sha256::digest(&data)) == *sha => {}
+            Ok(data) => bad.push(format!("{name}: {} bytes, wrong content", data.len())),
+            Err(e) => bad.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(bad.is_empty(), "{} of {} closed files damaged: {:?}", bad.len(), files.len(), &bad[..bad.len().min(20)]);
+}
+
+#[test]
+fn a_writer_sees_no_error_and_loses_nothing_through_worker_kills_and_graceful_restarts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(tmp.path(), port, "[store]\nkind = \"local\"\n");
+    let http = client();
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve.log", &[]);
+    daemon.wait_ready(&http);
+    let mount = provision_and_mount(&http, &daemon, tmp.path());
+    let (mut writer, manifest_path, stop, errors) = start_writer(&mount, tmp.path());
+    let mut closed = wait_progress(&manifest_path, 0, FILES_BETWEEN);
+    let supervisor = daemon.supervisor_pid();
+    let mut worker = daemon.worker(None);
+    let started = Instant::now();
+    // Interleaved: a graceful restart after every 2-3 kills.
+    let mut plan: Vec<bool> = Vec::new();
+    for i in 0..KILLS + GRACEFUL {
+        plan.push(i % 7 == 3 || i % 7 == 6);
+    }
+    assert_eq!(plan.iter().filter(|g| **g).count(), GRACEFUL);
+    for (round, graceful) in plan.into_iter().enumerate() {
+        let (pid, sig) = if graceful { (supervisor, libc::SIGHUP) } else { (worker, libc::SIGKILL) };
+        // SAFETY: kill(2) on the supervisor or its worker, both started by this test.
+        assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "round {round}");
+        worker = daemon.worker(Some(worker));
+        daemon.wait_ready(&http);
+        closed = wait_progress(&manifest_path, closed, FILES_BETWEEN);
+        let errs = errors_of(&errors);
+        assert!(
+            errs.is_empty(),
+            "round {round} ({}): the writer saw errors:\n{errs}",
+            if graceful { "SIGHUP" } else { "kill -9" }
+        );
+    }
+    std::fs::write(&stop, b"").unwrap();
+    assert!(writer.wait().unwrap().success());
+    let errs = errors_of(&errors);
+    assert!(errs.is_empty(), "the writer saw errors:\n{errs}");
+    let files = manifest(&manifest_path);
+    eprintln!(
+        "worker_kills: {KILLS} kill -9 and {GRACEFUL} graceful restarts in {:.0} s; {} files closed, 0 errors",
+        started.elapsed().as_secs_f64(),
+        files.len()
+    );
+    check_all(&mount, &files);
+    // The whole daemon stopped and started again: everything from its data directory alone.
+    let status = daemon.terminate(Duration::from_secs(120));
+    assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve-2.log", &[]);
+    daemon.wait_ready(&http);
+    let mount = provision_and_mount(&http, &daemon, tmp.path());
+    check_all(&mount, &files);
+    let mut out = std::io::stderr();
+    writeln!(out, "worker_kills: all {} files intact after a clean restart", files.len()).unwrap();
+    daemon.stop(Duration::from_secs(60));
+}
