@@ -109,6 +109,13 @@ impl ScopeEngine {
         let eager = has_work(&blocks_dir) || has_work(&open_dir) || inline_journal || open_log || !db_path.exists();
         let answers = Arc::new(super::requests::Answers::default());
         let db = if eager { Some(MetaDb::open_with(&db_path, 0, 0, answers.clone())?) } else { None };
+        if eager {
+            // Open from now on: the usage a close noted is no longer the database's.
+            match std::fs::remove_file(meta_dir.join("usage")) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
         let meta = LazyMeta::new(db_path, storage.meta_budget.clone(), db, answers.clone());
         if !resumed {
             // A fresh mount: no kernel holds an inode without a name any more.
@@ -207,7 +214,12 @@ impl ScopeEngine {
         {
             return;
         }
-        if let Err(e) = self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
+        let deleted = self.meta.lock().and_then(|mut m| match m.inode(ino) {
+            Ok(row) if row.nlink == 0 && row.parent.is_none() => m.delete_detached(ino),
+            Ok(_) | Err(EngineError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        });
+        if let Err(e) = deleted {
             tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a forgotten inode failed");
         }
     }
@@ -663,9 +675,13 @@ impl ScopeEngine {
     pub fn statfs(&self) -> EngineResult<StatFs> {
         const BSIZE: u64 = 4096;
         let q = self.quota();
-        let (used, pending) = {
-            let meta = self.meta.lock()?;
-            (meta.usage()?, (*self.pending_growth.lock()).max(0) as u64)
+        let (used, pending) = match self.meta.noted_usage() {
+            // An idle scope: its database holds exactly the noted usage (nothing is opened).
+            Some(used) => (used, (*self.pending_growth.lock()).max(0) as u64),
+            None => {
+                let meta = self.meta.lock()?;
+                (meta.usage()?, (*self.pending_growth.lock()).max(0) as u64)
+            }
         };
         let used_bytes = used.bytes + pending;
         Ok(StatFs {

@@ -536,6 +536,13 @@ impl ScopeEngine {
         self.meta.commit_if_open()
     }
 
+    /// The process hands the scope to the next one (a graceful restart): the open batch commits
+    /// and the usage is noted, so the next process answers `statfs` without opening the database.
+    /// Nothing may change the scope afterwards.
+    pub fn hand_over_metadata(&self) -> EngineResult<()> {
+        self.meta.hand_over()
+    }
+
     /// Metadata mutations of the scope not yet committed (each is in the redo log).
     pub fn uncommitted_metadata(&self) -> u32 {
         self.meta.uncommitted()

@@ -62,6 +62,9 @@ pub struct ScopesReport {
     pub handover_ready_seconds: f64,
     /// The same, until every mount answered a `stat` through the new worker.
     pub handover_seconds: f64,
+    /// The same, until every mount's root was listed as well (a listing needs the scope's
+    /// database, which the new worker opens on first use).
+    pub handover_listed_seconds: f64,
     /// The restarted daemon, idle.
     pub restarted: Footprint,
 }
@@ -223,6 +226,8 @@ fn measure(dir: &Path, n: usize) -> Result<ScopesReport> {
     let handover_ready_seconds = started.elapsed().as_secs_f64();
     wait_mounted(&views)?;
     let handover_seconds = started.elapsed().as_secs_f64();
+    list_all(&views)?;
+    let handover_listed_seconds = started.elapsed().as_secs_f64();
     let stop_seconds = daemon.stop()?.as_secs_f64();
 
     let started = Instant::now();
@@ -250,6 +255,7 @@ fn measure(dir: &Path, n: usize) -> Result<ScopesReport> {
         restart_ready_seconds,
         handover_ready_seconds,
         handover_seconds,
+        handover_listed_seconds,
         restarted,
     })
 }
@@ -301,6 +307,24 @@ fn wait_mounted(views: &[PathBuf]) -> Result<()> {
                             ensure!(Instant::now() < deadline, "a scope's mount did not answer within {PATIENCE:?}");
                             std::thread::sleep(Duration::from_millis(5));
                         }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| w.join().map_err(|_| anyhow::anyhow!("a client panicked"))?)
+    })
+}
+
+/// Lists the root of every view, from `CLIENTS` threads.
+fn list_all(views: &[PathBuf]) -> Result<()> {
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    while let Some(view) = views.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        std::fs::read_dir(view).context("listing a mount")?.for_each(drop);
                     }
                     Ok(())
                 })
@@ -415,6 +439,7 @@ fn print_report(r: &ScopesReport) {
         "graceful restart         {:.2} s to /ready, {:.2} s until every mount answers stat (SIGHUP, mounts kept)",
         r.handover_ready_seconds, r.handover_seconds
     );
+    println!("                         {:.2} s until every mount's root was also listed", r.handover_listed_seconds);
     println!("stop (unmount all)       {:.2} s", r.stop_seconds);
     println!(
         "cold start to /ready     {:.2} s (after the stop: every scope mounted again)",

@@ -296,7 +296,7 @@ impl Scopes {
             }
             // The process ends without closing its databases (the mounts must stay): their batches
             // commit now, so the next process has little of their redo logs to replay.
-            if let Err(e) = engine.commit_metadata() {
+            if let Err(e) = engine.hand_over_metadata() {
                 tracing::warn!(scope_id = %engine.scope_id(), error = %e, "committing metadata at restart failed; its redo log keeps it");
             }
         }
