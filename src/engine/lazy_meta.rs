@@ -2,14 +2,10 @@
 //! databases: an idle mounted scope holds no SQLite connection, page cache or descriptors (its
 //! mount costs one `/dev/fuse` descriptor), and past the budget the database opened longest ago
 //! and not in use is closed (it reopens on its next use).
-//!
-//! A closed database leaves its usage in a small note beside it (`scopes/<id>/usage`, written when
-//! it closes or is handed over, removed when it opens again): while the note exists the database
-//! holds exactly that usage, so `statfs` of an idle scope opens nothing (every mount of a restarted
-//! daemon answers at once). A killed process leaves no note for the databases it had open.
+//! A closed database leaves a note of its usage and root beside it (`note.rs`).
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -17,8 +13,9 @@ use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
 
 use super::error::EngineResult;
 use super::meta::MetaDb;
+use super::note::{self, Note};
 use super::requests::Answers;
-use super::types::Usage;
+use super::types::ROOT_INO;
 
 /// Scope metadata databases open in this process (for `/metrics` and the scale benchmark).
 static OPEN_DATABASES: AtomicU64 = AtomicU64::new(0);
@@ -118,13 +115,13 @@ impl Slot {
 
     /// Closes the database (its batch commits) and leaves its usage noted when that succeeded.
     fn close(&self, mut db: MetaDb) {
-        let usage = db.commit_batch_older_than(std::time::Duration::ZERO).and_then(|()| db.usage());
-        let settled = usage.is_ok() && db.uncommitted() == 0;
+        let noted = db.commit_batch_older_than(std::time::Duration::ZERO).and_then(|()| noting(&db));
+        let settled = noted.is_ok() && db.uncommitted() == 0;
         drop(db);
         self.is_open.store(false, Ordering::Relaxed);
         OPEN_DATABASES.fetch_sub(1, Ordering::Relaxed);
-        if let (true, Ok(usage)) = (settled, usage) {
-            note_usage(&self.path, &usage);
+        if let (true, Ok(n)) = (settled, noted) {
+            note::write(&self.path, &n);
         }
     }
 }
@@ -167,17 +164,17 @@ impl LazyMeta {
     pub fn hand_over(&self) -> EngineResult<()> {
         if let Some(db) = self.slot.db.lock().as_mut() {
             db.commit_batch_older_than(std::time::Duration::ZERO)?;
-            note_usage(&self.slot.path, &db.usage()?);
+            note::write(&self.slot.path, &noting(db)?);
         }
         Ok(())
     }
 
-    /// The usage a closed database left noted (`None`: open, or no note).
-    pub fn noted_usage(&self) -> Option<Usage> {
+    /// What a closed database left noted (`None`: open, or no note).
+    pub fn noted(&self) -> Option<Note> {
         if self.is_open() {
             return None;
         }
-        read_usage(&self.slot.path)
+        note::read(&self.slot.path)
     }
 
     /// Mutations in the open batch (0 when the database is closed).
@@ -216,7 +213,7 @@ impl LazyMeta {
         }
         if guard.is_none() {
             let mut db = MetaDb::open_with(&self.slot.path, 0, 0, self.slot.answers.clone())?;
-            forget_usage(&self.slot.path)?;
+            note::forget(&self.slot.path)?;
             if self.slot.collect_detached.swap(false, Ordering::Relaxed) {
                 delete_detached(&mut db)?;
             }
@@ -235,6 +232,11 @@ impl LazyMeta {
     }
 }
 
+/// What a database about to close (or be handed over) notes.
+fn noting(db: &MetaDb) -> EngineResult<Note> {
+    Ok(Note { usage: db.usage()?, root: db.inode(ROOT_INO)? })
+}
+
 fn delete_detached(db: &mut MetaDb) -> EngineResult<()> {
     for ino in db.detached_inodes()? {
         db.delete_detached(ino)?;
@@ -249,44 +251,6 @@ impl Drop for LazyMeta {
             self.slot.close(db);
         }
     }
-}
-
-/// The usage note beside the database at `db`.
-fn usage_path(db: &Path) -> PathBuf {
-    db.with_file_name("usage")
-}
-
-/// Bytes of a note: magic, four counters, CRC-32 of the counters.
-const NOTE_LEN: usize = 4 + 32 + 4;
-const NOTE_MAGIC: &[u8; 4] = b"SFU1";
-
-fn note_usage(db: &Path, u: &Usage) {
-    let mut note = Vec::with_capacity(NOTE_LEN);
-    note.extend_from_slice(NOTE_MAGIC);
-    for v in [u.files, u.bytes, u.inodes, u.links] {
-        note.extend_from_slice(&v.to_le_bytes());
-    }
-    note.extend_from_slice(&crc32fast::hash(&note[4..36]).to_le_bytes());
-    if let Err(e) = std::fs::write(usage_path(db), &note) {
-        tracing::debug!(error = %e, "noting a closed scope's usage failed; statfs opens its database");
-    }
-}
-
-/// Removes the note before the database can change (`Err` if it cannot be removed).
-fn forget_usage(db: &Path) -> EngineResult<()> {
-    match std::fs::remove_file(usage_path(db)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
-        _ => Ok(()),
-    }
-}
-
-fn read_usage(db: &Path) -> Option<Usage> {
-    let note = std::fs::read(usage_path(db)).ok()?;
-    if note.len() != NOTE_LEN || &note[..4] != NOTE_MAGIC || note[36..] != crc32fast::hash(&note[4..36]).to_le_bytes() {
-        return None;
-    }
-    let at = |i: usize| u64::from_le_bytes(note[4 + 8 * i..12 + 8 * i].try_into().unwrap_or_default());
-    Some(Usage { files: at(0), bytes: at(1), inodes: at(2), links: at(3) })
 }
 
 #[cfg(test)]
@@ -326,16 +290,14 @@ mod tests {
         let path = dir.path().join("a/meta.sqlite3");
         let meta = LazyMeta::new(path.clone(), budget.clone(), None, Arc::default());
         let other = LazyMeta::new(dir.path().join("b/meta.sqlite3"), budget, None, Arc::default());
-        assert_eq!(meta.noted_usage(), None, "never opened: nothing noted");
+        assert!(meta.noted().is_none(), "never opened: nothing noted");
         let node = NewNode::plain(FileKind::File, 0o644);
         meta.lock().unwrap().insert(ROOT_INO, b"f", node, Owner { uid: 0, gid: 0 }, 100).unwrap();
-        assert_eq!(meta.noted_usage(), None, "open: the database answers");
+        assert!(meta.noted().is_none(), "open: the database answers");
         drop(other.lock().unwrap()); // the budget of one closes `meta`
-        let noted = meta.noted_usage().expect("noted when it closed");
-        assert_eq!((noted.files, noted.inodes), (1, 1));
+        let noted = meta.noted().expect("noted when it closed");
+        assert_eq!((noted.usage.files, noted.usage.inodes, noted.root.subdirs), (1, 1, 0));
         drop(meta.lock().unwrap());
-        assert!(!usage_path(&path).exists(), "an open database leaves no note: it may change");
-        std::fs::write(usage_path(&path), b"SFU1 torn").unwrap();
-        assert_eq!(read_usage(&path), None, "a damaged note is no note");
+        assert!(note::read(&path).is_none(), "an open database leaves no note: it may change");
     }
 }

@@ -17,6 +17,7 @@ mod journal;
 mod lazy_meta;
 mod logfile;
 mod meta;
+mod note;
 mod openlog;
 mod paths;
 mod requests;

@@ -111,10 +111,7 @@ impl ScopeEngine {
         let db = if eager { Some(MetaDb::open_with(&db_path, 0, 0, answers.clone())?) } else { None };
         if eager {
             // Open from now on: the usage a close noted is no longer the database's.
-            match std::fs::remove_file(meta_dir.join("usage")) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
+            super::note::forget(&db_path)?;
         }
         let meta = LazyMeta::new(db_path, storage.meta_budget.clone(), db, answers.clone());
         if !resumed {
@@ -323,6 +320,12 @@ impl ScopeEngine {
     }
 
     pub fn getattr(&self, ino: Ino) -> EngineResult<Attr> {
+        if ino == ROOT_INO {
+            // An idle scope: its root is as its closed database noted it (nothing is opened).
+            if let Some(noted) = self.meta.noted() {
+                return Ok(self.attr_of(&noted.root));
+            }
+        }
         let row = self.meta.lock()?.inode(ino)?;
         Ok(self.attr_of(&row))
     }
@@ -675,9 +678,9 @@ impl ScopeEngine {
     pub fn statfs(&self) -> EngineResult<StatFs> {
         const BSIZE: u64 = 4096;
         let q = self.quota();
-        let (used, pending) = match self.meta.noted_usage() {
+        let (used, pending) = match self.meta.noted() {
             // An idle scope: its database holds exactly the noted usage (nothing is opened).
-            Some(used) => (used, (*self.pending_growth.lock()).max(0) as u64),
+            Some(noted) => (noted.usage, (*self.pending_growth.lock()).max(0) as u64),
             None => {
                 let meta = self.meta.lock()?;
                 (meta.usage()?, (*self.pending_growth.lock()).max(0) as u64)
