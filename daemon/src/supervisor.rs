@@ -3,9 +3,10 @@
 //! would receive them) and restarts the worker with them, so mounts outlive the worker process.
 //!
 //! The worker is this binary again (`SCOPEFS_SERVE_ROLE=worker`), started with the kept
-//! descriptors from fd 3 (`LISTEN_FDS`, `LISTEN_FDNAMES`) and its notification socket
-//! (`SCOPEFS_NOTIFY_FD`). It dies with the supervisor (`PR_SET_PDEATHSIG`), so killing the
-//! supervisor ends everything, as killing the daemon did before.
+//! descriptors from fd 3 (`LISTEN_FDS`, `LISTEN_FDNAMES`), its notification socket
+//! (`SCOPEFS_NOTIFY_FD`) and the data directory's lock, which the supervisor holds for its whole
+//! life (`SCOPEFS_DATA_LOCK_FD`, see `datadir_lock`). It dies with the supervisor
+//! (`PR_SET_PDEATHSIG`), so killing the supervisor ends everything, as killing the daemon did before.
 //!
 //! Signals: SIGTERM/SIGINT are forwarded and the supervisor exits with the worker's status (the
 //! worker unmounts every scope); SIGHUP is a graceful restart (the worker drains HTTP, waits for
@@ -26,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use crate::datadir_lock::{DataDirLock, LOCK_FD_ENV};
 use crate::fdstore::{self, Message, FDNAMES_FD_ENV, LISTEN_FDS_START, MAX_KEPT_FDS};
 use crate::notify::NOTIFY_FD_ENV;
 
@@ -99,8 +101,9 @@ enum Waited {
     Stop,
 }
 
-/// Runs the supervisor until the worker stops for good; returns the worker's exit status.
-pub fn run() -> anyhow::Result<ExitCode> {
+/// Runs the supervisor, holding the data directory's `lock`, until the worker stops for good;
+/// returns the worker's exit status.
+pub fn run(lock: DataDirLock) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("locating the scopefs binary")?;
     // It holds every kept connection; the worker raises its own limit to the configured one.
     let nofile = crate::rlimit::raise_open_files(scopefs::limits::LimitsConfig::default().max_open_files)
@@ -115,7 +118,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let mut policy = RestartPolicy::default();
     let mut ever_ready = false;
     loop {
-        let fds = WorkerFds { kept: &kept, notify: theirs.as_fd() };
+        let fds = WorkerFds { kept: &kept, notify: theirs.as_fd(), lock: lock.fd() };
         let mut child = spawn(&exe, &fds).context("starting the scopefs worker")?;
         tracing::info!(pid = child.id(), kept = kept.len(), "worker started");
         let run = supervise(&mut child, &signals, mine.as_raw_fd(), &mut kept, max_kept)?;
@@ -269,16 +272,18 @@ fn drain(sock: RawFd, kept: &mut BTreeMap<String, OwnedFd>, max_kept: usize) -> 
 struct WorkerFds<'a> {
     kept: &'a BTreeMap<String, OwnedFd>,
     notify: BorrowedFd<'a>,
+    /// The data directory's lock, shared with every worker.
+    lock: BorrowedFd<'a>,
 }
 
-/// Starts the worker with the kept descriptors at fd 3.., the notification socket after them, and
-/// then the descriptor holding their names.
+/// Starts the worker with the kept descriptors at fd 3.., the notification socket after them,
+/// then the descriptor holding their names, then the data directory's lock.
 fn spawn(exe: &PathBuf, fds: &WorkerFds<'_>) -> io::Result<Child> {
     let kept = fds.kept;
     let n = kept.len();
-    let floor = LISTEN_FDS_START + n as RawFd + 2;
+    let floor = LISTEN_FDS_START + n as RawFd + 3;
     // Above every target number, so no dup2 below overwrites a source still to be moved.
-    let mut sources = Vec::with_capacity(n + 2);
+    let mut sources = Vec::with_capacity(n + 3);
     for fd in kept.values() {
         sources.push(fdstore::dup_at_least(fd.as_fd(), floor)?);
     }
@@ -287,6 +292,7 @@ fn spawn(exe: &PathBuf, fds: &WorkerFds<'_>) -> io::Result<Child> {
     let names_fd = fdstore::names_fd(&names)?;
     sources.push(fdstore::dup_at_least(names_fd.as_fd(), floor)?);
     drop(names_fd);
+    sources.push(fdstore::dup_at_least(fds.lock, floor)?);
     let raw: Vec<RawFd> = sources.iter().map(AsRawFd::as_raw_fd).collect();
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
@@ -296,6 +302,7 @@ fn spawn(exe: &PathBuf, fds: &WorkerFds<'_>) -> io::Result<Child> {
         .env("LISTEN_FDS", n.to_string())
         .env(FDNAMES_FD_ENV, (LISTEN_FDS_START + n as RawFd + 1).to_string())
         .env(NOTIFY_FD_ENV, (LISTEN_FDS_START + n as RawFd).to_string())
+        .env(LOCK_FD_ENV, (LISTEN_FDS_START + n as RawFd + 2).to_string())
         .env_remove("LISTEN_FDNAMES")
         .env_remove("LISTEN_PID")
         .env_remove("NOTIFY_SOCKET");
