@@ -124,26 +124,25 @@ fn serve_provisions_mounts_stops_and_remounts() {
     assert_eq!(rec["revision"].as_u64(), Some(2));
     assert_eq!(rec["usage"], json!({"files": 1, "bytes": content.len(), "inodes": 1, "links": 0}));
 
-    // `scope create` works on the registry directly and does not mount; the mount route then does.
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&config)
-        .args(["scope", "create", "--thread", "thread-cli"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "scope create failed: {}", String::from_utf8_lossy(&out.stderr));
-    let (status, cli_rec) = call(http.get(by_thread("thread-cli")).bearer_auth(&token));
-    assert_eq!((status, cli_rec["state"].as_str()), (StatusCode::OK, Some("draft")), "{cli_rec}");
-    let cli_scope = cli_rec["scope_id"].as_str().unwrap().to_owned();
-    assert!(String::from_utf8_lossy(&out.stdout).contains(&cli_scope));
-    let cli_mountpoint = tmp.path().join("mnt").join(&cli_scope);
-    assert!(!mounts_under(&daemon.mount_root).contains(&cli_mountpoint.to_str().unwrap().to_owned()));
-    let (status, _) = call(http.get(format!("{base}/internal/workspace-scopes/{cli_scope}/mount")).bearer_auth(&token));
-    assert_eq!(status, StatusCode::OK);
-    assert!(mounts_under(&daemon.mount_root).contains(&cli_mountpoint.to_str().unwrap().to_owned()));
+    // `scope create` refuses beside a running daemon (review D8: the data directory's lock) and
+    // creates nothing; `scope ls` only reads the registry and works.
+    let create = || {
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&config)
+            .args(["scope", "create", "--thread", "thread-cli"])
+            .output()
+            .unwrap()
+    };
+    let out = create();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "scope create ran beside the daemon");
+    assert!(err.contains("a scopefs daemon is running on this data directory; stop it first"), "{err}");
+    let (status, _) = call(http.get(by_thread("thread-cli")).bearer_auth(&token));
+    assert_eq!(status, StatusCode::NOT_FOUND);
     let out = Command::new(BIN).arg("--config").arg(&config).args(["scope", "ls"]).output().unwrap();
     let listing = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && listing.contains(&scope_id) && listing.contains(&cli_scope), "{listing}");
+    assert!(out.status.success() && listing.contains(&scope_id), "{listing}");
 
     // SIGTERM: exit 0, no mount left.
     let status = daemon.terminate(SIGTERM_WAIT);
@@ -153,6 +152,15 @@ fn serve_provisions_mounts_stops_and_remounts() {
     let log = daemon.log_text();
     assert!(!log.contains(&token), "the log contains the service token");
     drop(daemon);
+
+    // Stopped: `scope create` works on the registry directly and does not mount; the next start
+    // mounts it with every draft scope.
+    let out = create();
+    assert!(out.status.success(), "scope create failed: {}", String::from_utf8_lossy(&out.stderr));
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    let cli_scope = listing.lines().nth(1).and_then(|l| l.split_whitespace().next()).expect("a scope row").to_owned();
+    let cli_mountpoint = tmp.path().join("mnt").join(&cli_scope);
+    assert!(mounts_under(&tmp.path().join("mnt")).is_empty());
 
     // Restart on the same data (as a systemd notify service): the scope is remounted at start and
     // the file is intact; READY=1 comes once ready, STOPPING=1 at shutdown.
@@ -171,6 +179,15 @@ fn serve_provisions_mounts_stops_and_remounts() {
     assert_eq!(std::fs::read(mountpoint.join("hello.txt")).unwrap(), content);
     let (status, rec) = call(http.get(by_thread("thread-1")).bearer_auth(&token));
     assert_eq!((status, rec["scope_id"].as_str()), (StatusCode::OK, Some(scope_id.as_str())));
+    let (status, cli_rec) = call(http.get(by_thread("thread-cli")).bearer_auth(&token));
+    assert_eq!((status, cli_rec["state"].as_str()), (StatusCode::OK, Some("draft")), "{cli_rec}");
+    assert_eq!(cli_rec["scope_id"].as_str(), Some(cli_scope.as_str()));
+    assert!(
+        mounts_under(&daemon.mount_root).contains(&cli_mountpoint.to_str().unwrap().to_owned()),
+        "the CLI-created scope was not mounted at start"
+    );
+    let (status, _) = call(http.get(format!("{base}/internal/workspace-scopes/{cli_scope}/mount")).bearer_auth(&token));
+    assert_eq!(status, StatusCode::OK);
     let status = daemon.terminate(SIGTERM_WAIT);
     assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
     assert_eq!(recv_notification(&notify), "STOPPING=1");

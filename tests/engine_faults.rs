@@ -359,3 +359,37 @@ fn walk_files(dir: &std::path::Path) -> Vec<String> {
     }
     out
 }
+
+/// Review D10: a block cache database a power loss left unreadable does not stop the daemon: it is
+/// moved aside (with its WAL) and an empty cache takes its place, which then works and persists.
+#[test]
+fn an_unreadable_cache_database_is_set_aside_and_the_cache_starts_empty() {
+    let h = Harness::new(StorageSettings::default());
+    let cache = h.data_dir().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let pack = cache.join(".scopefs-pack.sqlite3");
+    let garbage: Vec<u8> = (0..8192u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(&pack, &garbage).unwrap();
+    std::fs::write(cache.join(".scopefs-pack.sqlite3-wal"), b"not a WAL either").unwrap();
+
+    let storage = h.storage();
+    let aside = cache.join(".scopefs-pack.sqlite3.corrupt-1");
+    assert_eq!(std::fs::read(&aside).unwrap(), garbage, "the damaged database was moved aside as it was");
+    // The junk WAL is gone from beside the new database (SQLite may drop it; otherwise set aside).
+    let wal = std::fs::read(cache.join(".scopefs-pack.sqlite3-wal")).unwrap_or_default();
+    assert_ne!(wal, b"not a WAL either");
+    assert_eq!(storage.cache_bytes(), 0);
+    // The new cache works: an uploaded small block goes into it and is read from it.
+    let e = new_scope(&storage);
+    write_file(&e, "f", &pattern(5000, 9)).unwrap();
+    assert!(e.wait_uploads(Duration::from_secs(20)));
+    assert_eq!(storage.cache_bytes(), 5000, "the uploaded block was cached");
+    let (hits, _) = storage.cache_counts();
+    assert_eq!(read_file(&e, "f").unwrap(), pattern(5000, 9));
+    assert!(storage.cache_counts().0 > hits, "the read was a cache hit");
+    drop((e, storage));
+    // Reopened, the new database keeps its entries and nothing more is set aside.
+    let again = h.storage();
+    assert_eq!(again.cache_bytes(), 5000, "the new cache database kept its entries");
+    assert!(!cache.join(".scopefs-pack.sqlite3.corrupt-2").exists());
+}

@@ -199,3 +199,100 @@ fn collected_inline_blocks_leave_the_journal_and_staging() {
     assert_eq!(e.staging_bytes(), 0);
     assert_eq!(h.store.keys().len(), 1, "only the live block was uploaded: {:?}", h.store.keys());
 }
+
+/// A store that, when a delete arrives, records whether the metadata that survives a power loss
+/// (the database file and its WAL; never the redo log, which is not flushed) still holds the block's
+/// row: an object must be deleted only once its row's deletion is there (review D6).
+struct DeleteProbe {
+    inner: Arc<scopefs::store::MemoryStore>,
+    data_dir: PathBuf,
+    /// (key, whether the row was still in the database file and WAL when the delete arrived).
+    deletes: parking_lot::Mutex<Vec<(String, bool)>>,
+}
+
+impl DeleteProbe {
+    /// Whether the copy of the scope's database file and WAL has the row of block `key`.
+    fn row_in_database(&self, key: &str) -> bool {
+        let parts: Vec<&str> = key.split('/').collect();
+        let (scope, sha) = (parts[1], parts[3]);
+        let db = self.data_dir.join("scopes").join(scope).join("meta.sqlite3");
+        let copy = tempfile::tempdir().unwrap();
+        std::fs::copy(&db, copy.path().join("meta.sqlite3")).unwrap();
+        let wal = PathBuf::from(format!("{}-wal", db.display()));
+        if wal.exists() {
+            std::fs::copy(&wal, copy.path().join("meta.sqlite3-wal")).unwrap();
+        }
+        let conn = rusqlite::Connection::open(copy.path().join("meta.sqlite3")).unwrap();
+        let rows: i64 = conn.query_row("SELECT count(*) FROM blocks WHERE sha256 = ?1", [sha], |r| r.get(0)).unwrap();
+        rows > 0
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for DeleteProbe {
+    async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), scopefs::store::StoreError> {
+        self.inner.put(key, data).await
+    }
+    async fn get(&self, key: &str) -> Result<bytes::Bytes, scopefs::store::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn head(&self, key: &str) -> Result<Option<u64>, scopefs::store::StoreError> {
+        self.inner.head(key).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), scopefs::store::StoreError> {
+        let row = self.row_in_database(key);
+        self.deletes.lock().push((key.to_string(), row));
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<scopefs::store::ObjectInfo>, scopefs::store::StoreError> {
+        self.inner.list(prefix).await
+    }
+    fn describe(&self) -> String {
+        "delete probe".to_string()
+    }
+}
+
+#[test]
+fn gc_deletes_an_object_only_after_the_deletion_of_its_row_is_durable() {
+    let h = Harness::new(StorageSettings::default());
+    let probe = Arc::new(DeleteProbe {
+        inner: h.store.clone(),
+        data_dir: h.data_dir(),
+        deletes: parking_lot::Mutex::new(Vec::new()),
+    });
+    let store: Arc<dyn ObjectStore> = probe.clone();
+    let storage = Storage::new(store, h.settings.clone(), &h.data_dir(), h.rt.handle().clone()).unwrap();
+    let e = new_scope(&storage);
+    // An inline block and a staging file, both uploaded, then both unreferenced.
+    write_file(&e, "small", &content(3000, 1)).unwrap();
+    write_file(&e, "large", &content(300_000, 2)).unwrap();
+    assert!(e.wait_uploads(Duration::from_secs(20)));
+    write_file(&e, "small", &content(3000, 3)).unwrap();
+    write_file(&e, "large", &content(300_000, 4)).unwrap();
+    assert!(e.wait_uploads(Duration::from_secs(20)));
+    let old: Vec<String> = [sha(&content(3000, 1)), sha(&content(300_000, 2))]
+        .iter()
+        .map(|s| block_key(e.scope_id().as_str(), s))
+        .collect();
+    for key in &old {
+        assert!(h.store.keys().contains(key), "{key} was not uploaded: {:?}", h.store.keys());
+    }
+    // The batch before gc is committed, so what gc's row deletions do is all that is pending.
+    e.checkpoint_metadata().unwrap();
+    let report = e.collect_garbage(Duration::ZERO).unwrap();
+    assert_eq!(report.blocks_deleted, 2);
+    let deletes = probe.deletes.lock().clone();
+    let mut keys: Vec<String> = deletes.iter().map(|(k, _)| k.clone()).collect();
+    keys.sort();
+    let mut want = old.clone();
+    want.sort();
+    assert_eq!(keys, want, "gc deleted other objects");
+    for (key, row_left) in &deletes {
+        assert!(!row_left, "{key} was deleted while its row's deletion was not yet in the database");
+    }
+    for key in &old {
+        assert!(!h.store.keys().contains(key), "{key} is still stored");
+    }
+    assert_eq!(read_file(&e, "small").unwrap(), content(3000, 3));
+    assert_eq!(read_file(&e, "large").unwrap(), content(300_000, 4));
+}

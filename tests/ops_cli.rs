@@ -1,6 +1,7 @@
 //! Operations (issue 6) through the `scopefs` binary: `serve --print-config` and config refusal,
 //! systemd-style start (READY=1 only once mounts and the API are up; SIGTERM → STOPPING=1, no
-//! mount left, exit 0), and `fsck [--repair]` finding a block deleted behind the daemon's back.
+//! mount left, exit 0), `fsck [--repair]` finding a block deleted behind the daemon's back, and the
+//! data directory's lock (offline commands and a second daemon refuse beside a running one).
 
 pub mod serve_process;
 
@@ -504,4 +505,124 @@ fn token_show_rotate_import_and_gc() {
     assert!(text(&out).contains("1 blocks deleted"), "{}", text(&out));
     let out = scopefs(&config, &["fsck", &scope]);
     assert!(out.status.success(), "{}", text(&out));
+}
+
+/// What an offline command prints while a daemon holds the data directory's lock.
+const DAEMON_RUNNING: &str = "a scopefs daemon is running on this data directory; stop it first";
+
+/// Runs a second `scopefs serve` with `config` until it exits (at most 60 s): (success, stderr).
+fn second_serve(config: &Path) -> (bool, String) {
+    let mut child = Command::new(BIN)
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("SCOPEFS_SERVICE_TOKEN")
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting a second scopefs serve");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a second daemon on the same data directory kept running");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (status.success(), err)
+}
+
+/// Review D8: while a daemon runs (its supervisor holds the data directory's lock, shared with each
+/// worker it starts), the offline commands that would open its scopes, store or registry refuse
+/// and change nothing, a second daemon on the same data directory refuses to start, and once the
+/// daemon stopped the same commands run.
+#[test]
+fn offline_commands_and_a_second_daemon_refuse_while_a_daemon_runs() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = local_config(tmp.path(), port);
+    let scope = create_scope(&config, "locked-thread");
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve.log", &[]);
+    let http = client();
+    daemon.wait_ready(&http);
+    let mp = daemon.mount_root.join(&scope);
+    std::fs::write(mp.join("gone.txt"), b"bytes only gc may delete").unwrap();
+    std::fs::write(mp.join("keep.txt"), b"keep these").unwrap();
+    std::fs::remove_file(mp.join("gone.txt")).unwrap();
+    // A file open for writing while the commands are tried (its working file must stay).
+    let mut open = std::fs::File::create(mp.join("open.txt")).unwrap();
+    open.write_all(b"first half, ").unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("a.txt"), b"imported").unwrap();
+    let refused = |args: &[&str]| {
+        let out = scopefs(&config, args);
+        assert!(!out.status.success(), "{args:?} ran beside the daemon:\n{}", text(&out));
+        assert!(text(&out).contains(DAEMON_RUNNING), "{args:?}: no clear refusal:\n{}", text(&out));
+    };
+    let offline: [&[&str]; 5] = [
+        &["fsck", &scope],
+        &["fsck", &scope, "--repair"],
+        &["gc", &scope],
+        &["import", src.to_str().unwrap(), "--thread", "other-thread"],
+        &["scope", "create", "--thread", "other-thread"],
+    ];
+    for args in offline {
+        refused(args);
+    }
+    // The daemon's open file was left alone.
+    open.write_all(b"second half").unwrap();
+    drop(open);
+    assert_eq!(std::fs::read(mp.join("open.txt")).unwrap(), b"first half, second half");
+    // A killed worker is replaced under the same lock: still refused.
+    let worker = daemon.pid();
+    // SAFETY: kill(2) on the supervisor's child, which this test started.
+    assert_eq!(unsafe { libc::kill(worker as i32, libc::SIGKILL) }, 0);
+    daemon.worker(Some(worker));
+    daemon.wait_ready(&http);
+    refused(&["gc", &scope]);
+    // A second daemon on the same data directory (another port and mount root) refuses at start.
+    let second = tmp.path().join("second.toml");
+    std::fs::write(
+        &second,
+        format!(
+            "data_dir = {:?}\nmount_root = {:?}\nlisten = \"127.0.0.1:{}\"\n\n[store]\nkind = \"local\"\n",
+            tmp.path().join("data"),
+            tmp.path().join("mnt2"),
+            free_port()
+        ),
+    )
+    .unwrap();
+    let (ok, err) = second_serve(&second);
+    serve_process::detach_mounts_under(&tmp.path().join("mnt2"));
+    assert!(!ok && err.contains(DAEMON_RUNNING), "the second daemon did not refuse:\n{err}");
+    // `scope ls` only reads the registry: it works beside the daemon, and nothing was created.
+    let out = scopefs(&config, &["scope", "ls"]);
+    assert!(out.status.success() && !text(&out).contains("other-thread"), "{}", text(&out));
+    assert!(daemon.terminate(SIGTERM_WAIT).success(), "log:\n{}", daemon.log_text());
+    drop(daemon);
+
+    // Stopped: the refused gc deleted nothing (the removed file's block is still stored), this
+    // one deletes it; fsck is clean.
+    let gone = hex_sha256(b"bytes only gc may delete");
+    let stored = |sha: &str| {
+        let store = scopefs::store::LocalDirStore::new(tmp.path().join("data/objects")).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(scopefs::store::ObjectStore::list(&store, "")).unwrap().iter().any(|o| o.key.ends_with(sha))
+    };
+    assert!(stored(&gone), "the removed file's block was deleted while the daemon ran");
+    let out = scopefs(&config, &["gc", &scope]);
+    assert!(out.status.success() && text(&out).contains("blocks deleted"), "{}", text(&out));
+    assert!(!stored(&gone), "gc did not delete the removed file's block:\n{}", text(&out));
+    let out = scopefs(&config, &["fsck", &scope]);
+    assert!(out.status.success() && text(&out).contains("clean"), "{}", text(&out));
 }

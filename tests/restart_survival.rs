@@ -6,7 +6,8 @@
 //! killed worker in the open-file log), and the mount is the same mount throughout (resumed, never
 //! remounted). Also (issue 21): mutations the killed worker applied but never answered are
 //! answered as they were by the next one, and an unlinked file and an `O_TMPFILE` held open by a
-//! program stay readable (and linkable) across both kinds of restart.
+//! program stay readable (and linkable) across both kinds of restart. A worker killed again and
+//! again is restarted every time, after growing delays.
 
 pub mod serve_process;
 
@@ -489,4 +490,52 @@ for line in sys.stdin:
     drop(stdin);
     assert!(child.wait().unwrap().success());
     daemon.stop(Duration::from_secs(60));
+}
+
+/// A worker that keeps dying soon after each start is restarted every time (the supervisor never
+/// gives up while it holds kept mounts: giving up would end them all with `ENOTCONN`), after a
+/// delay that doubles from 250 ms, each restart logged with its delay; the mount then works.
+#[test]
+fn a_worker_killed_eight_times_in_quick_succession_is_restarted_every_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(tmp.path(), port, "[store]\nkind = \"local\"\n");
+    let http = client();
+    let env = [("SCOPEFS_LOG_FORMAT", "json")];
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve.log", &env);
+    daemon.wait_ready(&http);
+    let (_, mount) = provision_and_mount(&http, &daemon, tmp.path());
+    let real = PathBuf::from(mount["bind_source"].as_str().unwrap());
+    let real_id = mount_id(&real).expect("real mount");
+    std::fs::write(real.join("before"), b"written before the crashes").unwrap();
+
+    let mut worker = daemon.worker(None);
+    for _ in 0..8 {
+        // SAFETY: kill(2) on the supervisor's child, which this test started.
+        assert_eq!(unsafe { libc::kill(worker as i32, libc::SIGKILL) }, 0);
+        worker = daemon.worker(Some(worker));
+        daemon.wait_ready(&http);
+    }
+    std::fs::write(real.join("after"), b"written after eight crashes").unwrap();
+    assert_eq!(std::fs::read(real.join("after")).unwrap(), b"written after eight crashes");
+    assert_eq!(std::fs::read(real.join("before")).unwrap(), b"written before the crashes");
+    assert_eq!(mount_id(&real), Some(real_id), "the mount was replaced");
+    let log = daemon.log_text();
+    let delays: Vec<u64> = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|v| v["fields"]["message"] == "worker died; restarting it with the kept mounts")
+        .map(|v| v["fields"]["delay_ms"].as_u64().expect("a restart logged without its delay"))
+        .collect();
+    // Each worker dies well within 10 s of its readiness (the first, which also provisioned, may
+    // not have on a slow machine: restarted at once), so the delays double up to 30 s.
+    let doubling = [250, 500, 1000, 2000, 4000, 8000, 16_000, 30_000];
+    let want: Vec<u64> = if delays.first() == Some(&0) {
+        std::iter::once(0).chain(doubling[..7].iter().copied()).collect()
+    } else {
+        doubling.to_vec()
+    };
+    assert_eq!(delays, want, "log:\n{log}");
+    let status = daemon.terminate(Duration::from_secs(60));
+    assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
 }

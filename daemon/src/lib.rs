@@ -7,6 +7,7 @@
 pub mod api;
 pub mod bench;
 pub mod billing_loop;
+pub mod datadir_lock;
 pub mod doctor;
 pub mod executor;
 pub mod fdstore;

@@ -1,5 +1,6 @@
 //! `scopefs`: the host daemon and its command-line interface (argument parsing and dispatch).
 
+use scopefs_daemon::datadir_lock::{DataDirLock, Holder};
 use scopefs_daemon::{bench, doctor, ops_cmd, scope_cmd, serve, setup, supervisor};
 
 use std::path::PathBuf;
@@ -35,7 +36,8 @@ enum Command {
         #[arg(long)]
         print_config: bool,
     },
-    /// Manage scopes directly in the registry (no running daemon needed).
+    /// Manage scopes directly in the registry, without the daemon (`create` refuses while a
+    /// daemon runs on the data directory; `ls` works beside it).
     Scope {
         #[command(subcommand)]
         command: ScopeCommand,
@@ -46,7 +48,8 @@ enum Command {
     /// Run file-system benchmarks against a directory.
     Bench(bench::BenchArgs),
     /// Check every block of a scope against the object store; reports damaged files by virtual
-    /// path and orphan objects. Exits non-zero when problems were found. Stop the daemon first.
+    /// path and orphan objects. Exits non-zero when problems were found. Refuses while a daemon
+    /// runs on the data directory (stop it first).
     Fsck {
         /// Scope id.
         scope: String,
@@ -54,7 +57,8 @@ enum Command {
         #[arg(long)]
         repair: bool,
     },
-    /// Delete a scope's blocks that no file refers to any more. Stop the daemon first.
+    /// Delete a scope's blocks that no file refers to any more. Refuses while a daemon runs on the
+    /// data directory (stop it first).
     Gc {
         /// Scope id.
         scope: String,
@@ -63,6 +67,7 @@ enum Command {
         grace_secs: u64,
     },
     /// Copy a local directory tree into a thread's scope (created if needed), with a progress bar.
+    /// Refuses while a daemon runs on the data directory (stop it first).
     Import {
         /// Directory to import (regular files and directories; symlinks are skipped).
         dir: PathBuf,
@@ -123,8 +128,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             setup::init_logging("info,fuser=warn");
             // Outside systemd, this process keeps the mounts' descriptors and runs the daemon as
             // its worker (see `supervisor`); under systemd the fd store keeps them.
+            // The supervisor holds the data directory's lock for its whole life and hands it to
+            // each worker; under systemd the daemon takes it itself (`serve::run`).
             if !supervisor::is_worker() && std::env::var_os("NOTIFY_SOCKET").is_none() {
-                return supervisor::run();
+                let lock = DataDirLock::acquire(&cfg.data_dir, &Holder::Daemon)?;
+                return supervisor::run(lock);
             }
             serve::run(cfg)?;
             Ok(ExitCode::SUCCESS)

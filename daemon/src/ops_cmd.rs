@@ -1,4 +1,5 @@
-//! Operator commands without a running daemon: `serve --print-config`, `fsck`, `gc`, `token show|rotate`, `import`.
+//! Operator commands without a running daemon: `serve --print-config`, `fsck`, `gc`, `token show|rotate`, `import`
+//! (`fsck`, `gc` and `import` refuse while a daemon runs on the data directory: `open_offline`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use scopefs::engine::{ScopeEngine, Storage, WriteMode};
 use scopefs::ids::{ScopeId, ThreadId};
 use scopefs::registry::{DeploymentRegistry, Registry};
 
+use crate::datadir_lock::DataDirLock;
 use crate::{setup, tokens};
 
 /// What replaces every secret in printed configuration.
@@ -40,12 +42,15 @@ pub fn print_config(cfg: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Registry, storage and runtime for commands that work on scopes without a running daemon.
+/// Registry, storage and runtime for commands that work on scopes without a running daemon,
+/// holding the data directory's lock (`datadir_lock`) while they run.
 pub(crate) struct Offline {
     pub(crate) registry: DeploymentRegistry,
     pub(crate) storage: Arc<Storage>,
     // Kept alive for the storage's object-store requests.
     _rt: tokio::runtime::Runtime,
+    // Dropped last: nothing of the data directory is open once it goes.
+    _lock: DataDirLock,
 }
 
 /// The registry alone (its control directory prepared).
@@ -55,8 +60,11 @@ pub(crate) fn open_registry(cfg: &Config) -> anyhow::Result<DeploymentRegistry> 
     Ok(std::sync::Arc::new(registry).deployment(&cfg.deployment_id))
 }
 
-/// The registry, the object store and local storage, on a runtime of their own.
-pub(crate) fn open_offline(cfg: &Config) -> anyhow::Result<Offline> {
+/// The registry, the object store and local storage, on a runtime of their own, for the offline
+/// command `name`. Refuses while a daemon (or another such command) runs on the data directory:
+/// it would delete the daemon's working files and race its metadata (review D8).
+pub(crate) fn open_offline(cfg: &Config, name: &str) -> anyhow::Result<Offline> {
+    let lock = crate::datadir_lock::for_command(&cfg.data_dir, name)?;
     let registry = open_registry(cfg)?;
     let rt = setup::runtime()?;
     let store = {
@@ -65,7 +73,7 @@ pub(crate) fn open_offline(cfg: &Config) -> anyhow::Result<Offline> {
     };
     let storage = Storage::new(store, cfg.storage_settings(), &cfg.data_dir, rt.handle().clone())
         .context("opening local storage")?;
-    Ok(Offline { registry, storage, _rt: rt })
+    Ok(Offline { registry, storage, _rt: rt, _lock: lock })
 }
 
 impl Offline {
@@ -84,9 +92,9 @@ impl Offline {
 /// `scopefs fsck SCOPE [--repair]`: checks every block of the scope; `Ok(false)` when damage was found.
 ///
 /// Damaged files are reported by virtual path (reads of them fail, they never return other
-/// bytes); `--repair` also deletes orphan objects. Run it with the daemon stopped.
+/// bytes); `--repair` also deletes orphan objects. Refuses while a daemon runs (`open_offline`).
 pub fn fsck(cfg: &Config, scope: &str, repair: bool) -> anyhow::Result<bool> {
-    let offline = open_offline(cfg)?;
+    let offline = open_offline(cfg, "fsck")?;
     let engine = offline.engine(cfg, scope)?;
     let report = engine.fsck(repair).context("fsck")?;
     println!("scope {scope}: {} files, {} blocks checked", report.files_checked, report.blocks_checked);
@@ -115,7 +123,7 @@ pub fn fsck(cfg: &Config, scope: &str, repair: bool) -> anyhow::Result<bool> {
 
 /// `scopefs gc SCOPE`: deletes blocks no file refers to any more (older than `grace`).
 pub fn gc(cfg: &Config, scope: &str, grace: Duration) -> anyhow::Result<()> {
-    let offline = open_offline(cfg)?;
+    let offline = open_offline(cfg, "gc")?;
     let engine = offline.engine(cfg, scope)?;
     let report = engine.collect_garbage(grace).context("garbage collection")?;
     println!("scope {scope}: {} blocks deleted, {} bytes freed", report.blocks_deleted, report.bytes_deleted);
@@ -181,7 +189,7 @@ pub fn token_rotate(cfg: &Config, kind: TokenKind) -> anyhow::Result<()> {
 /// scope if needed), with a progress bar on stderr. Symlinks and special files are skipped.
 pub fn import(cfg: &Config, dir: &Path, thread: &str) -> anyhow::Result<()> {
     let thread = ThreadId::parse(thread).context("invalid --thread")?;
-    let offline = open_offline(cfg)?;
+    let offline = open_offline(cfg, "import")?;
     let rec = match offline.registry.find_by_thread(&thread).context("reading the registry")? {
         Some(rec) => rec,
         None => {

@@ -8,10 +8,11 @@ use scopefs::registry::ScopeRecord;
 use crate::ops_cmd::{open_offline, open_registry, Offline};
 use crate::services::scopes;
 
-/// Creates a scope (state `draft`) and its filesystem metadata; does not mount it.
+/// Creates a scope (state `draft`) and its filesystem metadata; does not mount it. Refuses while
+/// a daemon runs on the data directory (`open_offline`).
 pub fn create(cfg: &Config, thread: &str) -> anyhow::Result<()> {
     let thread = ThreadId::parse(thread).context("invalid --thread")?;
-    let Offline { registry, storage, .. } = &open_offline(cfg)?;
+    let Offline { registry, storage, .. } = &open_offline(cfg, "scope create")?;
     let rec =
         scopes::create_unmounted(cfg.default_quota(), registry, storage, &thread).context("creating the scope")?;
     println!("{}", header());

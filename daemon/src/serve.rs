@@ -1,6 +1,7 @@
 //! `scopefs serve`: startup (probe, registry, mounts, recovery), the HTTP server, readiness and graceful shutdown.
 //!
-//! Order: the listen address is checked, tokens are loaded, the object store is
+//! Order: the listen address is checked, the data directory's lock is taken (or the
+//! supervisor's inherited: `datadir_lock`), tokens are loaded, the object store is
 //! probed (startup fails if it does not answer correctly), storage, registry and
 //! mount manager are opened, the HTTP server starts (`/health` answers at once,
 //! `/ready` and `/internal/*` answer 503 until recovery is done), scopes are
@@ -30,6 +31,7 @@ use scopefs_fs::MountManager;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::api::{self, AppState};
+use crate::datadir_lock::{DataDirLock, Holder};
 use crate::notify::notify_or_log;
 use crate::services::compute::{Compute, ComputeSettings};
 use crate::services::files::WorkspaceSettings;
@@ -54,6 +56,12 @@ pub fn listen_addr(cfg: &Config) -> anyhow::Result<SocketAddr> {
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
     let addr = listen_addr(&cfg)?;
+    // Before any thread exists (as `fdstore::inherit`): held until the process ends. A worker
+    // shares its supervisor's lock; under systemd the daemon takes it.
+    let _lock = match DataDirLock::inherited(&cfg.data_dir)? {
+        Some(lock) => lock,
+        None => DataDirLock::acquire(&cfg.data_dir, &Holder::Daemon)?,
+    };
     // Before any thread exists: reads and clears LISTEN_FDS and friends.
     let inherited = crate::fdstore::inherit();
     let keeper: Option<Arc<dyn FdKeeper>> =

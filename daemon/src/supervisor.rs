@@ -3,20 +3,23 @@
 //! would receive them) and restarts the worker with them, so mounts outlive the worker process.
 //!
 //! The worker is this binary again (`SCOPEFS_SERVE_ROLE=worker`), started with the kept
-//! descriptors from fd 3 (`LISTEN_FDS`, `LISTEN_FDNAMES`) and its notification socket
-//! (`SCOPEFS_NOTIFY_FD`). It dies with the supervisor (`PR_SET_PDEATHSIG`), so killing the
-//! supervisor ends everything, as killing the daemon did before.
+//! descriptors from fd 3 (`LISTEN_FDS`, `LISTEN_FDNAMES`), its notification socket
+//! (`SCOPEFS_NOTIFY_FD`) and the data directory's lock, which the supervisor holds for its whole
+//! life (`SCOPEFS_DATA_LOCK_FD`, see `datadir_lock`). It dies with the supervisor
+//! (`PR_SET_PDEATHSIG`), so killing the supervisor ends everything, as killing the daemon did before.
 //!
 //! Signals: SIGTERM/SIGINT are forwarded and the supervisor exits with the worker's status (the
 //! worker unmounts every scope); SIGHUP is a graceful restart (the worker drains HTTP, waits for
-//! uploads and exits without unmounting; a new worker resumes the mounts). A worker that dies
-//! after it was ready (a crash, `kill -9`) is restarted with the kept descriptors, at most
-//! `MAX_RESTARTS` times per `RESTART_WINDOW`; one that fails before it was ready (bad
-//! configuration, store probe) ends the supervisor with its status.
+//! uploads and exits without unmounting; a new worker resumes the mounts). A worker that dies is
+//! restarted with the kept descriptors for as long as any worker was ready once (giving up would
+//! end every kept mount): at once when it had run `RestartPolicy::healthy_run` after it was ready,
+//! otherwise after a delay that doubles up to a bound, for consecutive failures (`RestartPolicy`).
+//! Only a first worker that fails before it was ever ready (bad configuration, store probe) ends
+//! the supervisor, with its status.
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, ExitStatus};
@@ -24,22 +27,83 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use crate::datadir_lock::{DataDirLock, LOCK_FD_ENV};
 use crate::fdstore::{self, Message, FDNAMES_FD_ENV, LISTEN_FDS_START, MAX_KEPT_FDS};
 use crate::notify::NOTIFY_FD_ENV;
 
 /// Variable that makes `scopefs serve` the worker instead of the supervisor.
 pub const ROLE_ENV: &str = "SCOPEFS_SERVE_ROLE";
-/// Crash restarts allowed per `RESTART_WINDOW` before the supervisor gives up.
-const MAX_RESTARTS: usize = 5;
-const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
+/// When a worker that died is started again: at once after a healthy run, otherwise after a delay
+/// that doubles from `first_delay` up to `max_delay` (and starts over after a healthy run or a
+/// completed graceful restart: the doubling is for consecutive failures).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartPolicy {
+    /// A worker that ran this long after it was ready is restarted at once.
+    pub healthy_run: Duration,
+    pub first_delay: Duration,
+    pub max_delay: Duration,
+    /// The delay of the next restart that follows a short run.
+    next: Duration,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> RestartPolicy {
+        RestartPolicy::new(Duration::from_secs(10), Duration::from_millis(250), Duration::from_secs(30))
+    }
+}
+
+impl RestartPolicy {
+    pub fn new(healthy_run: Duration, first_delay: Duration, max_delay: Duration) -> RestartPolicy {
+        RestartPolicy { healthy_run, first_delay, max_delay, next: first_delay }
+    }
+
+    /// The wait before restarting a worker that died `ran_after_ready` after it reported ready
+    /// (`None`: it never was).
+    pub fn next_delay(&mut self, ran_after_ready: Option<Duration>) -> Duration {
+        if ran_after_ready.is_some_and(|ran| ran >= self.healthy_run) {
+            self.next = self.first_delay;
+            return Duration::ZERO;
+        }
+        let delay = self.next;
+        self.next = self.next.saturating_mul(2).min(self.max_delay);
+        delay
+    }
+
+    /// A worker ended well (a graceful restart it completed): the next failure waits
+    /// `first_delay` again.
+    pub fn reset(&mut self) {
+        self.next = self.first_delay;
+    }
+}
 
 /// True in the worker started by the supervisor.
 pub fn is_worker() -> bool {
     std::env::var_os(ROLE_ENV).is_some_and(|v| v == "worker")
 }
 
-/// Runs the supervisor until the worker stops for good; returns the worker's exit status.
-pub fn run() -> anyhow::Result<ExitCode> {
+/// How one worker's run ended.
+struct Run {
+    status: ExitStatus,
+    /// When it reported `READY=1` (`None`: never).
+    ready_at: Option<Instant>,
+    /// A stop (SIGTERM/SIGINT) was forwarded to it.
+    stopping: bool,
+    /// A graceful restart (SIGHUP) was forwarded to it.
+    restart: bool,
+}
+
+/// What ended the wait before a restart.
+enum Waited {
+    /// The delay passed, or SIGHUP asked for the restart now.
+    Restart,
+    /// SIGTERM/SIGINT: stop instead.
+    Stop,
+}
+
+/// Runs the supervisor, holding the data directory's `lock`, until the worker stops for good;
+/// returns the worker's exit status.
+pub fn run(lock: DataDirLock) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("locating the scopefs binary")?;
     // It holds every kept connection; the worker raises its own limit to the configured one.
     let nofile = crate::rlimit::raise_open_files(scopefs::limits::LimitsConfig::default().max_open_files)
@@ -51,59 +115,103 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let signals = Signals::block().context("installing the supervisor's signal handling")?;
     let (mine, theirs) = std::os::unix::net::UnixDatagram::pair().context("creating the notification socket")?;
     let mut kept: BTreeMap<String, OwnedFd> = BTreeMap::new();
-    let mut restarts: Vec<Instant> = Vec::new();
+    let mut policy = RestartPolicy::default();
+    let mut ever_ready = false;
     loop {
-        let mut child = spawn(&exe, &kept, theirs.as_fd()).context("starting the scopefs worker")?;
+        let fds = WorkerFds { kept: &kept, notify: theirs.as_fd(), lock: lock.fd() };
+        let mut child = spawn(&exe, &fds).context("starting the scopefs worker")?;
         tracing::info!(pid = child.id(), kept = kept.len(), "worker started");
-        let mut ready = false;
-        let mut stopping = false;
-        let mut restart = false;
-        let status = loop {
-            let (sig_ready, msg_ready) = poll2(signals.fd.as_raw_fd(), mine.as_raw_fd())?;
-            if msg_ready {
-                ready |= drain(mine.as_raw_fd(), &mut kept, max_kept);
-            }
-            if sig_ready {
-                for sig in signals.read()? {
-                    match sig {
-                        libc::SIGTERM | libc::SIGINT => {
-                            stopping = true;
-                            forward(&child, sig);
-                        }
-                        libc::SIGHUP => {
-                            tracing::info!("SIGHUP: restarting the worker gracefully; mounts stay");
-                            restart = true;
-                            forward(&child, libc::SIGHUP);
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            if let Some(status) = child.try_wait()? {
-                break status;
-            }
-        };
-        ready |= drain(mine.as_raw_fd(), &mut kept, max_kept);
-        let code = exit_code(status);
-        if stopping {
+        let run = supervise(&mut child, &signals, mine.as_raw_fd(), &mut kept, max_kept)?;
+        ever_ready |= run.ready_at.is_some();
+        let code = exit_code(run.status);
+        if run.stopping {
             tracing::info!(code, "worker stopped");
             return Ok(ExitCode::from(code));
         }
-        if restart && status.success() {
+        if run.restart && run.status.success() {
+            policy.reset();
             continue;
         }
-        if !ready && !restart {
+        if !ever_ready && !run.restart {
             tracing::error!(code, "worker failed before it was ready; not restarting");
             return Ok(ExitCode::from(code));
         }
-        let now = Instant::now();
-        restarts.retain(|t| now.duration_since(*t) < RESTART_WINDOW);
-        if restarts.len() >= MAX_RESTARTS {
-            tracing::error!(code, "worker keeps failing; giving up");
+        let delay = policy.next_delay(run.ready_at.map(|t| t.elapsed()));
+        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        tracing::warn!(
+            code,
+            signal = run.status.signal(),
+            delay_ms,
+            kept = kept.len(),
+            "worker died; restarting it with the kept mounts"
+        );
+        if let Waited::Stop = wait_before_restart(&signals, delay)? {
+            tracing::warn!(code, "stopped while waiting to restart the worker; the kept mounts end here");
             return Ok(ExitCode::from(code));
         }
-        restarts.push(now);
-        tracing::warn!(code, signal = status.signal(), "worker died; restarting it with the kept mounts");
+    }
+}
+
+/// Serves one worker's notifications and forwards signals to it until it exits.
+fn supervise(
+    child: &mut Child,
+    signals: &Signals,
+    sock: RawFd,
+    kept: &mut BTreeMap<String, OwnedFd>,
+    max_kept: usize,
+) -> anyhow::Result<Run> {
+    let mut ready_at = None;
+    let (mut stopping, mut restart) = (false, false);
+    loop {
+        let (sig_ready, msg_ready) = poll2(signals.fd.as_raw_fd(), sock, None)?;
+        if msg_ready && drain(sock, kept, max_kept) && ready_at.is_none() {
+            ready_at = Some(Instant::now());
+        }
+        if sig_ready {
+            for sig in signals.read()? {
+                match sig {
+                    libc::SIGTERM | libc::SIGINT => {
+                        stopping = true;
+                        forward(child, sig);
+                    }
+                    libc::SIGHUP => {
+                        tracing::info!("SIGHUP: restarting the worker gracefully; mounts stay");
+                        restart = true;
+                        forward(child, libc::SIGHUP);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(status) = child.try_wait()? {
+            if drain(sock, kept, max_kept) && ready_at.is_none() {
+                ready_at = Some(Instant::now());
+            }
+            return Ok(Run { status, ready_at, stopping, restart });
+        }
+    }
+}
+
+/// Waits `delay` before a restart, unless a signal cuts it short (SIGHUP: restart now;
+/// SIGTERM/SIGINT: stop).
+fn wait_before_restart(signals: &Signals, delay: Duration) -> anyhow::Result<Waited> {
+    let deadline = Instant::now() + delay;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Waited::Restart);
+        }
+        let (sig_ready, _) = poll2(signals.fd.as_raw_fd(), -1, Some(left))?;
+        if !sig_ready {
+            continue;
+        }
+        for sig in signals.read()? {
+            match sig {
+                libc::SIGTERM | libc::SIGINT => return Ok(Waited::Stop),
+                libc::SIGHUP => return Ok(Waited::Restart),
+                _ => {}
+            }
+        }
     }
 }
 
@@ -160,21 +268,31 @@ fn drain(sock: RawFd, kept: &mut BTreeMap<String, OwnedFd>, max_kept: usize) -> 
     }
 }
 
-/// Starts the worker with the kept descriptors at fd 3.., the notification socket after them, and
-/// then the descriptor holding their names.
-fn spawn(exe: &PathBuf, kept: &BTreeMap<String, OwnedFd>, notify: std::os::fd::BorrowedFd<'_>) -> io::Result<Child> {
+/// What a worker is started with.
+struct WorkerFds<'a> {
+    kept: &'a BTreeMap<String, OwnedFd>,
+    notify: BorrowedFd<'a>,
+    /// The data directory's lock, shared with every worker.
+    lock: BorrowedFd<'a>,
+}
+
+/// Starts the worker with the kept descriptors at fd 3.., the notification socket after them,
+/// then the descriptor holding their names, then the data directory's lock.
+fn spawn(exe: &PathBuf, fds: &WorkerFds<'_>) -> io::Result<Child> {
+    let kept = fds.kept;
     let n = kept.len();
-    let floor = LISTEN_FDS_START + n as RawFd + 2;
+    let floor = LISTEN_FDS_START + n as RawFd + 3;
     // Above every target number, so no dup2 below overwrites a source still to be moved.
-    let mut sources = Vec::with_capacity(n + 2);
+    let mut sources = Vec::with_capacity(n + 3);
     for fd in kept.values() {
         sources.push(fdstore::dup_at_least(fd.as_fd(), floor)?);
     }
-    sources.push(fdstore::dup_at_least(notify, floor)?);
+    sources.push(fdstore::dup_at_least(fds.notify, floor)?);
     let names: Vec<&str> = kept.keys().map(String::as_str).collect();
     let names_fd = fdstore::names_fd(&names)?;
     sources.push(fdstore::dup_at_least(names_fd.as_fd(), floor)?);
     drop(names_fd);
+    sources.push(fdstore::dup_at_least(fds.lock, floor)?);
     let raw: Vec<RawFd> = sources.iter().map(AsRawFd::as_raw_fd).collect();
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
@@ -184,6 +302,7 @@ fn spawn(exe: &PathBuf, kept: &BTreeMap<String, OwnedFd>, notify: std::os::fd::B
         .env("LISTEN_FDS", n.to_string())
         .env(FDNAMES_FD_ENV, (LISTEN_FDS_START + n as RawFd + 1).to_string())
         .env(NOTIFY_FD_ENV, (LISTEN_FDS_START + n as RawFd).to_string())
+        .env(LOCK_FD_ENV, (LISTEN_FDS_START + n as RawFd + 2).to_string())
         .env_remove("LISTEN_FDNAMES")
         .env_remove("LISTEN_PID")
         .env_remove("NOTIFY_SOCKET");
@@ -210,15 +329,18 @@ fn spawn(exe: &PathBuf, kept: &BTreeMap<String, OwnedFd>, notify: std::os::fd::B
     child
 }
 
-/// Waits until the signal fd or the socket is readable (EINTR retried).
-fn poll2(a: RawFd, b: RawFd) -> io::Result<(bool, bool)> {
+/// Waits until the signal fd or the socket (`-1`: none) is readable, or `timeout` passed
+/// (EINTR retried: a retry waits the whole `timeout` again, which the callers' deadlines bound).
+fn poll2(a: RawFd, b: RawFd, timeout: Option<Duration>) -> io::Result<(bool, bool)> {
     let mut fds = [
         libc::pollfd { fd: a, events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: b, events: libc::POLLIN, revents: 0 },
     ];
+    // Rounded up, so a wait never ends just short of its deadline.
+    let ms = timeout.map_or(-1, |t| i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX));
     loop {
-        // SAFETY: polls two valid descriptors in a live array.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        // SAFETY: polls a live array of two entries (a negative fd is ignored by poll).
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
         if rc >= 0 {
             return Ok((fds[0].revents != 0, fds[1].revents != 0));
         }
@@ -309,6 +431,27 @@ mod tests {
         send("FDSTORE=1\nFDNAME=http", Some(&f2));
         drain(b.as_raw_fd(), &mut kept, 1);
         assert_eq!(kept.keys().cloned().collect::<Vec<_>>(), vec!["http".to_string()]);
+    }
+
+    #[test]
+    fn restarts_wait_doubling_delays_except_after_a_healthy_run() {
+        let ms = Duration::from_millis;
+        let mut policy = RestartPolicy::default();
+        assert_eq!((policy.healthy_run, policy.first_delay, policy.max_delay), (ms(10_000), ms(250), ms(30_000)));
+        // Crashes soon after ready (or before it): 250 ms, doubling, bounded by 30 s.
+        let short = Some(ms(500));
+        let delays: Vec<u64> =
+            (0..10).map(|i| policy.next_delay(if i % 2 == 0 { short } else { None }).as_millis() as u64).collect();
+        assert_eq!(delays, [250, 500, 1000, 2000, 4000, 8000, 16_000, 30_000, 30_000, 30_000]);
+        // A worker that ran 10 s after it was ready is restarted at once, and the delays start over.
+        assert_eq!(policy.next_delay(Some(ms(10_000))), Duration::ZERO);
+        assert_eq!(policy.next_delay(Some(ms(9_999))), ms(250));
+        assert_eq!(policy.next_delay(Some(ms(3_600_000))), Duration::ZERO);
+        assert_eq!(policy.next_delay(None), ms(250));
+        // A completed graceful restart ends a run of failures as well.
+        assert_eq!(policy.next_delay(None), ms(500));
+        policy.reset();
+        assert_eq!(policy.next_delay(Some(ms(1))), ms(250));
     }
 
     #[test]

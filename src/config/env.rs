@@ -25,11 +25,12 @@ pub const NON_CONFIG_ENV: &[&str] = &[
     "SCOPEFS_CONFIG",
     "SCOPEFS_LOG",
     "SCOPEFS_LOG_FORMAT",
-    // The supervisor and its worker (daemon/src/supervisor.rs, notify.rs, fdstore.rs) and the
-    // systemd unit's file-descriptor store (systemd/scopefs.service).
+    // The supervisor and its worker (daemon/src/supervisor.rs, notify.rs, fdstore.rs,
+    // datadir_lock.rs) and the systemd unit's file-descriptor store (systemd/scopefs.service).
     "SCOPEFS_SERVE_ROLE",
     "SCOPEFS_NOTIFY_FD",
     "SCOPEFS_LISTEN_FDNAMES_FD",
+    "SCOPEFS_DATA_LOCK_FD",
     "SCOPEFS_FDSTORE",
     // `scopefs doctor` (daemon/src/doctor.rs).
     "SCOPEFS_DOCTOR_FUSE_DEVICE",

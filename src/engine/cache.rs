@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::store::pack::{Pack, PACK_MAX_BYTES};
+use crate::store::pack::{Pack, PACK_FILE, PACK_MAX_BYTES};
+use crate::store::ObjectInfo;
 
 type Key = (String, String);
 
@@ -70,7 +71,8 @@ pub struct BlockCache {
     dir: PathBuf,
     max_bytes: u64,
     index: Mutex<Index>,
-    /// Blocks of up to `PACK_MAX_BYTES` (not flushed: a cache entry lost to a power loss is only a miss).
+    /// Blocks of up to `PACK_MAX_BYTES` (not flushed at each put: a cache entry lost to a power
+    /// loss is only a miss; a database left unreadable is set aside at open, `open_pack`).
     pack: Pack,
     pub stats: CacheStats,
 }
@@ -82,6 +84,46 @@ fn pack_key(scope: &str, sha: &str) -> String {
 
 fn packed(size: u64) -> bool {
     size <= PACK_MAX_BYTES as u64
+}
+
+/// Opens the cache's pack database and lists what it holds. A database that cannot be opened or
+/// read (a power loss damaged it) is moved aside with its WAL as `<name>.corrupt-<n>`, logged, and
+/// an empty one takes its place: a cache is never a reason for the daemon not to start (review D10).
+fn open_pack(dir: &Path) -> io::Result<(Pack, Vec<ObjectInfo>)> {
+    let opened = Pack::open(dir, false).and_then(|pack| {
+        let rows = pack.list("")?;
+        Ok((pack, rows))
+    });
+    match opened {
+        Ok(found) => Ok(found),
+        Err(e) => {
+            let aside = set_aside(dir)?;
+            tracing::error!(error = %e, aside, "the block cache's database is unreadable; moved aside, starting with an empty cache");
+            let pack = Pack::open(dir, false).map_err(|e| io::Error::other(e.to_string()))?;
+            Ok((pack, Vec::new()))
+        }
+    }
+}
+
+/// Renames the pack database and its WAL and shared-memory files to the first free
+/// `<name>.corrupt-<n>` (`-wal`, `-shm`): a WAL left beside a new database would be replayed
+/// into it. Returns that name.
+fn set_aside(dir: &Path) -> io::Result<String> {
+    let mut n = 1u32;
+    let aside = loop {
+        let name = format!("{PACK_FILE}.corrupt-{n}");
+        if !dir.join(&name).exists() {
+            break name;
+        }
+        n += 1;
+    };
+    for suffix in ["", "-wal", "-shm"] {
+        match fs::rename(dir.join(format!("{PACK_FILE}{suffix}")), dir.join(format!("{aside}{suffix}"))) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(aside)
 }
 
 impl BlockCache {
@@ -112,8 +154,7 @@ impl BlockCache {
             }
         }
         found.sort();
-        let pack = Pack::open(&dir, false).map_err(|e| io::Error::other(e.to_string()))?;
-        let rows = pack.list("").map_err(|e| io::Error::other(e.to_string()))?;
+        let (pack, rows) = open_pack(&dir)?;
         let cache =
             BlockCache { dir, max_bytes, index: Mutex::new(Index::default()), pack, stats: CacheStats::default() };
         {

@@ -353,11 +353,12 @@ impl Storage {
     }
 }
 
-/// Creates `dir` (and missing parents) readable by the daemon's user only, and makes an existing
-/// one private too: staging, cache and metadata hold every tenant's data.
+/// Creates `dir` (and missing parents) readable by the daemon's user only, each new one's name
+/// made durable in its parent (`durable_dirs`), and makes an existing one private too: staging,
+/// cache and metadata hold every tenant's data.
 pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    use std::os::unix::fs::PermissionsExt;
+    crate::durable_dirs::create_private_dir(dir)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
@@ -416,5 +417,28 @@ impl ScopeEngine {
     /// Bytes this scope holds in staging.
     pub fn staging_bytes(&self) -> u64 {
         self.staged_bytes.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_directory_a_scope_creates_has_its_name_synced_in_its_parent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(crate::store::MemoryStore::new());
+        let storage = Storage::new(store, StorageSettings::default(), &data, rt.handle().clone()).unwrap();
+        let id = ScopeId::generate();
+        let _engine = storage.open_scope(&id, Quota { bytes: 1 << 30, inodes: 1 << 20 }).unwrap();
+        let synced = crate::durable_dirs::synced_below(tmp.path());
+        let staging = data.join("staging").join(id.as_str());
+        // data/ (its parent), staging/ cache/ scopes/ (data), scopes/<id> (scopes), staging/<id>
+        // (staging), staging/<id>/blocks and open (staging/<id>).
+        for parent in [tmp.path().to_path_buf(), data.clone(), data.join("scopes"), data.join("staging"), staging] {
+            assert!(synced.contains(&parent), "{} never synced: {synced:?}", parent.display());
+        }
     }
 }

@@ -30,37 +30,47 @@ pub struct FsckReport {
 impl ScopeEngine {
     /// Deletes blocks unreferenced for longer than `grace` from staging, cache and the object store.
     /// Holds the metadata lock while deleting so no commit can re-reference a block mid-delete.
+    /// Each batch of row deletions is made durable before anything those rows named is deleted
+    /// (review D6): a power loss must never bring back a row saying "uploaded" (which a later
+    /// commit of the same block would trust, uploading nothing) for an object already gone.
     pub fn collect_garbage(&self, grace: Duration) -> EngineResult<GcReport> {
         let cutoff = super::meta::now_ns() / 1_000_000_000 - grace.as_secs() as i64;
         let mut report = GcReport::default();
-        let scope = self.scope_id.as_str();
         let mut meta = self.meta.lock()?;
         loop {
             let batch = meta.take_unreferenced(cutoff, 256)?;
             if batch.is_empty() {
                 break;
             }
+            meta.make_durable()?;
             for block in batch {
-                let sha = &block.sha256;
-                self.forget_inline(sha, block.inline, block.len);
-                let staged = self.blocks_dir.join(sha);
-                if let Ok(m) = std::fs::metadata(&staged) {
-                    if std::fs::remove_file(&staged).is_ok() {
-                        self.staging_sub(m.len());
-                    }
-                }
-                self.storage.cache.remove(scope, sha);
-                if block.uploaded {
-                    let key = crate::store::block_key(scope, sha);
-                    let st = &self.storage;
-                    st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&key)))?;
-                }
+                self.delete_collected(&block.sha256, block.len, block.inline, block.uploaded)?;
                 report.blocks_deleted += 1;
                 report.bytes_deleted += block.len;
             }
         }
         drop(meta);
         Ok(report)
+    }
+
+    /// Deletes what a collected block row named (its rows' deletion is durable): the inline
+    /// journal's bookkeeping, the staging file, the cache entry and the stored object.
+    fn delete_collected(&self, sha: &str, len: u64, inline: bool, uploaded: bool) -> EngineResult<()> {
+        let scope = self.scope_id.as_str();
+        self.forget_inline(sha, inline, len);
+        let staged = self.blocks_dir.join(sha);
+        if let Ok(m) = std::fs::metadata(&staged) {
+            if std::fs::remove_file(&staged).is_ok() {
+                self.staging_sub(m.len());
+            }
+        }
+        self.storage.cache.remove(scope, sha);
+        if uploaded {
+            let key = crate::store::block_key(scope, sha);
+            let st = &self.storage;
+            st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&key)))?;
+        }
+        Ok(())
     }
 
     /// Verifies that every referenced block exists in the store with the right hash (downloading each),

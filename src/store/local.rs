@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
@@ -96,9 +96,11 @@ fn validate_key(key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Creates `dir` and its missing parents with mode 0700 (existing directories keep their mode).
+/// Creates `dir` and its missing parents with mode 0700 (existing directories keep their mode),
+/// fsyncing the parent of each new one (`durable_dirs`): an object's name is only as durable as
+/// every directory above it, and a put fsyncs only the object's own directory.
 fn private_dir(dir: &Path) -> io::Result<()> {
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    crate::durable_dirs::create_private_dir(dir).map(drop)
 }
 
 /// The files of a group of puts: each written to a temporary file and fsynced, renamed into place,
@@ -484,6 +486,22 @@ mod tests {
         }
         assert_eq!(mode(&root.join("scopes/x/blocks/aa")), 0o600);
         assert_eq!(mode(&root.join(super::super::pack::PACK_FILE)), 0o600, "the pack database");
+    }
+
+    #[test]
+    fn new_directories_of_an_object_have_their_names_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("objects");
+        let s = LocalDirStore::new(&root).unwrap();
+        rt().block_on(s.put("scopes/x/blocks/aa", large(1))).unwrap();
+        let synced = crate::durable_dirs::synced_below(dir.path());
+        // The root's name in its parent, then each new ancestor's in the one above it (the
+        // object's own directory is synced by the put itself).
+        for parent in [dir.path().to_path_buf(), root.clone(), root.join("scopes"), root.join("scopes/x")] {
+            assert!(synced.contains(&parent), "{} never synced: {synced:?}", parent.display());
+        }
+        rt().block_on(s.put("scopes/x/blocks/bb", large(2))).unwrap();
+        assert_eq!(crate::durable_dirs::synced_below(dir.path()).len(), synced.len(), "nothing new was created");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::{ObjectInfo, StoreError};
 /// Largest object kept in the pack; larger ones are files.
 pub(crate) const PACK_MAX_BYTES: usize = 128 * 1024;
 /// File name of the pack database in the object directory (a reserved name: never a key).
-pub(super) const PACK_FILE: &str = ".scopefs-pack.sqlite3";
+pub(crate) const PACK_FILE: &str = ".scopefs-pack.sqlite3";
 /// Reader connections kept open between reads (more are opened while reads overlap).
 const IDLE_READERS: usize = 4;
 
@@ -47,6 +47,15 @@ fn connect(path: &Path) -> rusqlite::Result<Connection> {
     Ok(conn)
 }
 
+/// The `synchronous` mode of a durable pack (an object store) or of a cache's.
+fn sync_mode(durable: bool) -> &'static str {
+    if durable {
+        "FULL"
+    } else {
+        "NORMAL"
+    }
+}
+
 /// Deletes the rows of `keys` in one transaction; how many there were.
 fn delete_keys(conn: &mut Connection, keys: &[&str]) -> rusqlite::Result<usize> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -63,7 +72,7 @@ fn delete_keys(conn: &mut Connection, keys: &[&str]) -> rusqlite::Result<usize> 
 
 impl Pack {
     /// Opens (creating and migrating) the pack in directory `root`. With `durable`, a put is
-    /// flushed before it returns (an object store); without, nothing is (a cache).
+    /// flushed before it returns (an object store); without, only checkpoints flush (a cache).
     pub fn open(root: &Path, durable: bool) -> Result<Pack, StoreError> {
         let path = root.join(PACK_FILE);
         let mut conn = connect(&path).map_err(pack_error)?;
@@ -71,8 +80,11 @@ impl Pack {
         // Space of deleted objects is given back in steps (`remove`); only a new database takes it.
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL").map_err(pack_error)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(pack_error)?;
-        // FULL: a put's commit flushes the WAL, so a stored object survives power loss.
-        conn.pragma_update(None, "synchronous", if durable { "FULL" } else { "OFF" }).map_err(pack_error)?;
+        // FULL: a put's commit flushes the WAL, so a stored object survives power loss. NORMAL (a
+        // cache): nothing is flushed at a commit, but a checkpoint flushes the WAL before it copies
+        // it into the database, so a power loss may lose recent entries, never corrupt the file
+        // (OFF could: review D10).
+        conn.pragma_update(None, "synchronous", sync_mode(durable)).map_err(pack_error)?;
         crate::migrate::apply(&mut conn, crate::migrate::STORE_PACK)
             .map_err(|e| StoreError::Io(io::Error::other(format!("pack database: {e}"))))?;
         if durable {
@@ -107,8 +119,7 @@ impl Pack {
         let mut conn = self.writer.lock();
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(pack_error)?;
         let removed = delete_keys(&mut conn, keys).map_err(pack_error);
-        let restored =
-            conn.pragma_update(None, "synchronous", if self.durable { "FULL" } else { "OFF" }).map_err(pack_error);
+        let restored = conn.pragma_update(None, "synchronous", sync_mode(self.durable)).map_err(pack_error);
         if removed? == 0 {
             return restored;
         }
@@ -166,5 +177,29 @@ impl Pack {
             }
             Ok(out)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `PRAGMA synchronous` of the pack's writer: 1 NORMAL, 2 FULL (0 would be OFF).
+    fn sync_level(pack: &Pack) -> i64 {
+        pack.writer.lock().query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn a_cache_pack_is_never_unsynchronized_and_a_store_pack_always_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache_dir, store_dir) = (dir.path().join("cache"), dir.path().join("store"));
+        std::fs::create_dir_all(&cache_dir).unwrap();
+        std::fs::create_dir_all(&store_dir).unwrap();
+        let (cache, store) = (Pack::open(&cache_dir, false).unwrap(), Pack::open(&store_dir, true).unwrap());
+        for pack in [&cache, &store] {
+            pack.put_all(&[("k", b"v")]).unwrap();
+            pack.remove(&["k"]).unwrap(); // switches to NORMAL for the removal and back
+        }
+        assert_eq!((sync_level(&cache), sync_level(&store)), (1, 2));
     }
 }
