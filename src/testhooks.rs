@@ -73,6 +73,33 @@ fn offset_file_clock(_path: OsString) -> Option<Arc<dyn Clock>> {
     None
 }
 
+#[cfg(feature = "test-hooks")]
+thread_local! {
+    static BOOT: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` as if the host had booted as `id` (crash tests open a power loss's image as the next
+/// boot would); test builds only.
+#[cfg(feature = "test-hooks")]
+pub fn with_boot<T>(id: u64, f: impl FnOnce() -> T) -> T {
+    let before = BOOT.with(|b| b.replace(Some(id)));
+    let out = f();
+    BOOT.with(|b| b.set(before));
+    out
+}
+
+/// The boot this thread pretends to run in (`with_boot`); `None` without the feature.
+pub fn boot_override() -> Option<u64> {
+    #[cfg(feature = "test-hooks")]
+    {
+        BOOT.with(|b| b.get())
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        None
+    }
+}
+
 /// The marker file of the FUSE stall hook (`SCOPEFS_TEST_FUSE_STALL`), when set and enabled.
 pub fn fuse_stall_marker() -> Option<OsString> {
     hook_var(FUSE_STALL_ENV)

@@ -1,50 +1,40 @@
-//! Acceptance c (issue 10), power-loss half: with the engine's data directory on a software model
-//! of a disk that keeps only what was fsynced (tests/powerloss_support), a power loss loses nothing
-//! that was fsynced (nor anything committed before a later fsync of the scope), the scope opens
-//! cleanly afterwards, and `close()` alone issues no disk flush.
+//! Acceptance c (issue 10), power-loss half: with the engine's data directory and its object
+//! directory on the recording filesystem of the crash harness (tests/crashsim_support), the
+//! image a power loss leaves (every op after the last sync of its file or directory dropped:
+//! the strictest POSIX state) loses nothing that was fsynced (nor anything committed before a
+//! later fsync of the scope), the scope opens cleanly from it, and `close()` alone issues no
+//! disk flush.
 
-pub mod powerloss_support;
+pub mod crashsim_support;
+
+recorder_process!();
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use powerloss_support::{HeldStore, PowerLossMount};
+use crashsim_support::harness::{quota, settings, storage_at, Rig};
+use crashsim_support::recorder::Recording;
+use crashsim_support::states::power_loss_family;
 use scopefs::engine::*;
-use scopefs::ids::ScopeId;
 use scopefs::store::{LocalDirStore, ObjectStore};
 
 const OWNER: Owner = Owner { uid: 0, gid: 0 };
 const BLOCK: u64 = 65536;
+const WAIT: Duration = Duration::from_secs(60);
 
-fn quota() -> Quota {
-    Quota { bytes: 1 << 40, inodes: 1 << 20 }
+fn with(durability: Durability, inline: u64) -> StorageSettings {
+    StorageSettings { durability, ..settings(BLOCK, inline) }
 }
 
-fn settings(durability: Durability) -> StorageSettings {
-    StorageSettings { block_size: BLOCK, durability, store_timeout: Duration::from_secs(5), ..Default::default() }
+/// Small blocks journaled inline, the rest staging files.
+fn inline(durability: Durability) -> StorageSettings {
+    with(durability, BLOCK)
 }
 
 /// Every dirty block a staging file (no inline journal): blocks and metadata flushed separately.
 fn staging_files_only(durability: Durability) -> StorageSettings {
-    StorageSettings { inline_block_max_bytes: 0, ..settings(durability) }
-}
-
-fn local_store(objects: &Path) -> Arc<dyn ObjectStore> {
-    Arc::new(LocalDirStore::new(objects.to_path_buf()).unwrap())
-}
-
-fn storage(data_dir: &Path, objects: &Path, settings: StorageSettings, rt: &tokio::runtime::Runtime) -> Arc<Storage> {
-    storage_over(local_store(objects), data_dir, settings, rt)
-}
-
-fn storage_over(
-    store: Arc<dyn ObjectStore>,
-    data_dir: &Path,
-    settings: StorageSettings,
-    rt: &tokio::runtime::Runtime,
-) -> Arc<Storage> {
-    Storage::new(store, settings, data_dir, rt.handle().clone()).unwrap()
+    with(durability, 0)
 }
 
 /// Deterministic content of file `i` (sizes from empty to several blocks).
@@ -81,32 +71,36 @@ fn read(e: &ScopeEngine, name: &str) -> EngineResult<Vec<u8>> {
     Ok(data)
 }
 
-struct Dirs {
-    _tmp: tempfile::TempDir,
-    backing: std::path::PathBuf,
-    mnt: std::path::PathBuf,
-    objects: std::path::PathBuf,
-    image: std::path::PathBuf,
+/// The strictest power-loss image of the recording so far (none of the unsynced ops), written
+/// out at `dest`.
+fn power_loss_image(rec: &Recording, dest: &Path) {
+    let family = power_loss_family(rec, rec.log.len(), 1);
+    let none = family.iter().find(|s| s.label == "none of the unsynced ops").expect("the synced-only state");
+    none.build(rec).materialize(dest).expect("write the image");
 }
 
-fn dirs() -> Dirs {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = Dirs {
-        backing: tmp.path().join("backing"),
-        mnt: tmp.path().join("mnt"),
-        objects: tmp.path().join("objects"),
-        image: tmp.path().join("after-power-loss"),
-        _tmp: tmp,
-    };
-    for p in [&d.backing, &d.mnt, &d.objects] {
-        std::fs::create_dir_all(p).unwrap();
-    }
-    d
+/// The engine on an image (a restart after the power loss), with its own runtime.
+struct Reopened {
+    engine: Arc<ScopeEngine>,
+    store: Arc<dyn ObjectStore>,
+    rt: tokio::runtime::Runtime,
+}
+
+fn reopen(image: &Path, rig_scope: &scopefs::ids::ScopeId, config: &StorageSettings) -> Reopened {
+    let rt = crashsim_support::harness::runtime();
+    let engine = storage_at(image, config, rt.handle()).unwrap().open_scope(rig_scope, quota()).unwrap();
+    let store: Arc<dyn ObjectStore> = Arc::new(LocalDirStore::new(image.join("objects")).unwrap());
+    Reopened { engine, store, rt }
+}
+
+fn block_key(scope: &scopefs::ids::ScopeId, data: &[u8]) -> String {
+    use sha2::Digest;
+    scopefs::store::block_key(scope.as_str(), &hex::encode(sha2::Sha256::digest(data)))
 }
 
 #[test]
 fn a_power_loss_loses_nothing_that_was_fsynced() {
-    loses_nothing_fsynced(settings(Durability::Fsync));
+    loses_nothing_fsynced(inline(Durability::Fsync));
 }
 
 #[test]
@@ -115,28 +109,17 @@ fn a_power_loss_loses_nothing_that_was_fsynced_with_staging_files_only() {
 }
 
 fn loses_nothing_fsynced(config: StorageSettings) {
-    let d = dirs();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let disk = PowerLossMount::mount(&d.backing, &d.mnt);
-    let scope = ScopeId::generate();
-    // Only the fsynced files' blocks reach the store before the power loss: every other block
-    // exists only in local staging, so the test sees exactly what the local flush made durable.
-    let store = HeldStore::new(local_store(&d.objects));
-    for i in 0..12 {
-        store.allow_content(scope.as_str(), &content(i, 0), BLOCK as usize);
-    }
-    store.allow_content(scope.as_str(), &content(5, 2), BLOCK as usize);
-    let e = storage_over(store.clone(), &d.mnt.join("data"), config.clone(), &rt).open_scope(&scope, quota()).unwrap();
-
+    let rig = Rig::new(&config);
+    let e = rig.engine();
     // Phase 1: fsynced files, and closed-only files, interleaved.
     let mut must_survive = Vec::new();
     for i in 0..12 {
-        write(&e, &format!("synced-{i}"), &content(i, 0), true);
+        write(e, &format!("synced-{i}"), &content(i, 0), true);
         must_survive.push((format!("synced-{i}"), content(i, 0)));
-        write(&e, &format!("closed-early-{i}"), &content(i, 1), false);
+        write(e, &format!("closed-early-{i}"), &content(i, 1), false);
     }
     // Phase 2: one more fsync: everything the scope committed before it must survive too.
-    write(&e, "last-synced", &content(5, 2), true);
+    write(e, "last-synced", &content(5, 2), true);
     must_survive.push(("last-synced".to_string(), content(5, 2)));
     for i in 0..12 {
         must_survive.push((format!("closed-early-{i}"), content(i, 1)));
@@ -144,101 +127,88 @@ fn loses_nothing_fsynced(config: StorageSettings) {
     // Phase 3: closed after the last fsync (may be lost), and an overwrite of a synced file
     // without fsync (old or new version, never a mix or damage).
     for i in 0..8 {
-        write(&e, &format!("closed-late-{i}"), &content(i, 3), false);
+        write(e, &format!("closed-late-{i}"), &content(i, 3), false);
     }
-    write(&e, "synced-4", &content(4, 9), false);
+    write(e, "synced-4", &content(4, 9), false);
     must_survive.retain(|(n, _)| n != "synced-4");
-
-    disk.power_loss_image(&d.image);
-    // The image is what the power loss left; the engine above never touches it. Let it finish
-    // its background work on the model so the model can unmount.
     assert!(e.pending_uploads() > 0, "closed files' blocks were still only in staging at the power loss");
-    store.release();
-    assert!(e.wait_uploads(Duration::from_secs(60)), "background uploads finish");
-    drop(e);
-    disk.unmount();
+    let scope = rig.scope.clone();
+    let (rec, dir) = rig.finish();
+    let image = dir.path().join("after-power-loss");
+    power_loss_image(&rec, &image);
 
-    let e = storage(&d.image.join("data"), &d.objects, config.clone(), &rt).open_scope(&scope, quota()).unwrap();
-    assert_eq!(e.integrity_check().unwrap(), "ok", "metadata database intact");
-    assert_eq!(e.consistency_problems().unwrap(), Vec::<String>::new());
+    let r = reopen(&image, &scope, &config);
+    assert_eq!(r.engine.integrity_check().unwrap(), "ok", "metadata database intact");
+    assert_eq!(r.engine.consistency_problems().unwrap(), Vec::<String>::new());
     for (name, want) in &must_survive {
-        let got = read(&e, name).unwrap_or_else(|err| panic!("{name} lost by the power loss: {err}"));
+        let got = read(&r.engine, name).unwrap_or_else(|err| panic!("{name} lost by the power loss: {err}"));
         assert!(got == *want, "{name}: content after power loss differs ({} bytes, want {})", got.len(), want.len());
     }
-    let overwritten = read(&e, "synced-4").expect("synced-4 readable");
+    let overwritten = read(&r.engine, "synced-4").expect("synced-4 readable");
     assert!(overwritten == content(4, 0) || overwritten == content(4, 9), "synced-4 is its old or its new version");
-    assert!(e.wait_uploads(Duration::from_secs(60)), "journal replay finishes");
-    let report = e.fsck(false).unwrap();
+    assert!(r.engine.wait_uploads(WAIT), "journal replay finishes");
+    let report = r.engine.fsck(false).unwrap();
     // Files closed after the last fsync may be lost or damaged (fs/SEMANTICS.md); nothing else.
     let unsynced: Vec<String> = report.damaged_files.iter().filter(|p| !p.contains("closed-late-")).cloned().collect();
     assert!(unsynced.is_empty(), "only files closed after the last fsync may be damaged: {:?}", report.damaged_files);
 }
 
+/// Syncs (of files and directories) the recording logged between ops `from` and `to`.
+fn syncs(rec: &Recording, from: usize) -> usize {
+    rec.log[from..].iter().filter(|op| op.is_sync()).count()
+}
+
 #[test]
 fn close_alone_issues_no_disk_flush_and_fsync_does() {
-    let d = dirs();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let disk = PowerLossMount::mount(&d.backing, &d.mnt);
-    let e = storage(&d.mnt.join("data"), &d.objects, settings(Durability::Fsync), &rt)
-        .open_scope(&ScopeId::generate(), quota())
-        .unwrap();
-    let before = disk.flushes();
+    let rig = Rig::new(&inline(Durability::Fsync));
+    let e = rig.engine();
+    let before = rig.recorder().ops();
     for i in 0..10 {
-        write(&e, &format!("f{i}"), &content(i, 0), false);
+        write(e, &format!("f{i}"), &content(i, 0), false);
     }
     e.mkdir(ROOT_INO, b"dir", 0o755, OWNER).unwrap();
-    assert!(e.wait_uploads(Duration::from_secs(60)), "background uploads finish");
-    assert_eq!(disk.flushes() - before, 0, "create + write + close of ten files flushed the disk");
+    assert_eq!(syncs(&rig.recorder().recording(), before), 0, "create + write + close of ten files flushed the disk");
     assert_eq!(e.local_flushes(), 0);
 
-    write(&e, "synced", &content(3, 0), true);
-    assert!(disk.flushes() - before >= 2, "fsync flushes the journal file and the metadata WAL");
+    write(e, "synced", &content(3, 0), true);
+    assert!(syncs(&rig.recorder().recording(), before) >= 2, "fsync flushes the journal file and the metadata WAL");
     assert_eq!(e.local_flushes(), 1, "one grouped flush");
-    let after_fsync = disk.flushes();
+    let after_fsync = rig.recorder().ops();
     e.fsync_dir().unwrap();
-    let dir_flushes = disk.flushes() - after_fsync;
+    let dir_flushes = syncs(&rig.recorder().recording(), after_fsync);
     assert!((1..=2).contains(&dir_flushes), "an fsyncdir with nothing new only flushes the WAL: {dir_flushes}");
-    drop(e);
-    disk.unmount();
+    drop(rig.finish());
 }
 
 #[test]
 fn close_durability_mode_makes_close_a_flush() {
-    let d = dirs();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let disk = PowerLossMount::mount(&d.backing, &d.mnt);
-    let e = storage(&d.mnt.join("data"), &d.objects, settings(Durability::Close), &rt)
-        .open_scope(&ScopeId::generate(), quota())
-        .unwrap();
-    let before = disk.flushes();
-    write(&e, "f", &content(4, 0), false);
-    // The block is in the store before close returns, so only the metadata WAL needs the flush.
+    let rig = Rig::new(&inline(Durability::Close));
+    let e = rig.engine();
+    let before = rig.recorder().ops();
+    write(e, "f", &content(4, 0), false);
+    // The block is in the store before close returns, and the metadata WAL is flushed.
     assert_eq!(e.pending_uploads(), 0, "close() in close mode uploads before it returns");
-    assert!(disk.flushes() - before >= 1, "and flushes the metadata WAL");
+    assert!(syncs(&rig.recorder().recording(), before) >= 1, "and flushes the metadata WAL");
     assert_eq!(e.local_flushes(), 1, "one grouped flush");
-    drop(e);
-    disk.unmount();
+    drop(rig.finish());
 }
 
 /// The worst case of a file closed but never fsynced: the host wrote its metadata back (here a
-/// WAL checkpoint by another connection, as SQLite or the page cache may do at any time) but not
-/// its block. After the power loss the damaged staged block is never uploaded under its hash:
-/// the file reads `EIO` (never wrong bytes) and fsck names it; fsynced files are untouched.
+/// WAL checkpoint, as SQLite or the page cache may do at any time) but not its block. After the
+/// power loss the damaged staged block is never uploaded under its hash: the file reads `EIO`
+/// (never wrong bytes) and fsck names it; fsynced files are untouched.
 #[test]
 fn a_block_lost_before_its_flush_is_never_uploaded_and_reads_fail_cleanly() {
-    let (d, rt, scope) = (dirs(), tokio::runtime::Runtime::new().unwrap(), ScopeId::generate());
     let config = staging_files_only(Durability::Fsync);
     let lost = content(2, 7);
-    let lost_key = closed_file_through_a_checkpoint_and_a_power_loss(&d, &rt, &scope, &config, &lost);
-    let e = storage(&d.image.join("data"), &d.objects, config, &rt).open_scope(&scope, quota()).unwrap();
-    assert!(e.wait_uploads(Duration::from_secs(60)), "journal replay finishes");
-    assert_eq!(read(&e, "synced").unwrap(), content(3, 0));
-    assert!(
-        rt.block_on(local_store(&d.objects).head(&lost_key)).unwrap().is_none(),
-        "damaged bytes were uploaded under the block's hash"
-    );
-    assert!(read(&e, "closed").is_err(), "a damaged file reads EIO, never wrong bytes");
-    let report = e.fsck(false).unwrap();
+    let (image, scope, _dir) = closed_file_through_a_checkpoint_and_a_power_loss(&config, &lost);
+    let r = reopen(&image, &scope, &config);
+    assert!(r.engine.wait_uploads(WAIT), "journal replay finishes");
+    assert_eq!(read(&r.engine, "synced").unwrap(), content(3, 0));
+    let key = block_key(&scope, &lost);
+    assert!(r.rt.block_on(r.store.head(&key)).unwrap().is_none(), "damaged bytes were uploaded under the block's hash");
+    assert!(read(&r.engine, "closed").is_err(), "a damaged file reads EIO, never wrong bytes");
+    let report = r.engine.fsck(false).unwrap();
     assert_eq!(report.damaged_files, vec!["/closed".to_string()], "fsck names the damaged file");
 }
 
@@ -247,80 +217,64 @@ fn a_block_lost_before_its_flush_is_never_uploaded_and_reads_fail_cleanly() {
 /// durable too. The closed file is intact after the power loss and is uploaded from the journal.
 #[test]
 fn an_inline_block_is_durable_exactly_when_its_commit_is() {
-    let (d, rt, scope) = (dirs(), tokio::runtime::Runtime::new().unwrap(), ScopeId::generate());
+    let config = inline(Durability::Fsync);
     let small = content(2, 7);
-    let key = closed_file_through_a_checkpoint_and_a_power_loss(&d, &rt, &scope, &settings(Durability::Fsync), &small);
-    let e = storage(&d.image.join("data"), &d.objects, settings(Durability::Fsync), &rt)
-        .open_scope(&scope, quota())
-        .unwrap();
-    assert_eq!(read(&e, "synced").unwrap(), content(3, 0));
-    assert_eq!(read(&e, "closed").unwrap(), small, "the bytes were durable with their commit");
-    assert!(e.wait_uploads(Duration::from_secs(60)), "journal replay finishes");
-    assert!(rt.block_on(local_store(&d.objects).head(&key)).unwrap().is_some(), "uploaded from the journal");
-    assert!(e.fsck(false).unwrap().damaged_files.is_empty());
+    let (image, scope, _dir) = closed_file_through_a_checkpoint_and_a_power_loss(&config, &small);
+    let r = reopen(&image, &scope, &config);
+    assert_eq!(read(&r.engine, "synced").unwrap(), content(3, 0));
+    assert_eq!(read(&r.engine, "closed").unwrap(), small, "the bytes were durable with their commit");
+    assert!(r.engine.wait_uploads(WAIT), "journal replay finishes");
+    let key = block_key(&scope, &small);
+    assert!(r.rt.block_on(r.store.head(&key)).unwrap().is_some(), "uploaded from the journal");
+    assert!(r.engine.fsck(false).unwrap().damaged_files.is_empty());
 }
 
-/// Writes `synced` (fsynced) and `closed` (`data`, closed only) while the store holds `closed`'s
-/// upload back, lets another connection checkpoint the metadata (as SQLite or the page cache may
-/// at any time), takes the power-loss image, and removes `closed`'s block from the store (the
-/// loss came before its upload). Returns that block's key.
+/// Writes `synced` (fsynced) and `closed` (`data`, closed only; its upload waits an hour), lets
+/// the metadata checkpoint, and writes out the power-loss image. Returns the image's path, the
+/// scope and the directory holding both.
 fn closed_file_through_a_checkpoint_and_a_power_loss(
-    d: &Dirs,
-    rt: &tokio::runtime::Runtime,
-    scope: &ScopeId,
     config: &StorageSettings,
     data: &[u8],
-) -> String {
-    let disk = PowerLossMount::mount(&d.backing, &d.mnt);
-    let store = HeldStore::new(local_store(&d.objects));
-    store.allow_content(scope.as_str(), &content(3, 0), BLOCK as usize);
-    let e = storage_over(store.clone(), &d.mnt.join("data"), config.clone(), rt).open_scope(scope, quota()).unwrap();
-    write(&e, "synced", &content(3, 0), true);
-    write(&e, "closed", data, false);
+) -> (std::path::PathBuf, scopefs::ids::ScopeId, tempfile::TempDir) {
+    let rig = Rig::new(config);
+    let e = rig.engine();
+    write(e, "synced", &content(3, 0), true);
+    write(e, "closed", data, false);
     // The closed file's version reaches the database file (a checkpoint flushes it) while its
     // block was never flushed.
     assert!(e.checkpoint_metadata().unwrap(), "checkpoint ran");
-    disk.power_loss_image(&d.image);
-    store.release();
-    assert!(e.wait_uploads(Duration::from_secs(60)));
-    drop(e);
-    disk.unmount();
-    use sha2::Digest;
-    let key = scopefs::store::block_key(scope.as_str(), &hex::encode(sha2::Sha256::digest(data)));
-    rt.block_on(local_store(&d.objects).delete(&key)).unwrap();
-    key
+    let scope = rig.scope.clone();
+    let rec = rig.recorder().recording();
+    let (_, dir) = rig.finish();
+    let image = dir.path().join("after-power-loss");
+    power_loss_image(&rec, &image);
+    (image, scope, dir)
 }
 
 /// `ScopeEngine::sync` (the engine's syncfs): every closed file survives a power loss and has its
 /// blocks in the object store when it returns.
 #[test]
 fn sync_makes_every_closed_file_durable_and_uploaded() {
-    let d = dirs();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let disk = PowerLossMount::mount(&d.backing, &d.mnt);
-    let scope = ScopeId::generate();
-    let e =
-        storage(&d.mnt.join("data"), &d.objects, settings(Durability::Fsync), &rt).open_scope(&scope, quota()).unwrap();
+    let config = inline(Durability::Fsync);
+    let rig = Rig::new(&config);
+    let e = rig.engine();
     for i in 0..6 {
-        write(&e, &format!("f{i}"), &content(i, 4), false);
+        write(e, &format!("f{i}"), &content(i, 4), false);
     }
     e.sync().unwrap();
-    disk.power_loss_image(&d.image);
-    use sha2::Digest;
+    let scope = rig.scope.clone();
+    let (rec, dir) = rig.finish();
+    let image = dir.path().join("after-power-loss");
+    power_loss_image(&rec, &image);
+    let r = reopen(&image, &scope, &config);
     for i in 0..6 {
         for chunk in content(i, 4).chunks(BLOCK as usize) {
-            let key = scopefs::store::block_key(scope.as_str(), &hex::encode(sha2::Sha256::digest(chunk)));
-            assert!(rt.block_on(local_store(&d.objects).head(&key)).unwrap().is_some(), "f{i}: a block not uploaded");
+            let key = block_key(&scope, chunk);
+            assert!(r.rt.block_on(r.store.head(&key)).unwrap().is_some(), "f{i}: a block not uploaded");
         }
     }
-    assert!(e.wait_uploads(Duration::from_secs(60)));
-    drop(e);
-    disk.unmount();
-    let e = storage(&d.image.join("data"), &d.objects, settings(Durability::Fsync), &rt)
-        .open_scope(&scope, quota())
-        .unwrap();
     for i in 0..6 {
-        assert_eq!(read(&e, &format!("f{i}")).unwrap(), content(i, 4), "f{i} after the power loss");
+        assert_eq!(read(&r.engine, &format!("f{i}")).unwrap(), content(i, 4), "f{i} after the power loss");
     }
-    assert!(e.fsck(false).unwrap().damaged_files.is_empty());
+    assert!(r.engine.fsck(false).unwrap().damaged_files.is_empty());
 }

@@ -66,9 +66,7 @@ impl ScopeEngine {
         }
         if !changes.is_empty() {
             self.mark_changed(&mut f);
-            for change in changes {
-                self.log_change(ino, &f, change)?;
-            }
+            self.log_changes(ino, &f, changes)?;
             if self.commit_each_write.load(Ordering::SeqCst) {
                 self.commit_locked(ino, &mut f)?;
             }

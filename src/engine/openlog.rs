@@ -55,8 +55,10 @@ const WRITE_IN: u8 = 2;
 const SET_SIZE: u8 = 3;
 const ZERO: u8 = 4;
 
+/// Appends one change to a record: its length, then the change.
 fn encode(e: &Entry<'_>, out: &mut Vec<u8>) {
-    out.clear();
+    let at = out.len();
+    out.extend_from_slice(&[0u8; 4]);
     let kind = match &e.change {
         Change::Write { .. } => WRITE,
         Change::WriteIn { .. } => WRITE_IN,
@@ -83,6 +85,20 @@ fn encode(e: &Entry<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(&end.to_le_bytes());
         }
     }
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// The changes of one record (one request's: all or none of them are replayed); `None` when the
+/// record is not one this module wrote.
+fn decode_all(mut rec: &[u8]) -> Option<Vec<Entry<'static>>> {
+    let mut out = Vec::new();
+    while !rec.is_empty() {
+        let len = u32::from_le_bytes(rec.get(..4)?.try_into().ok()?) as usize;
+        out.push(decode(rec.get(4..4 + len)?)?);
+        rec = &rec[4 + len..];
+    }
+    Some(out)
 }
 
 fn decode(rec: &[u8]) -> Option<Entry<'static>> {
@@ -131,16 +147,20 @@ impl OpenLog {
         self.inner.lock().dirty += 1;
     }
 
-    /// Appends one change of a file that is `dirtied`.
-    pub fn append(&self, staging: &Path, entry: &Entry<'_>) -> io::Result<()> {
+    /// Appends the changes one request made to a file that is `dirtied`, as one record: a replay
+    /// applies all of them or none.
+    pub fn append(&self, staging: &Path, entries: &[Entry<'_>]) -> io::Result<()> {
         let mut inner = self.inner.lock();
         let Inner { log, buf, .. } = &mut *inner;
         if log.is_none() {
             let (mut opened, _) = LogFile::open(&staging.join(OPEN_LOG), MAGIC)?;
-            opened.begin(0);
+            opened.begin(boot_id());
             *log = Some(opened);
         }
-        encode(entry, buf);
+        buf.clear();
+        for entry in entries {
+            encode(entry, buf);
+        }
         let written = log.as_mut().map_or(Ok(()), |l| l.append(buf));
         if buf.capacity() > 64 << 10 {
             *buf = Vec::new();
@@ -158,7 +178,7 @@ impl OpenLog {
         inner.dirty = inner.dirty.saturating_sub(1);
         if inner.dirty == 0 {
             if let Some(log) = inner.log.as_mut() {
-                log.begin(0);
+                log.begin(boot_id());
             }
         }
     }
@@ -175,13 +195,16 @@ impl OpenLog {
             return Ok(());
         }
         match inner.log.as_mut() {
-            Some(log) => log.clear(0),
+            Some(log) => log.clear(boot_id()),
             None => Ok(()),
         }
     }
 }
 
-/// The changes a log at `path` holds, by inode, each inode's in order.
+/// The changes a log at `path` holds, by inode, each inode's in order; nothing when the log was
+/// written before the host last started: after a reboot no program holds a file open any more,
+/// and what was not flushed (the log itself, the working files its records name) cannot be
+/// trusted.
 pub(crate) fn read(path: &Path) -> io::Result<BTreeMap<Ino, Vec<Entry<'static>>>> {
     let all = match std::fs::read(path) {
         Ok(all) => all,
@@ -189,13 +212,35 @@ pub(crate) fn read(path: &Path) -> io::Result<BTreeMap<Ino, Vec<Entry<'static>>>
         Err(e) => return Err(e),
     };
     let mut by_ino: BTreeMap<Ino, Vec<Entry<'static>>> = BTreeMap::new();
-    for rec in super::logfile::parse(&all, &MAGIC).records {
-        match decode(&rec) {
-            Some(e) => by_ino.entry(e.ino).or_default().push(e),
+    let found = super::logfile::parse(&all, &MAGIC);
+    if found.parent != Some(boot_id()) {
+        return Ok(by_ino);
+    }
+    for rec in found.records {
+        match decode_all(&rec) {
+            Some(entries) => {
+                for e in entries {
+                    by_ino.entry(e.ino).or_default().push(e);
+                }
+            }
             None => break,
         }
     }
     Ok(by_ino)
+}
+
+/// This boot of the host (`/proc/sys/kernel/random/boot_id`, or a test's `testhooks::with_boot`).
+fn boot_id() -> u64 {
+    if let Some(id) = crate::testhooks::boot_override() {
+        return id;
+    }
+    static BOOT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BOOT.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let hex: String = text.chars().filter(char::is_ascii_hexdigit).take(16).collect();
+        // Without a boot id every log counts as this boot's (a process crash is the common case).
+        u64::from_str_radix(&hex, 16).unwrap_or(1).max(1)
+    })
 }
 
 /// Of an inode's changes, those a replay applies onto committed version `version`: from the first
@@ -240,8 +285,9 @@ mod tests {
         ];
         log.dirtied();
         log.dirtied();
-        for c in &changes {
-            log.append(dir.path(), c).unwrap();
+        log.append(dir.path(), &changes[..2]).unwrap();
+        for c in &changes[2..] {
+            log.append(dir.path(), std::slice::from_ref(c)).unwrap();
         }
         let found = read(&dir.path().join(OPEN_LOG)).unwrap();
         assert_eq!(found[&3], vec![changes[0].clone(), changes[2].clone(), changes[3].clone()]);
@@ -257,16 +303,16 @@ mod tests {
         let log = OpenLog::new();
         for ino in [3, 4] {
             log.dirtied();
-            log.append(dir.path(), &entry(ino, 0, Change::SetSize { size: 1 })).unwrap();
+            log.append(dir.path(), &[entry(ino, 0, Change::SetSize { size: 1 })]).unwrap();
         }
         log.settled(true);
         log.dirtied();
-        log.append(dir.path(), &entry(5, 0, Change::SetSize { size: 1 })).unwrap();
+        log.append(dir.path(), &[entry(5, 0, Change::SetSize { size: 1 })]).unwrap();
         assert_eq!(read(&dir.path().join(OPEN_LOG)).unwrap().len(), 3, "file 4 still dirty: one generation");
         log.settled(true);
         log.settled(true);
         log.dirtied();
-        log.append(dir.path(), &entry(6, 0, Change::SetSize { size: 1 })).unwrap();
+        log.append(dir.path(), &[entry(6, 0, Change::SetSize { size: 1 })]).unwrap();
         let found = read(&dir.path().join(OPEN_LOG)).unwrap();
         assert_eq!(found.keys().copied().collect::<Vec<_>>(), vec![6]);
         clear(&dir.path().join(OPEN_LOG)).unwrap();
@@ -277,8 +323,20 @@ mod tests {
     fn a_working_file_name_is_never_a_path() {
         let mut buf = Vec::new();
         for bad in ["../../etc/passwd", "..", "1..2", "1.2", "1.2.3.4", ""] {
+            buf.clear();
             encode(&entry(1, 0, Change::WriteIn { offset: 0, len: 1, file: Cow::Borrowed(bad) }), &mut buf);
-            assert_eq!(decode(&buf), None, "{bad}");
+            assert_eq!(decode_all(&buf), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_log_of_an_earlier_boot_is_never_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = OpenLog::new();
+        log.dirtied();
+        crate::testhooks::with_boot(7, || log.append(dir.path(), &[entry(3, 0, Change::SetSize { size: 1 })])).unwrap();
+        let path = dir.path().join(OPEN_LOG);
+        assert_eq!(crate::testhooks::with_boot(7, || read(&path)).unwrap().len(), 1, "the same boot replays");
+        assert!(crate::testhooks::with_boot(8, || read(&path)).unwrap().is_empty(), "after a reboot nothing");
     }
 }

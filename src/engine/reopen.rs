@@ -31,6 +31,7 @@ impl ScopeEngine {
         let bs = self.block_size();
         let end = offset + data.len() as u64;
         let mut pos = offset;
+        let mut changes = Vec::new();
         while pos < end {
             let n = (bs - pos % bs).min(end - pos);
             let change = match f.dirty.get(&(pos / bs)).and_then(|d| d.working_name()) {
@@ -40,16 +41,18 @@ impl ScopeEngine {
                     Change::Write { offset: pos, data: Cow::Borrowed(&data[at..at + n as usize]) }
                 }
             };
-            self.log_change(ino, f, change)?;
+            changes.push(change);
             pos += n;
         }
-        Ok(())
+        self.log_changes(ino, f, changes)
     }
 
-    /// Logs one change of an open file (marked changed) with the version it builds on.
-    pub(super) fn log_change(&self, ino: Ino, f: &OpenFile, change: Change<'_>) -> EngineResult<()> {
-        let entry = Entry { ino, version: f.version, mtime_ns: f.mtime_ns, change };
-        self.open_log.append(self.staging_dir(), &entry)?;
+    /// Logs the changes one request made to an open file (marked changed), with the version they
+    /// build on, as one record.
+    pub(super) fn log_changes(&self, ino: Ino, f: &OpenFile, changes: Vec<Change<'_>>) -> EngineResult<()> {
+        let entries: Vec<Entry<'_>> =
+            changes.into_iter().map(|change| Entry { ino, version: f.version, mtime_ns: f.mtime_ns, change }).collect();
+        self.open_log.append(self.staging_dir(), &entries)?;
         Ok(())
     }
 

@@ -165,6 +165,46 @@ impl Answers {
     }
 }
 
+/// The kernel's view of a scope across processes: its probe of held inodes, its forgets, and its
+/// requests that a later process may be handed again.
+impl crate::engine::ScopeEngine {
+    /// Installs (or removes) the mount's probe of whether the kernel still holds an inode.
+    pub fn set_kernel_probe(&self, probe: Option<crate::engine::KernelProbe>) {
+        *self.kernel_probe.lock() = probe;
+    }
+
+    /// The kernel let go of inode `ino` (FUSE `FORGET`). On a resumed mount an inode without a name
+    /// that no handle of this process holds is deleted now: it was kept for the kernel.
+    pub fn forget(&self, ino: crate::engine::Ino) {
+        if !self.kernel_unknown.load(std::sync::atomic::Ordering::Acquire)
+            || ino == crate::engine::ROOT_INO
+            || self.open_files.lock().contains_key(&ino)
+        {
+            return;
+        }
+        let deleted = self.meta.lock().and_then(|mut m| match m.inode(ino) {
+            Ok(row) if row.nlink == 0 && row.parent.is_none() => m.delete_detached(ino),
+            Ok(_) | Err(crate::engine::EngineError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        });
+        if let Err(e) = deleted {
+            tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a forgotten inode failed");
+        }
+    }
+
+    /// Starts one request that the kernel may hand a later process again (see `requests.rs`): its
+    /// mutations are recorded with `id`, and when `resent` is set a request already applied is
+    /// answered as it was. Keep the scope until the request is answered.
+    pub fn begin_request(&self, id: u64, resent: bool) -> RequestScope<'_> {
+        RequestScope::enter(&self.answers, id, resent)
+    }
+
+    /// The answer recorded for the calling thread's request when it is resent and was applied.
+    pub(crate) fn resent_answer(&self) -> Option<u64> {
+        self.answers.resent_answer()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

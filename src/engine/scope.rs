@@ -46,6 +46,9 @@ pub struct ScopeEngine {
     pub(crate) handles: Mutex<HashMap<Fh, HandleInfo>>,
     /// Open `O_TMPFILE` inodes that have no name yet: the only unnamed inodes `link` may name.
     pub(crate) tmpfiles: Mutex<std::collections::HashSet<Ino>>,
+    /// Staged blocks an earlier process left (a power loss may have torn them): each is hashed
+    /// before its first read from staging (`fileio.rs`).
+    pub(crate) unverified_staged: Mutex<std::collections::HashSet<String>>,
     /// Next handle number; starts at the clock (ns) so numbers never repeat across processes.
     pub(crate) next_fh: AtomicU64,
     /// Set when the mount is about to be handed to another process: every write commits.
@@ -132,6 +135,7 @@ impl ScopeEngine {
             open_files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             tmpfiles: Mutex::new(std::collections::HashSet::new()),
+            unverified_staged: Mutex::new(std::collections::HashSet::new()),
             next_fh: AtomicU64::new(first_handle()),
             commit_each_write: AtomicBool::new(false),
             uploads: UploadQueue::default(),
@@ -181,6 +185,7 @@ impl ScopeEngine {
             if self.is_inline(&sha) {
                 self.enqueue_upload(sha);
             } else if self.blocks_dir.join(&sha).exists() || self.restage_from_cache(&sha) {
+                self.unverified_staged.lock().insert(sha.clone());
                 on_disk.push(sha.clone());
                 self.enqueue_upload(sha);
             } else {
@@ -197,40 +202,6 @@ impl ScopeEngine {
             tracing::warn!(scope = %self.scope_id, missing, "journaled blocks missing from staging; checking the store");
         }
         Ok(())
-    }
-
-    /// Installs (or removes) the mount's probe of whether the kernel still holds an inode.
-    pub fn set_kernel_probe(&self, probe: Option<KernelProbe>) {
-        *self.kernel_probe.lock() = probe;
-    }
-
-    /// The kernel let go of inode `ino` (FUSE `FORGET`). On a resumed mount an inode without a name
-    /// that no handle of this process holds is deleted now: it was kept for the kernel.
-    pub fn forget(&self, ino: Ino) {
-        if !self.kernel_unknown.load(Ordering::Acquire) || ino == ROOT_INO || self.open_files.lock().contains_key(&ino)
-        {
-            return;
-        }
-        let deleted = self.meta.lock().and_then(|mut m| match m.inode(ino) {
-            Ok(row) if row.nlink == 0 && row.parent.is_none() => m.delete_detached(ino),
-            Ok(_) | Err(EngineError::NotFound) => Ok(()),
-            Err(e) => Err(e),
-        });
-        if let Err(e) = deleted {
-            tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a forgotten inode failed");
-        }
-    }
-
-    /// Starts one request that the kernel may hand a later process again (see `requests.rs`): its
-    /// mutations are recorded with `id`, and when `resent` is set a request already applied is
-    /// answered as it was. Keep the scope until the request is answered.
-    pub fn begin_request(&self, id: u64, resent: bool) -> super::requests::RequestScope<'_> {
-        super::requests::RequestScope::enter(&self.answers, id, resent)
-    }
-
-    /// The answer recorded for the calling thread's request when it is resent and was applied.
-    pub(crate) fn resent_answer(&self) -> Option<u64> {
-        self.answers.resent_answer()
     }
 
     pub fn scope_id(&self) -> &ScopeId {

@@ -89,8 +89,10 @@ impl ScopeEngine {
         for (sha, _len, uploaded) in &blocks {
             report.blocks_checked += 1;
             let mut ok = if *uploaded { self.stored_intact(sha)? } else { self.staged_present(sha) };
-            if !ok && !*uploaded && self.meta.lock()?.block_uploaded(sha)? == Some(true) {
-                // Uploaded (and gone from staging) while fsck ran: the store must have it.
+            if !ok && !*uploaded {
+                // Gone from staging: uploaded while fsck ran, or uploaded before a crash lost the
+                // mark (the uploader marks it when it sees the object). Damaged only if the store
+                // lacks it too.
                 ok = self.stored_intact(sha)?;
             }
             if !ok {

@@ -254,7 +254,7 @@ impl MetaDb {
         self.conn.pragma_update(None, "synchronous", "FULL")?;
         let r = exec_raw(&self.conn, "UPDATE usage SET id = id WHERE id = 1");
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        r?;
+        r.map_err(|e| with_os_error(&self.conn, e))?;
         Ok(())
     }
 
@@ -291,6 +291,21 @@ impl MetaDb {
             _ => Ok(()),
         }
     }
+}
+
+/// SQLite reports a failed flush as `SQLITE_IOERR_FSYNC` whatever the host said; a full disk
+/// (`ENOSPC`, `EDQUOT`) is told as such (answered `ENOSPC`, not `EIO`).
+fn with_os_error(conn: &Connection, e: rusqlite::Error) -> EngineError {
+    if let rusqlite::Error::SqliteFailure(f, _) = &e {
+        if f.code == rusqlite::ErrorCode::SystemIoFailure {
+            // SAFETY: reads the last OS error code of this open connection; no pointer is kept.
+            let errno = unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) };
+            if errno == libc::ENOSPC || errno == libc::EDQUOT {
+                return EngineError::Io(std::io::Error::from_raw_os_error(errno));
+            }
+        }
+    }
+    e.into()
 }
 
 impl Drop for MetaDb {

@@ -121,6 +121,9 @@ impl MetaDb {
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         let mut redo = None;
         if version >= REDO_V2 {
+            // The root is inserted outside any batch: a power loss may keep the batches built on it
+            // in the log and drop it from the WAL. Records were written with a root present.
+            ensure_root(&conn, root_uid, root_gid)?;
             mode.store(MODE_REPLAY, Ordering::Relaxed);
             redo = Some(replay(&conn, path, &answers)?);
         } else if version >= REDO_SCHEMA {
@@ -131,17 +134,7 @@ impl MetaDb {
         if migrate::SCOPE_META.last().is_some_and(|m| m.version != version) {
             migrate::apply(&mut conn, migrate::SCOPE_META)?;
         }
-        // Only a new database writes here: a reopened one stays read-only until used.
-        let has_root: bool =
-            conn.query_row("SELECT EXISTS (SELECT 1 FROM inodes WHERE ino = ?1)", [ROOT_INO as i64], |r| r.get(0))?;
-        if !has_root {
-            let now = now_ns();
-            conn.execute(
-                "INSERT OR IGNORE INTO inodes (ino, parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns)
-                 VALUES (?1, NULL, NULL, 'dir', 493, ?2, ?3, ?4, ?4, ?4)",
-                params![ROOT_INO as i64, root_uid, root_gid, now],
-            )?;
-        }
+        ensure_root(&conn, root_uid, root_gid)?;
         let redo = match redo {
             Some(redo) => redo,
             None => replay(&conn, path, &answers)?,
@@ -149,6 +142,22 @@ impl MetaDb {
         mode.store(MODE_LIVE, Ordering::Relaxed);
         Ok(MetaDb { conn, redo, answers, poisoned: false, places: Default::default() })
     }
+}
+
+/// Creates the root directory of a database that has none. Only a new database (or one whose
+/// first commit a power loss dropped) writes here: a reopened one stays read-only until used.
+fn ensure_root(conn: &Connection, root_uid: u32, root_gid: u32) -> rusqlite::Result<()> {
+    let has_root: bool =
+        conn.query_row("SELECT EXISTS (SELECT 1 FROM inodes WHERE ino = ?1)", [ROOT_INO as i64], |r| r.get(0))?;
+    if !has_root {
+        let now = now_ns();
+        conn.execute(
+            "INSERT OR IGNORE INTO inodes (ino, parent, name, kind, perm, uid, gid, atime_ns, mtime_ns, ctime_ns)
+             VALUES (?1, NULL, NULL, 'dir', 493, ?2, ?3, ?4, ?4, ?4)",
+            params![ROOT_INO as i64, root_uid, root_gid, now],
+        )?;
+    }
+    Ok(())
 }
 
 /// Opens the log (format 2) and runs again what it holds beyond the committed state, committing it
