@@ -108,7 +108,7 @@ server_pid() {
     pid=$(cat "$PIDFILE")
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
     # Make sure the pid was not reused by an unrelated process.
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "garage" || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep "garage" >/dev/null || return 1
     echo "$pid"
 }
 

@@ -35,7 +35,7 @@ command -v cargo >/dev/null 2>&1 ||
     die "cargo not found: install a Rust toolchain (>= 1.94) with rustup first"
 if command -v rustup >/dev/null 2>&1; then
     for comp in rustfmt clippy; do
-        if ! rustup component list --installed 2>/dev/null | grep -q "^${comp}"; then
+        if ! rustup component list --installed 2>/dev/null | grep "^${comp}" >/dev/null; then
             say "adding rustup component ${comp}"
             rustup component add "${comp}" || die "rustup component add ${comp} failed"
         fi

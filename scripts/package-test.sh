@@ -46,7 +46,7 @@ target/release/scopefs --config packaging/scopefs.toml serve --print-config >/de
 
 say "package contents"
 dpkg-deb -c "$DEB"
-dpkg-deb -I "$DEB" | grep -q 'Package: scopefs' || die "package is not named scopefs"
+dpkg-deb -I "$DEB" | grep 'Package: scopefs' >/dev/null || die "package is not named scopefs"
 
 say "dpkg -i"
 # --force-confold: a reinstall over an operator-edited config keeps theirs (and never prompts).
@@ -57,7 +57,7 @@ for f in /usr/bin/scopefs /lib/systemd/system/scopefs.service /usr/lib/tmpfiles.
     [ -f "$f" ] || die "$f was not installed"
     say "installed $f"
 done
-dpkg-query -W -f='${Conffiles}\n' scopefs | grep -q '/etc/scopefs/scopefs.toml' ||
+dpkg-query -W -f='${Conffiles}\n' scopefs | grep '/etc/scopefs/scopefs.toml' >/dev/null ||
     die "/etc/scopefs/scopefs.toml is not a conffile"
 cmp -s packaging/scopefs.toml /etc/scopefs/scopefs.toml || die "installed config differs from packaging/scopefs.toml"
 /usr/bin/scopefs --version || die "installed binary does not run"
@@ -67,7 +67,7 @@ if grep -q -E '\.(debug_info|debug_line|symtab)( |$)' <<<"$sections"; then
 fi
 say "installed binary is stripped ($(du -h /usr/bin/scopefs | cut -f1))"
 # The installed binary reads the installed default config (no --config: /etc/scopefs/scopefs.toml).
-env -u SCOPEFS_CONFIG /usr/bin/scopefs serve --print-config | grep -q '^mount_root = "/run/scopefs/scopes"$' ||
+env -u SCOPEFS_CONFIG /usr/bin/scopefs serve --print-config | grep '^mount_root = "/run/scopefs/scopes"$' >/dev/null ||
     die "installed binary does not accept the installed config"
 
 # Acceptance d of issue 11: the release binary ignores the test hooks (SCOPEFS_FAILPOINT at a

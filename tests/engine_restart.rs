@@ -255,3 +255,60 @@ fn a_missing_staged_block_is_never_taken_for_uploaded() {
     assert_eq!(read_file(&e, "kept").unwrap(), kept);
     assert!(read_file(&e, "lost").is_err(), "never wrong bytes");
 }
+
+/// Bytes of the files below `dir`.
+fn walked_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| if e.file_type().unwrap().is_dir() { walked_bytes(&e.path()) } else { e.metadata().unwrap().len() })
+        .sum()
+}
+
+/// A restart opens thousands of scopes at once: the census taken at startup is what each scope's
+/// first open uses (it counts every byte a walk counts), each scope opens once however many threads
+/// ask for it, and each is recovered and counted as when one thread opens it.
+#[test]
+fn scopes_opened_at_once_after_a_kill_open_once_and_count_their_staging_once() {
+    let h = harness();
+    let storage = h.storage();
+    let ids: Vec<ScopeId> = (0..6).map(|_| ScopeId::generate()).collect();
+    let mut held = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let e = storage.open_scope(id, big_quota()).unwrap();
+        // Half of them hold staged blocks (uploads wait), the others only committed metadata.
+        if i % 2 == 0 {
+            write_file(&e, "big", &pattern(200_000, i as u8)).unwrap();
+        }
+        held.push(e);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let next = killed_now(&h, dir.path());
+    let staging = dir.path().join("staging");
+    let first = walked_bytes(&staging.join(ids[0].as_str()));
+    assert!(first > 64 * 1024, "its full block is staged (the three are one): {first}");
+    assert_eq!(next.staging_bytes(), walked_bytes(&staging), "the startup census counts every byte");
+
+    // The same kill, opened by one thread: what each scope counts then is what it must count here.
+    let alone_dir = tempfile::tempdir().unwrap();
+    let alone = killed_now(&h, alone_dir.path());
+    let counted_alone: Vec<u64> =
+        ids.iter().map(|id| alone.open_scope_resumed(id, big_quota()).unwrap().staging_bytes()).collect();
+
+    let opened: Vec<Vec<Arc<ScopeEngine>>> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| ids.iter().map(|id| next.open_scope_resumed(id, big_quota()).unwrap()).collect()))
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    for (i, id) in ids.iter().enumerate() {
+        let first = &opened[0][i];
+        assert!(opened.iter().all(|per_thread| Arc::ptr_eq(&per_thread[i], first)), "{id} opened more than once");
+        assert_eq!(first.staging_bytes(), counted_alone[i], "{id}: recovered and counted once");
+        if i % 2 == 0 {
+            assert_eq!(read_file(first, "big").unwrap(), pattern(200_000, i as u8));
+        }
+    }
+    assert_eq!(next.staging_bytes(), alone.staging_bytes(), "daemon-wide, too");
+    drop(held);
+}

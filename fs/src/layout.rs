@@ -139,9 +139,9 @@ impl Connection {
 }
 
 /// Mounts the fuse control filesystem when nothing has (systemd normally does), so a connection
-/// can be aborted. Failure only costs that ability; the caller logs it.
-pub fn ensure_fusectl() -> io::Result<()> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+/// can be aborted; `table` is this process's `/proc/self/mountinfo`. Failure only costs that
+/// ability; the caller logs it.
+pub fn ensure_fusectl(table: &str) -> io::Result<()> {
     let mounted = table.lines().any(|l| l.split(' ').nth(4) == Some(FUSECTL));
     if mounted {
         return Ok(());

@@ -149,9 +149,12 @@ impl MountManager {
         };
         let root = private_dir(mount_root).map_err(MountError::MountRoot)?;
         let real_root = private_dir(&layout::real_root_of(&root)).map_err(MountError::MountRoot)?;
+        // Read once: with thousands of mounts the table is megabytes, and nothing below changes
+        // what it says of the two roots except the detaches it asks for.
+        let table = std::fs::read_to_string("/proc/self/mountinfo").map_err(MountError::MountTable)?;
+        let mounts = parse_mountinfo(&table);
         // A set: thousands of inherited connections are each looked up here.
-        let live: std::collections::HashSet<PathBuf> =
-            stale_mounts(&real_root).map_err(MountError::MountTable)?.into_iter().collect();
+        let live: std::collections::HashSet<PathBuf> = stale_mounts(&mounts, &real_root).into_iter().collect();
         inherited.retain(|scope, _| {
             let alive = live.contains(&real_root.join(scope.to_string()));
             if !alive {
@@ -168,7 +171,7 @@ impl MountManager {
         };
         let mut live_views = std::collections::HashSet::new();
         for dir in [&root, &real_root] {
-            for stale in stale_mounts(dir).map_err(MountError::MountTable)? {
+            for stale in stale_mounts(&mounts, dir) {
                 if resumed(&stale) {
                     if stale.parent() == Some(root.as_path()) {
                         live_views.insert(stale);
@@ -182,7 +185,7 @@ impl MountManager {
                 }
             }
         }
-        if let Err(err) = layout::ensure_fusectl() {
+        if let Err(err) = layout::ensure_fusectl(&table) {
             tracing::warn!(error = %err, "fuse control filesystem unavailable; a surviving bind cannot be aborted");
         }
         let pool = SessionPool::new(opts.threads.max(1), WORKER_STACK).map_err(MountError::MountRoot)?;
@@ -494,18 +497,17 @@ fn prepare_mountpoint(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Mountpoints of scopefs mounts strictly below `root` in this mount namespace,
-/// deepest first.
-fn stale_mounts(root: &Path) -> io::Result<Vec<PathBuf>> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
-    let mut found: Vec<PathBuf> = parse_mountinfo(&table)
-        .into_iter()
+/// Mountpoints of scopefs mounts strictly below `root` among `mounts` (this mount namespace's
+/// table), deepest first.
+fn stale_mounts(mounts: &[MountEntry], root: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = mounts
+        .iter()
         .filter(|m| is_ours(m) && m.mountpoint.starts_with(root) && m.mountpoint != root)
-        .map(|m| m.mountpoint)
+        .map(|m| m.mountpoint.clone())
         .collect();
     found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     found.dedup();
-    Ok(found)
+    found
 }
 
 /// What we need of one mountinfo line.

@@ -9,6 +9,7 @@
 //! Lock order: an open file's lock, then the metadata lock, then the open-file map.
 
 mod cache;
+mod census;
 mod dirty;
 mod error;
 mod errseq;

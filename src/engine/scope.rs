@@ -99,17 +99,25 @@ impl ScopeEngine {
         let staging = storage.scope_staging_dir(&id);
         let blocks_dir = staging.join("blocks");
         let open_dir = staging.join("open");
-        for d in [&meta_dir, &staging, &blocks_dir, &open_dir] {
-            super::storage::private_dir(d)?;
-        }
-        let staged_bytes = AtomicU64::new(super::storage::dir_size(&staging));
         let db_path = meta_dir.join("meta.sqlite3");
+        let db_exists = db_path.exists();
+        // One walk of the staging directory (taken at startup for every scope at once).
+        let census = storage.staging_census(&id);
+        let dirs = [
+            (&meta_dir, db_exists),
+            (&staging, census.dir),
+            (&blocks_dir, census.blocks_dir),
+            (&open_dir, census.open_dir),
+        ];
+        for (d, exists) in dirs {
+            if !exists {
+                super::storage::private_dir(d)?;
+            }
+        }
+        let staged_bytes = AtomicU64::new(census.bytes);
         // Staging left behind (an upload journal to replay, write buffers to drop) is recovered
         // now; a scope with none opens its database on first use.
-        let has_work = |d: &PathBuf| std::fs::read_dir(d).map(|mut e| e.next().is_some()).unwrap_or(true);
-        let inline_journal = staging.join(super::journal::INLINE_MARKER).exists();
-        let open_log = std::fs::metadata(staging.join(super::openlog::OPEN_LOG)).is_ok_and(|m| m.len() > 0);
-        let eager = has_work(&blocks_dir) || has_work(&open_dir) || inline_journal || open_log || !db_path.exists();
+        let eager = census.has_work() || !db_exists;
         let answers = Arc::new(super::requests::Answers::default());
         let db = if eager { Some(MetaDb::open_with(&db_path, 0, 0, answers.clone())?) } else { None };
         if eager {

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::cache::BlockCache;
+use super::census::StagingCensus;
 use super::error::{EngineError, EngineResult};
 use super::scope::ScopeEngine;
 use super::types::{Quota, StorageSettings};
@@ -33,9 +34,17 @@ pub struct Storage {
     /// copied into the block cache.
     verified_local: Mutex<VerifiedBlocks>,
     scopes: Mutex<HashMap<ScopeId, Weak<ScopeEngine>>>,
+    /// Held while a scope opens (by stripe of its id): one scope opens once at a time, and
+    /// different scopes open in parallel (thousands at once after a restart).
+    opening: [Mutex<()>; OPENING_STRIPES],
+    /// Each scope's staging census taken at startup, until the scope's first open takes it.
+    census: Mutex<HashMap<String, StagingCensus>>,
     /// Metadata databases open at once (`limits.max_open_scope_databases`).
     pub(crate) meta_budget: Arc<super::lazy_meta::MetaBudget>,
 }
+
+/// Stripes of the per-scope opening lock.
+const OPENING_STRIPES: usize = 64;
 
 /// Largest block of a local object directory that a read fetches again (and verifies) rather
 /// than reading in place once verified.
@@ -85,7 +94,9 @@ impl Storage {
             private_dir(&data_dir.join(sub))?;
         }
         let cache = BlockCache::open(data_dir.join("cache"), settings.cache_max_bytes)?;
-        let staging_bytes = dir_size(&data_dir.join("staging"));
+        // Kernel-bound (directory reads): more walkers than cores still help.
+        let walkers = std::thread::available_parallelism().map_or(2, |n| n.get() * 2).min(16);
+        let (census, staging_bytes) = super::census::take_all(&data_dir.join("staging"), walkers);
         let meta_budget =
             super::lazy_meta::MetaBudget::new(settings.max_open_scope_databases, settings.metadata_cache_max_bytes);
         meta_budget.start_flusher()?;
@@ -101,6 +112,8 @@ impl Storage {
             prefetching: Mutex::new(HashSet::new()),
             verified_local: Mutex::new(VerifiedBlocks::default()),
             scopes: Mutex::new(HashMap::new()),
+            opening: std::array::from_fn(|_| Mutex::new(())),
+            census: Mutex::new(census),
             meta_budget,
         }))
     }
@@ -132,14 +145,27 @@ impl Storage {
         quota: Quota,
         resumed: bool,
     ) -> EngineResult<Arc<ScopeEngine>> {
-        let mut scopes = self.scopes.lock();
-        if let Some(engine) = scopes.get(scope_id).and_then(Weak::upgrade) {
+        let _opening = self.opening_lock(scope_id).lock();
+        if let Some(engine) = self.scopes.lock().get(scope_id).and_then(Weak::upgrade) {
             engine.set_quota(quota);
             return Ok(engine);
         }
         let engine = ScopeEngine::open_new(self.clone(), scope_id.clone(), quota, resumed)?;
-        scopes.insert(scope_id.clone(), Arc::downgrade(&engine));
+        self.scopes.lock().insert(scope_id.clone(), Arc::downgrade(&engine));
         Ok(engine)
+    }
+
+    fn opening_lock(&self, scope_id: &ScopeId) -> &Mutex<()> {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let hash = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(scope_id);
+        &self.opening[(hash % OPENING_STRIPES as u64) as usize]
+    }
+
+    /// The census of a scope's staging directory: the one taken at startup, the first time the
+    /// scope opens (nothing but its engine writes there, and it was not open), else a new walk.
+    pub(crate) fn staging_census(&self, scope: &str) -> StagingCensus {
+        let taken = self.census.lock().remove(scope);
+        taken.unwrap_or_else(|| StagingCensus::of(&self.scope_staging_dir(scope)))
     }
 
     /// Deletes every object of a scope from the store (blocking), each request under the store's
@@ -158,8 +184,10 @@ impl Storage {
 
     /// Forgets a closed scope and deletes its local metadata, staging and cache (objects stay in the store).
     pub fn remove_scope_local(&self, scope_id: &ScopeId) -> EngineResult<()> {
+        let _opening = self.opening_lock(scope_id).lock();
         self.scopes.lock().remove(scope_id);
         let id = scope_id.as_str();
+        self.census.lock().remove(id);
         self.cache.remove_scope(id);
         let staging = self.scope_staging_dir(id);
         self.staging_sub(dir_size(&staging));
@@ -362,21 +390,9 @@ pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
-/// Bytes of the files below `dir`, walked with an explicit stack (no recursion).
+/// Bytes of the files below `dir`.
 pub(crate) fn dir_size(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            match e.file_type() {
-                Ok(t) if t.is_dir() => todo.push(e.path()),
-                Ok(_) => total += e.metadata().map(|m| m.len()).unwrap_or(0),
-                Err(_) => {}
-            }
-        }
-    }
-    total
+    super::census::tree_size(dir).0
 }
 
 impl ScopeEngine {

@@ -51,9 +51,10 @@ impl OpenScopes {
     }
 
     /// The engine of a scope, opening it (without mounting) if needed.
+    /// The table is not held while the scope opens (`Storage` opens each scope once, and
+    /// different scopes in parallel); an entry another caller made meanwhile is kept.
     pub fn engine(&self, rec: &ScopeRecord) -> Result<Arc<ScopeEngine>, ServiceError> {
-        let mut table = self.table.lock();
-        if let Some(open) = table.get(&rec.scope_id) {
+        if let Some(open) = self.table.lock().get(&rec.scope_id) {
             return Ok(open.engine.clone());
         }
         let quota = rec.quota_or(self.default_quota);
@@ -62,8 +63,9 @@ impl OpenScopes {
         } else {
             self.storage.open_scope(&rec.scope_id, quota)?
         };
-        table.insert(rec.scope_id.clone(), OpenScope { engine: engine.clone(), mount: None });
-        Ok(engine)
+        let mut table = self.table.lock();
+        let open = table.entry(rec.scope_id.clone()).or_insert(OpenScope { engine, mount: None });
+        Ok(open.engine.clone())
     }
 
     /// Opens and mounts a scope (both idempotent); returns the path a container binds.
