@@ -14,6 +14,7 @@ pub mod limits;
 pub mod migrate;
 pub mod names;
 pub mod registry;
+pub mod scope_locks;
 pub mod signing;
 pub mod store;
 pub mod testhooks;

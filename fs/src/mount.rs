@@ -24,6 +24,7 @@ use fuser::{Config, INodeNo, MountOption, Notifier, PooledSession, Session, Sess
 use parking_lot::Mutex;
 use scopefs::engine::{Change, Ino, ScopeEngine};
 use scopefs::ids::ScopeId;
+use scopefs::scope_locks::ScopeLocks;
 
 use crate::adapter::ScopeFs;
 use crate::keep::{self, FdKeeper};
@@ -111,11 +112,8 @@ pub struct MountManager {
     live_views: std::collections::HashSet<PathBuf>,
     /// Serializes mounting and unmounting of one scope (striped by scope id) while different
     /// scopes mount in parallel: the `sessions` table is locked only to look up and insert.
-    scope_locks: [Mutex<()>; SCOPE_LOCK_STRIPES],
+    scope_locks: ScopeLocks,
 }
-
-/// Stripes of `MountManager::scope_locks`.
-const SCOPE_LOCK_STRIPES: usize = 64;
 
 /// One live mount: its session and the engine whose observer feeds the session's notifier.
 struct Mounted {
@@ -198,7 +196,7 @@ impl MountManager {
             sessions: Mutex::new(HashMap::new()),
             keeper,
             inherited: Mutex::new(inherited),
-            scope_locks: std::array::from_fn(|_| Mutex::new(())),
+            scope_locks: ScopeLocks::default(),
         })
     }
 
@@ -231,7 +229,7 @@ impl MountManager {
         let scope = engine.scope_id().clone();
         let path = self.real_mountpoint(&scope);
         let view = self.mountpoint(&scope);
-        let _this_scope = self.scope_lock(&scope).lock();
+        let _this_scope = self.scope_locks.of(&scope).lock();
         if self.sessions.lock().contains_key(&scope) {
             return Ok(path);
         }
@@ -271,13 +269,6 @@ impl MountManager {
         tracing::info!(%scope, "scope mounted");
         self.sessions.lock().insert(scope, mounted);
         Ok(path)
-    }
-
-    /// The lock serializing mount and unmount of `scope` (shared with the scopes of its stripe).
-    fn scope_lock(&self, scope: &ScopeId) -> &Mutex<()> {
-        use std::hash::{BuildHasher, BuildHasherDefault};
-        let hash = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(scope);
-        &self.scope_locks[(hash % SCOPE_LOCK_STRIPES as u64) as usize]
     }
 
     /// Serves an inherited connection again: no mount, no INIT; the requests its previous server
@@ -360,7 +351,7 @@ impl MountManager {
     /// could not remove, an orchestrator's bind): it is aborted, so the survivors get `ENOTCONN`
     /// instead of reading a deleted scope, and the unmount never blocks on them.
     pub fn unmount(&self, scope: &ScopeId) -> Result<(), MountError> {
-        let _this_scope = self.scope_lock(scope).lock();
+        let _this_scope = self.scope_locks.of(scope).lock();
         let Some(mounted) = self.sessions.lock().remove(scope) else {
             return Ok(());
         };

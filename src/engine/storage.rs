@@ -16,6 +16,7 @@ use super::error::{EngineError, EngineResult};
 use super::scope::ScopeEngine;
 use super::types::{Quota, StorageSettings};
 use crate::ids::ScopeId;
+use crate::scope_locks::ScopeLocks;
 use crate::store::{ObjectStore, StoreError};
 
 pub struct Storage {
@@ -34,17 +35,14 @@ pub struct Storage {
     /// copied into the block cache.
     verified_local: Mutex<VerifiedBlocks>,
     scopes: Mutex<HashMap<ScopeId, Weak<ScopeEngine>>>,
-    /// Held while a scope opens (by stripe of its id): one scope opens once at a time, and
-    /// different scopes open in parallel (thousands at once after a restart).
-    opening: [Mutex<()>; OPENING_STRIPES],
+    /// Held while a scope opens: one scope opens once at a time, and different scopes open in
+    /// parallel (thousands at once after a restart).
+    opening: ScopeLocks,
     /// Each scope's staging census taken at startup, until the scope's first open takes it.
     census: Mutex<HashMap<String, StagingCensus>>,
     /// Metadata databases open at once (`limits.max_open_scope_databases`).
     pub(crate) meta_budget: Arc<super::lazy_meta::MetaBudget>,
 }
-
-/// Stripes of the per-scope opening lock.
-const OPENING_STRIPES: usize = 64;
 
 /// Largest block of a local object directory that a read fetches again (and verifies) rather
 /// than reading in place once verified.
@@ -112,7 +110,7 @@ impl Storage {
             prefetching: Mutex::new(HashSet::new()),
             verified_local: Mutex::new(VerifiedBlocks::default()),
             scopes: Mutex::new(HashMap::new()),
-            opening: std::array::from_fn(|_| Mutex::new(())),
+            opening: ScopeLocks::default(),
             census: Mutex::new(census),
             meta_budget,
         }))
@@ -145,7 +143,7 @@ impl Storage {
         quota: Quota,
         resumed: bool,
     ) -> EngineResult<Arc<ScopeEngine>> {
-        let _opening = self.opening_lock(scope_id).lock();
+        let _opening = self.opening.of(scope_id).lock();
         if let Some(engine) = self.scopes.lock().get(scope_id).and_then(Weak::upgrade) {
             engine.set_quota(quota);
             return Ok(engine);
@@ -153,12 +151,6 @@ impl Storage {
         let engine = ScopeEngine::open_new(self.clone(), scope_id.clone(), quota, resumed)?;
         self.scopes.lock().insert(scope_id.clone(), Arc::downgrade(&engine));
         Ok(engine)
-    }
-
-    fn opening_lock(&self, scope_id: &ScopeId) -> &Mutex<()> {
-        use std::hash::{BuildHasher, BuildHasherDefault};
-        let hash = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(scope_id);
-        &self.opening[(hash % OPENING_STRIPES as u64) as usize]
     }
 
     /// The census of a scope's staging directory: the one taken at startup, the first time the
@@ -184,7 +176,7 @@ impl Storage {
 
     /// Forgets a closed scope and deletes its local metadata, staging and cache (objects stay in the store).
     pub fn remove_scope_local(&self, scope_id: &ScopeId) -> EngineResult<()> {
-        let _opening = self.opening_lock(scope_id).lock();
+        let _opening = self.opening.of(scope_id).lock();
         self.scopes.lock().remove(scope_id);
         let id = scope_id.as_str();
         self.census.lock().remove(id);
