@@ -455,3 +455,54 @@ fn outputs_become_artifacts_registered_with_retries_then_settled_once() {
         d.admin(reqwest::Method::POST, "/admin/mark-artifacts-registered", Some(json!({"usage_id": usage_id})));
     assert_eq!(marked["updated"], 0);
 }
+
+/// Review N7: an environment's outputs are listed and hashed, so the signed grant must cover each
+/// output path, at create (`default_output_paths`) and at destroy (`output_paths`, else the
+/// defaults): otherwise 403 `object_scope_denied`, nothing outside the grant named, and the
+/// environment keeps running until a destroy the grant covers.
+#[test]
+fn outputs_outside_the_signed_grant_are_refused_at_create_and_at_destroy() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path());
+    let t = format!("thr_{}", uid());
+    d.provision(&t);
+    let grant = json!({"read": ["/workspace/in"], "write_prefixes": ["/workspace/in"]});
+    let scoped = |tool: &str, params: Value| {
+        signed_call(&d.client, &d.serve.base, HMAC_SECRET, (USER, &t), tool, params, Some(grant.clone()))
+    };
+    let denied = |(status, v): (StatusCode, Value), what: &str| {
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (StatusCode::FORBIDDEN, Some("object_scope_denied")),
+            "{what}: {v}"
+        );
+        assert!(!v.to_string().contains("secret"), "{what} names a file outside the grant: {v}");
+    };
+    let (s, v) = scoped("write_file", json!({"path": "/workspace/in/a.txt", "content": "inside"}));
+    assert_eq!(s, StatusCode::OK, "{v}");
+    d.ok(&t, "write_file", json!({"path": "/workspace/secret.txt", "content": "outside"}));
+
+    denied(scoped("create_environment", json!({"default_output_paths": ["/workspace"]})), "create, whole workspace");
+    denied(scoped("create_environment", json!({"default_output_paths": ["/workspace/in", "secret.txt"]})), "create");
+    let env =
+        d.ok(&t, "create_environment", json!({"default_output_paths": ["/workspace"], "max_runtime_seconds": 120}))
+            ["environment_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    denied(scoped("destroy_environment", json!({"environment_id": env})), "destroy, the defaults");
+    denied(scoped("destroy_environment", json!({"environment_id": env, "output_paths": ["/workspace"]})), "destroy");
+    denied(
+        scoped("destroy_environment", json!({"environment_id": env, "output_paths": ["/workspace/in", "secret.txt"]})),
+        "destroy, one path outside",
+    );
+    let status = d.ok(&t, "get_environment_status", json!({"environment_id": env}));
+    assert_eq!(status["status"], "running", "a refused destroy leaves the environment as it was: {status}");
+
+    let (s, destroyed) =
+        scoped("destroy_environment", json!({"environment_id": env, "output_paths": ["/workspace/in"]}));
+    assert_eq!(s, StatusCode::OK, "{destroyed}");
+    let paths: Vec<&str> =
+        destroyed["artifacts"].as_array().expect("artifacts").iter().map(|a| a["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, vec!["/workspace/in/a.txt"], "{destroyed}");
+}

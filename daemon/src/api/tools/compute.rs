@@ -303,6 +303,7 @@ async fn create_environment(
         for view in &create.views {
             super::object_scope::check_read(req.grant.as_ref(), &view.root())?;
         }
+        super::object_scope::check_outputs(req.grant.as_ref(), &create.options.default_output_paths)?;
         let env = svc.create_environment(&req.scope.scope_id, &caller, &create)?;
         let run = svc.execution_of(&env.environment_id);
         Ok(Json(EnvView::of(env, true, run)))
@@ -324,6 +325,8 @@ async fn destroy_environment(
     blocking(Tools, move || -> Result<_, ApiError> {
         permit_id(&svc, &req, &req.body.environment_id, Use::End)?;
         let params = req.body.to_request()?;
+        let outputs = svc.destroy_output_paths(&req.scope.scope_id, &req.body.environment_id, &params)?;
+        super::object_scope::check_outputs(req.grant.as_ref(), &outputs)?;
         let done = svc.destroy_environment(&req.scope.scope_id, &req.body.environment_id, &params)?;
         let env = EnvView::seen_by(done.env, &Who::of(&req), svc.execution_of(&req.body.environment_id));
         let artifacts = done.artifacts.into_iter().map(ArtifactView::of).collect();

@@ -19,7 +19,9 @@
 //! File tools: reading a path no entry covers, or writing one no write prefix covers, is 403.
 //! list_dir, grep_files and glob_files may start at a covered directory or one on the way to a
 //! covered entry; they show only entries that are covered or lie on the way to one, and grep reads
-//! only covered files. Commands cannot be checked path by path: see [`permit_command`].
+//! only covered files. Commands cannot be checked path by path: see [`permit_command`]. An
+//! environment's outputs are listed and hashed, so each output path must be readable, at create
+//! and at destroy ([`check_outputs`]).
 
 use axum::http::StatusCode;
 use serde_json::Value;
@@ -135,6 +137,21 @@ pub fn check_list(grant: Option<&ObjectScope>, path: &str) -> Result<(), ApiErro
     }
 }
 
+/// Collecting an environment's outputs reads (lists and hashes) every file below each output path
+/// (`/workspace/...` or relative): under `grant` each must be readable, else 403 (review N7). A path
+/// that is not an output path at all is left to the service, which refuses it with 400.
+pub fn check_outputs(grant: Option<&ObjectScope>, paths: &[String]) -> Result<(), ApiError> {
+    if grant.is_none() {
+        return Ok(());
+    }
+    for raw in paths {
+        let Ok(rel) = crate::services::compute::output_path(raw) else { continue };
+        let path = if rel.is_empty() { "/workspace".to_string() } else { format!("/workspace/{rel}") };
+        check_read(grant, &path)?;
+    }
+    Ok(())
+}
+
 /// Whether a request under `grant` may run a command (execute_command, start_process) in an
 /// environment whose `/workspace` is mounted read-only (`read_only`) or writable. A command can
 /// read, and in a writable environment change, anything below `/workspace`, which no path check
@@ -199,5 +216,22 @@ mod tests {
         assert_eq!(permit_command(Some(&reader), false).unwrap_err().code, "object_scope_denied");
         assert!(permit_command(Some(&reader), true).is_ok());
         assert!(permit_command(Some(&ObjectScope::default()), true).is_err());
+    }
+
+    /// Review N7: an environment's outputs are listed and hashed, so each output path must be
+    /// readable under the grant, at create (its defaults) and at destroy.
+    #[test]
+    fn outputs_must_be_readable_under_the_grant() {
+        let g = scope(json!({"read": ["/workspace/in"], "write_prefixes": ["/workspace/out/"]}));
+        let paths = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(check_outputs(None, &paths(&["/workspace"])).is_ok(), "no grant: the thread's rules");
+        assert!(check_outputs(Some(&g), &paths(&["/workspace/in", "in/a.txt", "/workspace/out/", "out/x"])).is_ok());
+        for denied in ["/workspace", "/workspace/", ".", "secret.txt", "/workspace/inside"] {
+            let answer = check_outputs(Some(&g), &paths(&["/workspace/in", denied]));
+            assert_eq!(answer.err().map(|e| e.code), Some("object_scope_denied"), "{denied}");
+        }
+        assert!(check_outputs(Some(&g), &[]).is_ok());
+        // Not an output path at all: the service answers 400 for it (nothing is read).
+        assert!(crate::services::compute::output_path("/workspace/in/../secret.txt").is_err());
     }
 }

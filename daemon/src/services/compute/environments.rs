@@ -287,6 +287,21 @@ impl ComputeService {
         Ok(Destroyed { env, ended_now, artifacts, artifacts_lost: false })
     }
 
+    /// The output paths (as given) a destroy of `env_id` with `req` collects: its own, else the
+    /// environment's `default_output_paths`; for a caller to check them against its grant first.
+    pub fn destroy_output_paths(
+        &self,
+        scope: &ScopeId,
+        env_id: &str,
+        req: &DestroyEnvironment,
+    ) -> Result<Vec<String>, ComputeError> {
+        if let Some(paths) = &req.output_paths {
+            return Ok(paths.clone());
+        }
+        let env = self.scoped_env(scope, env_id)?;
+        Ok(self.options_of(&env.environment_id)?.default_output_paths)
+    }
+
     /// The environments of `scope`, oldest first.
     pub fn list_environments(&self, scope: &ScopeId) -> Result<Vec<EnvironmentRecord>, ComputeError> {
         self.compute_ready()?;
