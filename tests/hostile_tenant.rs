@@ -1,7 +1,7 @@
 //! A hostile tenant against the real daemon (issue acceptance 9.5/9.d): a reproducible fuzz of
 //! malformed requests over every route never gets a 5xx (except the documented 503s) and leaves
 //! the daemon answering; and while scope A is fuzzed and attacked (the review's H1, H2, H3, M1, M2,
-//! M3), scope B keeps writing and reading through its FUSE mount and the HTTP API, every operation
+//! M3; the second review's N3, a zip of names that once collided), scope B keeps writing and reading through its FUSE mount and the HTTP API, every operation
 //! succeeding within a stated latency bound. The same holds while scope A pushes each bound added
 //! since the review (regex size, diff size, links, extended attributes, the quota charged by
 //! `fallocate`, attributes and `O_TMPFILE`) one step past its value: each is refused with its
@@ -229,6 +229,7 @@ fn bystander_scope_is_unaffected_while_scope_a_is_fuzzed_and_attacked() {
                 attacks::h2_m3_patterns(&h, thread_a),
                 attacks::h3_many_dir_handles(&mnt_a),
                 attacks::m2_m3_deep_chain(&h, thread_a, &mnt_a),
+                attacks::n3_zip_of_colliding_names(&h, thread_a, &mnt_a),
             ];
             (verdicts, fuzz.join().unwrap())
         })

@@ -1,5 +1,5 @@
-//! The security review's attacks that HTTP and a FUSE mount can reproduce (H1, H2, H3, M1, M2, M3),
-//! each run against scope A and judged by the FIXED behaviour: a clean 4xx refusal (or success
+//! The security reviews' attacks that HTTP and a FUSE mount can reproduce (H1, H2, H3, M1, M2, M3;
+//! N3), each run against scope A and judged by the FIXED behaviour: a clean 4xx refusal (or success
 //! within the bounds), never a 5xx, never a hang; and the bystander loop of scope B.
 
 use std::ffi::CString;
@@ -306,6 +306,72 @@ fn mkdir_chain(root: &Path, max: usize) -> Result<usize, String> {
         libc::close(fd);
         Ok(depth)
     }
+}
+
+/// Names per directory of the zip attack: every 9-character name of `_`, `:` and `\\` (which
+/// all became `_` in the zip once, the review's N3), and as many plain names beside them.
+const ZIP_NAMES: usize = 19_683;
+
+/// N3 and issue 22 acceptance c: a directory of names that once collided in the zip; clients that
+/// hang up at once (the walk stops), then whole downloads of it and of as many plain names in
+/// another scope, each the faster of two: every entry there, and the colliding names within twice
+/// the plain names' time (the review measured 25x at 6,561 names, quadratic beyond).
+pub fn n3_zip_of_colliding_names(h: &Hostile, thread: &str, mnt: &Path) -> Verdict {
+    const NAME: &str = "N3 zip of 19,683 names that once collided";
+    let plain_thread = "thr-zip-plain";
+    let plain_mnt = h.mountpoint(&h.provision(plain_thread));
+    for (root, colliding) in [(mnt.join("zip"), true), (plain_mnt.join("zip"), false)] {
+        if let Err(e) = std::fs::create_dir_all(&root) {
+            return (NAME, Err(format!("mkdir: {e}")));
+        }
+        for i in 0..ZIP_NAMES {
+            let name: String = if colliding {
+                (0..9).map(|k| ['_', ':', '\\'][i / 3usize.pow(k) % 3]).collect()
+            } else {
+                format!("n{i:08}")
+            };
+            if let Err(e) = std::fs::write(root.join(name), b"z") {
+                return (NAME, Err(format!("creating name {i}: {e}")));
+            }
+        }
+    }
+    let download = |thread: &str, limit: Duration| {
+        let c = Client::builder().timeout(limit).build().unwrap();
+        let start = Instant::now();
+        let r =
+            c.get(h.url("/api/workspace/download")).query(&[("threadId", thread)]).bearer_auth(SERVICE_TOKEN).send();
+        let body = r.and_then(|r| r.error_for_status()).and_then(|r| r.bytes());
+        (body, start.elapsed())
+    };
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| download(thread, Duration::from_millis(50)));
+        }
+    });
+    let mut best = [Duration::MAX; 2];
+    for _ in 0..2 {
+        for (k, t) in [plain_thread, thread].into_iter().enumerate() {
+            let (body, took) = download(t, ATTACK_LIMIT);
+            let entries = body
+                .map_err(|e| e.to_string())
+                .and_then(|b| zip::ZipArchive::new(std::io::Cursor::new(b)).map_err(|e| e.to_string()))
+                .map(|z| {
+                    z.file_names().filter_map(Result::ok).filter(|n| n.starts_with("zip/") && !n.ends_with('/')).count()
+                });
+            match entries {
+                Ok(n) if n == ZIP_NAMES => best[k] = best[k].min(took),
+                Ok(n) => return (NAME, Err(format!("the zip of {t} holds {n} names, not {ZIP_NAMES}"))),
+                Err(e) => return (NAME, Err(format!("download of {t}: {e}"))),
+            }
+        }
+    }
+    let [plain, colliding] = best;
+    let verdict = if colliding > plain * 2 {
+        Err(format!("colliding names took {colliding:.2?}, plain names {plain:.2?}: over twice"))
+    } else {
+        Ok(format!("8 clients hung up; whole zips: plain names {plain:.2?}, colliding names {colliding:.2?}"))
+    };
+    (NAME, verdict)
 }
 
 /// What the bystander saw.
