@@ -5,6 +5,9 @@
 //! times; afterwards every file it closed reads back intact, through the mount and again after a
 //! clean restart of the whole daemon. Kills land wherever the writer is: in a create, a write, a
 //! close, between files.
+//!
+//! Issue 22 item 5 (acceptance e): a crash loop, every worker killed as soon as it appears for a
+//! minute, never ends a kept mount, shows in `/metrics`, and the daemon serves again after it.
 
 pub mod serve_process;
 
@@ -12,6 +15,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
@@ -187,5 +192,86 @@ fn a_writer_sees_no_error_and_loses_nothing_through_worker_kills_and_graceful_re
     check_all(&mount, &files);
     let mut out = std::io::stderr();
     writeln!(out, "worker_kills: all {} files intact after a clean restart", files.len()).unwrap();
+    daemon.stop(Duration::from_secs(60));
+}
+
+/// Issue 22 item 5 and acceptance e: a crash loop. For a minute (at most 20 kills) every worker the
+/// supervisor starts is killed with -9 as soon as it appears, ready or not; meanwhile a prober
+/// calls statfs and reads a file through the kept mount every few milliseconds. No call may fail:
+/// while no worker runs a call waits (`ENOTCONN` would mean the mount ended). The supervisor waits longer before each
+/// restart (doubling up to 30 s), never gives up, and the worker that finally stays reports every
+/// kill in `/metrics`; the mount then reads and writes again.
+#[test]
+fn a_crash_loop_never_ends_a_kept_mount_and_the_daemon_serves_again_after_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(tmp.path(), port, "[store]\nkind = \"local\"\n");
+    let http = client();
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve.log", &[]);
+    daemon.wait_ready(&http);
+    let mount = provision_and_mount(&http, &daemon, tmp.path());
+    std::fs::write(mount.join("probe.txt"), b"probe").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let prober = {
+        let (mount, stop) = (mount.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut answered, mut failures) = (0u64, Vec::new());
+            // statfs and open always reach the worker (the kernel caches attributes, not these);
+            // paced so that the prober does not take a core from the daemon.
+            let root = std::ffi::CString::new(mount.as_os_str().as_encoded_bytes()).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: statvfs(3) with a valid path and a zeroed struct to fill.
+                let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+                if unsafe { libc::statvfs(root.as_ptr(), &mut vfs) } != 0 {
+                    failures.push(format!("statfs: {}", std::io::Error::last_os_error()));
+                }
+                match std::fs::read(mount.join("probe.txt")) {
+                    Ok(b) if b == b"probe" => answered += 1,
+                    Ok(b) => failures.push(format!("probe.txt reads {} other bytes", b.len())),
+                    Err(e) => failures.push(format!("read: {e}")),
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            (answered, failures)
+        })
+    };
+    let started = Instant::now();
+    let minute = Duration::from_secs(60);
+    let (mut kills, mut last) = (0u64, None);
+    while kills < 20 && started.elapsed() < minute {
+        let worker = daemon.worker(last);
+        if started.elapsed() >= minute {
+            last = None;
+            break;
+        }
+        // SAFETY: kill(2) on the worker of the supervisor this test started.
+        assert_eq!(unsafe { libc::kill(worker as i32, libc::SIGKILL) }, 0, "kill {kills}");
+        kills += 1;
+        last = Some(worker);
+    }
+    let looped = started.elapsed();
+    // The worker after the loop (started after the longest delay, when the loop ended on a kill).
+    daemon.worker(last);
+    daemon.wait_ready(&http);
+    let recovered = started.elapsed();
+    std::fs::write(mount.join("after.txt"), b"after the crash loop").unwrap();
+    assert_eq!(std::fs::read(mount.join("probe.txt")).unwrap(), b"probe");
+    stop.store(true, Ordering::Relaxed);
+    let (answered, failures) = prober.join().unwrap();
+    assert!(failures.is_empty(), "the mount failed during the crash loop: {failures:?}");
+    assert!(answered > 0, "the prober never got an answer");
+    let token = std::fs::read_to_string(tmp.path().join("data/control/service-token")).unwrap();
+    let metrics = http.get(format!("{}/metrics", daemon.base)).bearer_auth(token.trim()).send().unwrap();
+    assert!(metrics.status().is_success(), "/metrics: {}", metrics.status());
+    let metrics = metrics.text().unwrap();
+    let crashes = metrics.lines().find_map(|l| l.strip_prefix("scopefs_worker_crashes_total ")).map(str::trim);
+    assert_eq!(crashes, Some(kills.to_string().as_str()), "every kill counted");
+    // The supervisor's doubling delays allow about eight workers a minute.
+    assert!(kills >= 6, "only {kills} workers started in a minute");
+    eprintln!(
+        "crash loop: {kills} kill -9 in {:.0} s, serving again {:.0} s after the first; {answered} probes answered, none failed",
+        looped.as_secs_f64(),
+        recovered.as_secs_f64()
+    );
     daemon.stop(Duration::from_secs(60));
 }

@@ -178,7 +178,26 @@ pub fn render(
     refusal_families(&mut t);
     compute_families(&mut t, registry)?;
     consistency_families(&mut t);
+    supervisor_families(&mut t);
     Ok(t.0)
+}
+
+/// What the supervisor told this worker (`scopefs serve` outside systemd): a crash loop shows as a
+/// growing count and restart delay while the kept mounts wait.
+fn supervisor_families(t: &mut Text) {
+    let (crashes, delay_ms) = crate::supervisor::worker_history();
+    t.family(
+        "scopefs_worker_crashes_total",
+        "counter",
+        "Workers of this supervisor that died unasked before this one started (their mounts were kept).",
+    );
+    t.sample("scopefs_worker_crashes_total", &[], crashes);
+    t.family(
+        "scopefs_worker_restart_delay_seconds",
+        "gauge",
+        "How long the supervisor waited before starting this worker (doubles over consecutive crashes).",
+    );
+    t.sample("scopefs_worker_restart_delay_seconds", &[], delay_ms as f64 / 1000.0);
 }
 
 /// Scopes by state; files, bytes and queued uploads of the open ones.

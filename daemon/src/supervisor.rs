@@ -33,6 +33,17 @@ use crate::notify::NOTIFY_FD_ENV;
 
 /// Variable that makes `scopefs serve` the worker instead of the supervisor.
 pub const ROLE_ENV: &str = "SCOPEFS_SERVE_ROLE";
+/// Variables telling a worker how many workers before it died unasked, and how long the
+/// supervisor waited before starting it (`/metrics`: a crash loop shows there).
+const CRASHES_ENV: &str = "SCOPEFS_WORKER_CRASHES";
+const DELAY_ENV: &str = "SCOPEFS_WORKER_RESTART_DELAY_MS";
+
+/// What the supervisor told this worker: workers before it that died unasked, and the delay (ms)
+/// waited before it started; zeros outside a supervisor.
+pub fn worker_history() -> (u64, u64) {
+    let read = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    (read(CRASHES_ENV), read(DELAY_ENV))
+}
 
 /// When a worker that died is started again: at once after a healthy run, otherwise after a delay
 /// that doubles from `first_delay` up to `max_delay` (and starts over after a healthy run or a
@@ -117,9 +128,10 @@ pub fn run(lock: DataDirLock) -> anyhow::Result<ExitCode> {
     let mut kept: BTreeMap<String, OwnedFd> = BTreeMap::new();
     let mut policy = RestartPolicy::default();
     let mut ever_ready = false;
+    let (mut crashes, mut delay_ms) = (0u64, 0u64);
     loop {
         let fds = WorkerFds { kept: &kept, notify: theirs.as_fd(), lock: lock.fd() };
-        let mut child = spawn(&exe, &fds).context("starting the scopefs worker")?;
+        let mut child = spawn(&exe, &fds, (crashes, delay_ms)).context("starting the scopefs worker")?;
         tracing::info!(pid = child.id(), kept = kept.len(), "worker started");
         let run = supervise(&mut child, &signals, mine.as_raw_fd(), &mut kept, max_kept)?;
         ever_ready |= run.ready_at.is_some();
@@ -137,11 +149,13 @@ pub fn run(lock: DataDirLock) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(code));
         }
         let delay = policy.next_delay(run.ready_at.map(|t| t.elapsed()));
-        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        crashes += 1;
         tracing::warn!(
             code,
             signal = run.status.signal(),
             delay_ms,
+            crashes,
             kept = kept.len(),
             "worker died; restarting it with the kept mounts"
         );
@@ -278,7 +292,7 @@ struct WorkerFds<'a> {
 
 /// Starts the worker with the kept descriptors at fd 3.., the notification socket after them,
 /// then the descriptor holding their names, then the data directory's lock.
-fn spawn(exe: &PathBuf, fds: &WorkerFds<'_>) -> io::Result<Child> {
+fn spawn(exe: &PathBuf, fds: &WorkerFds<'_>, (crashes, delay_ms): (u64, u64)) -> io::Result<Child> {
     let kept = fds.kept;
     let n = kept.len();
     let floor = LISTEN_FDS_START + n as RawFd + 3;
@@ -303,6 +317,8 @@ fn spawn(exe: &PathBuf, fds: &WorkerFds<'_>) -> io::Result<Child> {
         .env(FDNAMES_FD_ENV, (LISTEN_FDS_START + n as RawFd + 1).to_string())
         .env(NOTIFY_FD_ENV, (LISTEN_FDS_START + n as RawFd).to_string())
         .env(LOCK_FD_ENV, (LISTEN_FDS_START + n as RawFd + 2).to_string())
+        .env(CRASHES_ENV, crashes.to_string())
+        .env(DELAY_ENV, delay_ms.to_string())
         .env_remove("LISTEN_FDNAMES")
         .env_remove("LISTEN_PID")
         .env_remove("NOTIFY_SOCKET");

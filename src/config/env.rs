@@ -31,6 +31,8 @@ pub const NON_CONFIG_ENV: &[&str] = &[
     "SCOPEFS_NOTIFY_FD",
     "SCOPEFS_LISTEN_FDNAMES_FD",
     "SCOPEFS_DATA_LOCK_FD",
+    "SCOPEFS_WORKER_CRASHES",
+    "SCOPEFS_WORKER_RESTART_DELAY_MS",
     "SCOPEFS_FDSTORE",
     // `scopefs doctor` (daemon/src/doctor.rs).
     "SCOPEFS_DOCTOR_FUSE_DEVICE",
