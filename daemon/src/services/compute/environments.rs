@@ -295,6 +295,8 @@ impl ComputeService {
         env_id: &str,
         req: &DestroyEnvironment,
     ) -> Result<Vec<String>, ComputeError> {
+        // The same order of answers as `destroy_environment`: compute unavailable before anything else.
+        self.compute_ready()?;
         if let Some(paths) = &req.output_paths {
             return Ok(paths.clone());
         }
