@@ -33,9 +33,35 @@ fn client() -> Client {
     Client::builder().timeout(Duration::from_secs(60)).build().unwrap()
 }
 
+/// The service token the daemon with data under `dir` generated.
+fn service_token(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("data/control/service-token")).unwrap().trim().to_owned()
+}
+
+/// A ready daemon on the local store in a fresh directory, with `thread-1`'s scope mounted.
+struct Served {
+    tmp: tempfile::TempDir,
+    config: PathBuf,
+    port: u16,
+    http: Client,
+    daemon: ServeProcess,
+    mount: PathBuf,
+}
+
+fn serve_with_a_mount() -> Served {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(tmp.path(), port, "[store]\nkind = \"local\"\n");
+    let http = client();
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve.log", &[]);
+    daemon.wait_ready(&http);
+    let mount = provision_and_mount(&http, &daemon, tmp.path());
+    Served { tmp, config, port, http, daemon, mount }
+}
+
 /// Provisions and mounts a scope for `thread-1`: the path containers bind (the real mount).
 fn provision_and_mount(http: &Client, daemon: &ServeProcess, dir: &Path) -> PathBuf {
-    let token = std::fs::read_to_string(dir.join("data/control/service-token")).unwrap().trim().to_owned();
+    let token = service_token(dir);
     let resp: Value = http
         .post(format!("{}/internal/workspace-scopes/provision", daemon.base))
         .bearer_auth(&token)
@@ -140,13 +166,7 @@ fn check_all(mount: &Path, files: &BTreeMap<String, String>) {
 
 #[test]
 fn a_writer_sees_no_error_and_loses_nothing_through_worker_kills_and_graceful_restarts() {
-    let tmp = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = write_config(tmp.path(), port, "[store]\nkind = \"local\"\n");
-    let http = client();
-    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve.log", &[]);
-    daemon.wait_ready(&http);
-    let mount = provision_and_mount(&http, &daemon, tmp.path());
+    let Served { tmp, config, port, http, mut daemon, mount } = serve_with_a_mount();
     let (mut writer, manifest_path, stop, errors) = start_writer(&mount, tmp.path());
     let mut closed = wait_progress(&manifest_path, 0, FILES_BETWEEN);
     let supervisor = daemon.supervisor_pid();
@@ -198,18 +218,12 @@ fn a_writer_sees_no_error_and_loses_nothing_through_worker_kills_and_graceful_re
 /// Issue 22 item 5 and acceptance e: a crash loop. For a minute (at most 20 kills) every worker the
 /// supervisor starts is killed with -9 as soon as it appears, ready or not; meanwhile a prober
 /// calls statfs and reads a file through the kept mount every few milliseconds. No call may fail:
-/// while no worker runs a call waits (`ENOTCONN` would mean the mount ended). The supervisor waits longer before each
-/// restart (doubling up to 30 s), never gives up, and the worker that finally stays reports every
-/// kill in `/metrics`; the mount then reads and writes again.
+/// while no worker runs a call waits (`ENOTCONN` would mean the mount ended). The supervisor waits
+/// longer before each restart (doubling up to 30 s), never gives up, and the worker that finally
+/// stays reports every kill in `/metrics`; the mount then reads and writes again.
 #[test]
 fn a_crash_loop_never_ends_a_kept_mount_and_the_daemon_serves_again_after_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = write_config(tmp.path(), port, "[store]\nkind = \"local\"\n");
-    let http = client();
-    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve.log", &[]);
-    daemon.wait_ready(&http);
-    let mount = provision_and_mount(&http, &daemon, tmp.path());
+    let Served { tmp, http, mut daemon, mount, .. } = serve_with_a_mount();
     std::fs::write(mount.join("probe.txt"), b"probe").unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let prober = {
@@ -220,9 +234,12 @@ fn a_crash_loop_never_ends_a_kept_mount_and_the_daemon_serves_again_after_it() {
             // paced so that the prober does not take a core from the daemon.
             let root = std::ffi::CString::new(mount.as_os_str().as_encoded_bytes()).unwrap();
             while !stop.load(Ordering::Relaxed) {
-                // SAFETY: statvfs(3) with a valid path and a zeroed struct to fill.
-                let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
-                if unsafe { libc::statvfs(root.as_ptr(), &mut vfs) } != 0 {
+                // SAFETY: statvfs(3) with a valid C path and a zeroed struct (plain integers) to fill.
+                let failed = unsafe {
+                    let mut vfs: libc::statvfs = std::mem::zeroed();
+                    libc::statvfs(root.as_ptr(), &mut vfs) != 0
+                };
+                if failed {
                     failures.push(format!("statfs: {}", std::io::Error::last_os_error()));
                 }
                 match std::fs::read(mount.join("probe.txt")) {
@@ -260,8 +277,7 @@ fn a_crash_loop_never_ends_a_kept_mount_and_the_daemon_serves_again_after_it() {
     let (answered, failures) = prober.join().unwrap();
     assert!(failures.is_empty(), "the mount failed during the crash loop: {failures:?}");
     assert!(answered > 0, "the prober never got an answer");
-    let token = std::fs::read_to_string(tmp.path().join("data/control/service-token")).unwrap();
-    let metrics = http.get(format!("{}/metrics", daemon.base)).bearer_auth(token.trim()).send().unwrap();
+    let metrics = http.get(format!("{}/metrics", daemon.base)).bearer_auth(service_token(tmp.path())).send().unwrap();
     assert!(metrics.status().is_success(), "/metrics: {}", metrics.status());
     let metrics = metrics.text().unwrap();
     let crashes = metrics.lines().find_map(|l| l.strip_prefix("scopefs_worker_crashes_total ")).map(str::trim);

@@ -123,13 +123,7 @@ pub fn tool_path(raw: &str, dir: bool) -> Result<String, ApiError> {
 
 /// The container view of a workspace path (answers use `Target::shown`).
 #[cfg(test)]
-fn shown(rel: &str) -> String {
-    if rel.is_empty() {
-        WORKSPACE.to_string()
-    } else {
-        format!("{WORKSPACE}/{rel}")
-    }
-}
+use crate::services::compute::workspace_path as shown;
 
 fn mtime_secs(a: &Attr) -> f64 {
     a.mtime.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)

@@ -146,8 +146,7 @@ pub fn check_outputs(grant: Option<&ObjectScope>, paths: &[String]) -> Result<()
     }
     for raw in paths {
         let Ok(rel) = crate::services::compute::output_path(raw) else { continue };
-        let path = if rel.is_empty() { "/workspace".to_string() } else { format!("/workspace/{rel}") };
-        check_read(grant, &path)?;
+        check_read(grant, &crate::services::compute::workspace_path(&rel))?;
     }
     Ok(())
 }

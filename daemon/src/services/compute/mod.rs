@@ -21,7 +21,7 @@ mod outputs;
 mod processes;
 pub mod shared;
 
-pub use outputs::{content_type, output_path, WORKSPACE};
+pub use outputs::{content_type, output_path, workspace_path, WORKSPACE};
 
 use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom};

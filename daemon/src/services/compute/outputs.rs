@@ -41,6 +41,15 @@ pub fn output_path(raw: &str) -> Result<String, ComputeError> {
     scopefs::vpath::normalize(rel).map_err(|e| invalid(format!("{raw:?}: {e}")))
 }
 
+/// The container's view of scope path `rel` (`""`: the root): `/workspace` or `/workspace/<rel>`.
+pub fn workspace_path(rel: &str) -> String {
+    if rel.is_empty() {
+        WORKSPACE.to_string()
+    } else {
+        format!("{WORKSPACE}/{rel}")
+    }
+}
+
 /// The content type of a file name, from its extension (`application/octet-stream` otherwise).
 pub fn content_type(path: &str) -> &'static str {
     let ext = path.rsplit('/').next().and_then(|n| n.rsplit_once('.')).map(|(_, e)| e.to_ascii_lowercase());
