@@ -37,6 +37,14 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// mount, so this is a per-daemon cost.
 const WORKER_STACK: usize = 2 << 20;
 
+/// Bytes of each FUSE worker's request buffer kept present (`fuser::SessionPool::new`): the
+/// largest request a mount of this process negotiates, a write of `max_write` or an extended
+/// attribute's value (at most 64 KiB), with room for headers and names. A mount resumed from a
+/// process that negotiated a larger `max_write` still works; its larger requests fault pages in.
+fn resident_request_bytes(opts: &MountOptions) -> usize {
+    (opts.fast_paths.max_write as usize).max(64 << 10) + (8 << 10)
+}
+
 /// Filesystem type the kernel records for our mounts (`fuse.<subtype>`).
 const FS_TYPE: &str = "fuse.scopefs";
 
@@ -186,7 +194,8 @@ impl MountManager {
         if let Err(err) = layout::ensure_fusectl(&table) {
             tracing::warn!(error = %err, "fuse control filesystem unavailable; a surviving bind cannot be aborted");
         }
-        let pool = SessionPool::new(opts.threads.max(1), WORKER_STACK).map_err(MountError::MountRoot)?;
+        let pool = SessionPool::new(opts.threads.max(1), WORKER_STACK, resident_request_bytes(&opts))
+            .map_err(MountError::MountRoot)?;
         Ok(MountManager {
             pool,
             live_views,

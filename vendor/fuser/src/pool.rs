@@ -7,7 +7,11 @@
 //! request from it (non-blocking), re-arms the descriptor at once (so another worker can take the
 //! session's next request while this one is served) and dispatches the request to that session's
 //! filesystem. Each worker owns one request buffer, an anonymous mapping: only the pages the kernel
-//! has written are resident. Threads and buffers are sized by the pool, not by the sessions.
+//! has written are resident, but for the first bytes, which hold every request up to the size the
+//! pool is made for and are present (locked when allowed) before the worker reads anything (a
+//! request copied into a page the kernel must fault in fails with `EIO` when the process is being
+//! killed; see `FuseReadBuf::resident`). Threads and buffers are sized by the pool, not by the
+//! sessions.
 //!
 //! A session ends when its connection does (`ENODEV` on read: unmounted or aborted), on
 //! `FUSE_DESTROY`, or on a request that cannot be parsed; its filesystem's `destroy` then runs and
@@ -41,6 +45,9 @@ use crate::session::SessionEventLoop;
 
 /// The epoll token of the pool's stop event (session tokens count up from 0).
 const STOP_TOKEN: u64 = u64::MAX;
+
+/// Whether a worker already reported that its request buffer could not be locked.
+static UNLOCKED_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// One session as the pool sees it (type-erased over the filesystem).
 trait Served: Send + Sync {
@@ -100,6 +107,8 @@ impl<FS: Filesystem> Drop for Entry<FS> {
 }
 
 struct PoolInner {
+    /// Bytes of each worker's request buffer that are present before its first read.
+    resident: usize,
     epoll: OwnedFd,
     stop: OwnedFd,
     sessions: Mutex<HashMap<u64, Arc<dyn Served>>>,
@@ -129,9 +138,20 @@ impl PoolInner {
         }
     }
 
-    fn work(self: Arc<Self>) {
-        // Mapped: only the pages the kernel writes become resident (see `FuseReadBuf`).
-        let mut buf = FuseReadBuf::new();
+    /// A worker's loop; `started` learns that its request buffer is ready.
+    fn work(self: Arc<Self>, started: mpsc::Sender<()>) {
+        // Mapped: only the pages the kernel writes become resident, but for the first
+        // `resident` bytes (see `FuseReadBuf::resident`).
+        let (mut buf, locked) = FuseReadBuf::resident(self.resident);
+        if let Err(e) = locked {
+            if !UNLOCKED_WARNED.swap(true, Ordering::Relaxed) {
+                warn!(
+                    "FUSE request buffers could not be locked in memory (mlock: {e}); their pages are present but may be swapped out"
+                );
+            }
+        }
+        let _ = started.send(());
+        drop(started);
         loop {
             let mut ev = libc::epoll_event { events: 0, u64: 0 };
             // SAFETY: waits for one event into `ev`.
@@ -202,8 +222,12 @@ impl std::fmt::Debug for PoolInner {
 }
 
 impl SessionPool {
-    /// Starts `workers` threads (at least one), each with `stack_size` bytes of stack.
-    pub fn new(workers: usize, stack_size: usize) -> io::Result<SessionPool> {
+    /// Starts `workers` threads (at least one), each with `stack_size` bytes of stack and a
+    /// request buffer whose first `resident_request_bytes` are present (and locked when the
+    /// process may lock memory) before it reads a request: at least the largest request the
+    /// sessions negotiate (`max_write` and the headers of a write). Returns once every worker's
+    /// buffer is in place.
+    pub fn new(workers: usize, stack_size: usize, resident_request_bytes: usize) -> io::Result<SessionPool> {
         // SAFETY: plain syscalls creating descriptors we own at once.
         let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if epoll < 0 {
@@ -219,6 +243,7 @@ impl SessionPool {
         // SAFETY: `stop` is a fresh descriptor.
         let stop = unsafe { OwnedFd::from_raw_fd(stop) };
         let inner = Arc::new(PoolInner {
+            resident: resident_request_bytes,
             epoll,
             stop,
             sessions: Mutex::new(HashMap::new()),
@@ -242,13 +267,18 @@ impl SessionPool {
             return Err(io::Error::last_os_error());
         }
         let pool = SessionPool { inner };
+        let (started, ready) = mpsc::channel();
         for i in 0..workers.max(1) {
             let inner = pool.inner.clone();
+            let started = started.clone();
             std::thread::Builder::new()
                 .name(format!("fuse-pool-{i}"))
                 .stack_size(stack_size)
-                .spawn(move || inner.work())?;
+                .spawn(move || inner.work(started))?;
         }
+        drop(started);
+        // Every worker's buffer is in place before any session is registered.
+        while ready.recv().is_ok() {}
         Ok(pool)
     }
 
