@@ -58,6 +58,10 @@ pub struct FuseConfig {
     pub attr_ttl_ms: u64,
     /// FUSE worker threads, one pool shared by every mount (idle mounts cost no thread).
     pub threads: usize,
+    /// Workers one mount may hold at once: its further requests wait in the kernel until one of
+    /// its requests is done, so one scope's blocking requests (a storm of `fsync`s waiting on
+    /// uploads) leave the other workers to the other scopes. Above `threads` it is `threads`.
+    pub max_workers_per_mount: usize,
     /// Let users other than the daemon's (containers) use the mounts.
     pub allow_other: bool,
     /// Largest write request the kernel may send, KiB (4..=16384; the kernel caps it at
@@ -79,6 +83,7 @@ impl Default for FuseConfig {
         FuseConfig {
             attr_ttl_ms: 60_000,
             threads: 16,
+            max_workers_per_mount: 8,
             allow_other: true,
             max_write_kib: 1024,
             keep_cache: true,
@@ -266,6 +271,9 @@ impl Config {
         }
         if self.fuse.threads == 0 {
             return invalid("fuse.threads", "must be at least 1");
+        }
+        if self.fuse.max_workers_per_mount == 0 {
+            return invalid("fuse.max_workers_per_mount", "must be at least 1");
         }
         if !(4..=16 * 1024).contains(&self.fuse.max_write_kib) {
             return invalid("fuse.max_write_kib", "must be between 4 and 16384");

@@ -2,12 +2,19 @@
 //! session is served by one pool of workers sized by the daemon (`fuse.threads`), so mounting
 //! many scopes adds mounts, not threads; every mount is still served, concurrently, and an
 //! unmounted scope's session ends.
+//!
+//! Issue 22 N1: one mount holds at most `max_workers_per_mount` of those workers, so a scope whose
+//! requests block leaves the other scopes theirs.
 
 #[path = "support/fuse_harness.rs"]
 pub mod harness;
 
 use std::fs;
+use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use harness::*;
 use scopefs::engine::StorageSettings;
@@ -38,8 +45,12 @@ fn is_fuse(path: &std::path::Path) -> bool {
     rc == 0 && magic == 0x6573_5546
 }
 
+/// Tests of this file that start threads run one at a time: the first counts the process's threads.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn many_mounts_share_one_pool_of_fuse_workers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let h = Harness::new(StorageSettings::default(), MountOptions::default());
     let (_first, first) = h.scope(big_quota());
     assert!(is_fuse(&first), "the first scope is not mounted");
@@ -87,6 +98,7 @@ fn many_mounts_share_one_pool_of_fuse_workers() {
 /// and of the same scope from several threads, each end with exactly one working mount per scope.
 #[test]
 fn scopes_mount_in_parallel_and_one_scope_mounts_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let h = Harness::new(StorageSettings::default(), MountOptions::default());
     let engines: Vec<_> = (0..24)
         .map(|_| h.storage.open_scope(&scopefs::ids::ScopeId::generate(), big_quota()).expect("open scope"))
@@ -112,4 +124,69 @@ fn scopes_mount_in_parallel_and_one_scope_mounts_once() {
         assert_eq!(table.matches(&needle).count(), 1, "scope {} is mounted more than once", engine.scope_id());
         fs::write(path.join("f"), b"x").expect("write through a parallel mount");
     }
+}
+
+/// Issue 22 N1, from the review's reproduction: sixteen `fsync`s in scope A, each waiting in the
+/// foreground on an object store that does not answer (each holds the worker that serves it while
+/// it uploads). Scope A holds at most its share of the sixteen workers (8); scope B's lookup,
+/// create, write, close, stat, read and listing are all answered while every one of A's fsyncs is
+/// still waiting. With no share (every worker A's) B's first request waits until A's fsyncs give
+/// up on the store (the assertion on their order fails).
+#[test]
+fn fsyncs_waiting_on_the_store_in_one_scope_leave_the_other_scopes_their_workers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let store = Arc::new(scopefs::store::MemoryStore::new());
+    // A store request gives up after 5 s, once: the fsyncs end (with EIO) soon after the test.
+    let settings =
+        StorageSettings { store_timeout: Duration::from_secs(5), store_attempts: 1, ..StorageSettings::default() };
+    let opts = MountOptions::default();
+    let share = opts.max_workers_per_mount;
+    assert!(share < opts.threads, "the default share leaves workers to the other mounts");
+    let h = Harness::with_store(settings, opts, Some(store.clone()));
+    let (_a, mnt_a) = h.scope(big_quota());
+    let (_b, mnt_b) = h.scope(big_quota());
+    let waiting_in_a = kernel_waiting(&mnt_a);
+    store.set_stall(Some(Duration::from_secs(600)));
+    let fsyncs_returned = AtomicUsize::new(0);
+    // Every file is created and written before any fsync: creates in one directory take turns in
+    // the kernel, so that all sixteen fsyncs are asked for at once.
+    let written = std::sync::Barrier::new(16);
+    std::thread::scope(|s| {
+        for i in 0..16u64 {
+            let (mnt_a, returned, written) = (&mnt_a, &fsyncs_returned, &written);
+            s.spawn(move || {
+                let mut f = fs::File::create(mnt_a.join(format!("f{i}"))).expect("create in scope A");
+                f.write_all(&pattern(64 << 10, i)).expect("write in scope A");
+                written.wait();
+                // Fails once the store request gives up (the store never answers): not the point.
+                let _ = f.sync_all();
+                returned.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        // All sixteen fsyncs are in the daemon or its queue, and A's share of workers is busy.
+        wait_until("scope A's sixteen fsyncs to wait", || waiting_in_a() >= 16);
+        wait_until("scope A's fsyncs to hold its share of the workers", || h.mounts.busy_workers() >= share);
+        // Scope B meanwhile: every kind of request, each answered by a worker A does not hold.
+        let body = pattern(100 << 10, 99);
+        fs::write(mnt_b.join("b.bin"), &body).expect("write in scope B");
+        assert_eq!(fs::metadata(mnt_b.join("b.bin")).expect("stat in scope B").len(), body.len() as u64);
+        assert_eq!(fs::read(mnt_b.join("b.bin")).expect("read in scope B"), body);
+        assert_eq!(fs::read_dir(&mnt_b).expect("list scope B").count(), 1);
+        assert_eq!(
+            fsyncs_returned.load(Ordering::SeqCst),
+            0,
+            "scope B's requests were answered only after scope A's fsyncs gave up: A held every worker"
+        );
+        store.set_stall(None);
+    });
+}
+
+/// Requests the kernel holds for the FUSE connection mounted at `mnt`, queued or being served
+/// (`/sys/fs/fuse/connections/<id>/waiting`), read anew at each call.
+fn kernel_waiting(mnt: &std::path::Path) -> impl Fn() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let dev = fs::metadata(mnt).expect("stat of the mount").dev();
+    let id = (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev));
+    let path = PathBuf::from(format!("/sys/fs/fuse/connections/{id}/waiting"));
+    move || fs::read_to_string(&path).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0)
 }

@@ -321,6 +321,9 @@ fn metrics_parse_as_prometheus_text_and_counters_move() {
     assert!(sample(&after, "scopefs_object_store_requests_total", &[("op", "put")]) >= puts0 + 2.0);
     assert!(sample(&after, "scopefs_fuse_operations_total", &[("op", "write")]) >= 2.0);
     assert!(sample(&after, "scopefs_fuse_operation_seconds_count", &[("op", "write")]) >= 2.0);
+    // The scrape sees the shared FUSE pool (nothing is being served now; no mount waited).
+    assert!(sample(&after, "scopefs_fuse_workers_busy", &[]) <= 16.0);
+    sample(&after, "scopefs_fuse_mount_share_waits_total", &[]);
     assert!(sample(&after, "scopefs_refused_total", &[("kind", "path"), ("via", "mount")]) > refused_path0);
     assert_eq!(sample(&after, "scopefs_refused_total", &[("kind", "path"), ("via", "api")]), refused_api0);
     sample(&after, "scopefs_refused_total", &[("kind", "cross_scope"), ("via", "api")]);

@@ -257,6 +257,15 @@ fn fuse_families(t: &mut Text) {
         t.sample("scopefs_fuse_operation_seconds_sum", &[("op", op)], s.sum_seconds);
         t.sample("scopefs_fuse_operation_seconds_count", &[("op", op)], s.count);
     }
+    let (busy, share_waits) = scopefs_fs::metrics::pool();
+    t.family("scopefs_fuse_workers_busy", "gauge", "FUSE workers serving a request now (of fuse.threads).");
+    t.sample("scopefs_fuse_workers_busy", &[], busy);
+    t.family(
+        "scopefs_fuse_mount_share_waits_total",
+        "counter",
+        "Times a mount held fuse.max_workers_per_mount workers, so that its next requests waited for one of them.",
+    );
+    t.sample("scopefs_fuse_mount_share_waits_total", &[], share_waits);
 }
 
 /// FUSE requests the file system does not support (answered with an error), by operation.

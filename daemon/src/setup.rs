@@ -90,6 +90,7 @@ pub fn mount_options(cfg: &Config) -> MountOptions {
     MountOptions {
         attr_ttl: Duration::from_millis(cfg.fuse.attr_ttl_ms),
         threads: cfg.fuse.threads,
+        max_workers_per_mount: cfg.fuse.max_workers_per_mount,
         allow_other: cfg.fuse.allow_other,
         max_dir_handles: cfg.limits.max_dir_handles_per_mount,
         fast_paths: scopefs_fs::FastPaths {

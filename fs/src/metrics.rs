@@ -1,5 +1,6 @@
 //! Process-wide FUSE counters: operations, errors and latency per operation, refused path and
-//! symlink attempts, and requests this filesystem does not implement (per operation).
+//! symlink attempts, requests this filesystem does not implement (per operation), and the worker
+//! pool's busy workers and share waits.
 //!
 //! Recorded by the adapter's `call` helper (every engine call of every mount) and read by the
 //! daemon's `/metrics`. Counters only ever grow.
@@ -59,6 +60,20 @@ pub fn record(op: &'static str, elapsed: Duration, ok: bool) {
     let secs = elapsed.as_secs_f64();
     let slot = LATENCY_BUCKETS.iter().position(|b| secs <= *b).unwrap_or(LATENCY_BUCKETS.len());
     s.buckets[slot].fetch_add(1, Ordering::Relaxed);
+}
+
+/// The counters of the process's FUSE worker pool (the mount manager's, once it exists).
+static POOL: RwLock<Option<Arc<fuser::PoolCounters>>> = RwLock::new(None);
+
+/// Reports `counters` as the process's pool (`MountManager::new`).
+pub(crate) fn set_pool(counters: Arc<fuser::PoolCounters>) {
+    *POOL.write() = Some(counters);
+}
+
+/// Workers serving a request now, and times a mount had its whole share of workers so that its
+/// next requests waited (zero before the pool exists).
+pub fn pool() -> (usize, u64) {
+    POOL.read().as_ref().map_or((0, 0), |c| (c.busy_workers(), c.share_waits()))
 }
 
 /// Counts a refusal of the path or symlink rules (`EngineError::refusal`); other errors are not refusals.

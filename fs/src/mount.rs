@@ -55,6 +55,9 @@ pub struct MountOptions {
     pub attr_ttl: Duration,
     /// FUSE worker threads, shared by every mount (one pool; see `fuser::SessionPool`).
     pub threads: usize,
+    /// Workers one mount may hold at once (`fuse.max_workers_per_mount`); its further requests
+    /// wait in the kernel until one of them is done.
+    pub max_workers_per_mount: usize,
     /// Let every user (containers' users included) use the mount.
     pub allow_other: bool,
     /// Open directory handles per mount (`limits.max_dir_handles_per_mount`).
@@ -68,6 +71,7 @@ impl Default for MountOptions {
         MountOptions {
             attr_ttl: Duration::from_secs(60),
             threads: 16,
+            max_workers_per_mount: 8,
             allow_other: true,
             max_dir_handles: scopefs::limits::LimitsConfig::default().max_dir_handles_per_mount,
             fast_paths: crate::adapter::FastPaths::default(),
@@ -194,8 +198,14 @@ impl MountManager {
         if let Err(err) = layout::ensure_fusectl(&table) {
             tracing::warn!(error = %err, "fuse control filesystem unavailable; a surviving bind cannot be aborted");
         }
-        let pool = SessionPool::new(opts.threads.max(1), WORKER_STACK, resident_request_bytes(&opts))
-            .map_err(MountError::MountRoot)?;
+        let pool = SessionPool::new(
+            opts.threads.max(1),
+            WORKER_STACK,
+            resident_request_bytes(&opts),
+            opts.max_workers_per_mount,
+        )
+        .map_err(MountError::MountRoot)?;
+        crate::metrics::set_pool(pool.counters());
         Ok(MountManager {
             pool,
             live_views,
@@ -207,6 +217,11 @@ impl MountManager {
             inherited: Mutex::new(inherited),
             scope_locks: ScopeLocks::default(),
         })
+    }
+
+    /// FUSE workers serving a request now (of `threads`).
+    pub fn busy_workers(&self) -> usize {
+        self.pool.counters().busy_workers()
     }
 
     pub fn mount_root(&self) -> &Path {

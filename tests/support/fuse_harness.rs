@@ -1,4 +1,5 @@
-//! Test harness for real FUSE mounts: a local-directory object store, a `Storage` and a `MountManager` in a temp dir.
+//! Test harness for real FUSE mounts: a local-directory object store (or one the test gives), a
+//! `Storage` and a `MountManager` in a temp dir.
 
 use std::ffi::CString;
 use std::io;
@@ -23,13 +24,19 @@ pub struct Harness {
 
 impl Harness {
     pub fn new(settings: StorageSettings, opts: MountOptions) -> Harness {
+        Harness::with_store(settings, opts, None)
+    }
+
+    /// Like `new`, on `store` when one is given (a `MemoryStore` whose faults the test drives).
+    pub fn with_store(settings: StorageSettings, opts: MountOptions, store: Option<Arc<dyn ObjectStore>>) -> Harness {
         assert!(
             Path::new("/dev/fuse").exists(),
             "/dev/fuse is missing: FUSE tests need the fuse kernel module (run as root on a FUSE-capable host)"
         );
         let dir = tempfile::tempdir().expect("tempdir");
         let rt = tokio::runtime::Runtime::new().expect("runtime");
-        let storage = open_storage(dir.path(), &settings, &rt);
+        let store = store.unwrap_or_else(|| local_store(dir.path()));
+        let storage = open_storage_on(store, dir.path(), &settings, &rt);
         let mounts = MountManager::new(&dir.path().join("mnt"), opts).expect("mount manager");
         Harness { mounts, storage, settings, rt, dir }
     }
@@ -61,8 +68,20 @@ impl Harness {
     }
 }
 
+fn local_store(root: &Path) -> Arc<dyn ObjectStore> {
+    Arc::new(LocalDirStore::new(root.join("store")).expect("local store"))
+}
+
 fn open_storage(root: &Path, settings: &StorageSettings, rt: &tokio::runtime::Runtime) -> Arc<Storage> {
-    let store: Arc<dyn ObjectStore> = Arc::new(LocalDirStore::new(root.join("store")).expect("local store"));
+    open_storage_on(local_store(root), root, settings, rt)
+}
+
+fn open_storage_on(
+    store: Arc<dyn ObjectStore>,
+    root: &Path,
+    settings: &StorageSettings,
+    rt: &tokio::runtime::Runtime,
+) -> Arc<Storage> {
     Storage::new(store, settings.clone(), &root.join("data"), rt.handle().clone()).expect("storage")
 }
 

@@ -57,7 +57,7 @@ pub use crate::open_flags::OpenFlags;
 pub use crate::passthrough::BackingId;
 pub use crate::poll_events::PollEvents;
 pub use crate::pool::PooledSession;
-pub use crate::pool::SessionPool;
+pub use crate::pool::{PoolCounters, SessionPool};
 pub use crate::rename_flags::RenameFlags;
 pub use crate::reply::ReplyAttr;
 pub use crate::reply::ReplyBmap;

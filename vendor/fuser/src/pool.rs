@@ -13,6 +13,12 @@
 //! killed; see `FuseReadBuf::resident`). Threads and buffers are sized by the pool, not by the
 //! sessions.
 //!
+//! One session holds at most `max_busy_per_session` workers: the worker that takes a session's
+//! request while that many of its requests are being served leaves the descriptor disarmed, and the
+//! worker that finishes one of them re-arms it. A mount whose requests block (a storm of `fsync`s
+//! waiting on uploads) then waits in the kernel's queue for its own share while the other workers
+//! serve the other mounts.
+//!
 //! A session ends when its connection does (`ENODEV` on read: unmounted or aborted), on
 //! `FUSE_DESTROY`, or on a request that cannot be parsed; its filesystem's `destroy` then runs and
 //! its [`PooledSession`] handle learns the result.
@@ -26,6 +32,7 @@ use std::os::fd::OwnedFd;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -46,6 +53,34 @@ use crate::session::SessionEventLoop;
 /// The epoll token of the pool's stop event (session tokens count up from 0).
 const STOP_TOKEN: u64 = u64::MAX;
 
+/// How many of a session's requests are being served, and whether its descriptor was left
+/// disarmed because that reached the pool's share.
+#[derive(Default)]
+struct Busy {
+    serving: usize,
+    parked: bool,
+}
+
+/// What a pool's workers are doing, readable while the pool runs (`SessionPool::counters`).
+#[derive(Debug, Default)]
+pub struct PoolCounters {
+    busy_workers: AtomicUsize,
+    share_waits: AtomicU64,
+}
+
+impl PoolCounters {
+    /// Workers serving a request now.
+    pub fn busy_workers(&self) -> usize {
+        self.busy_workers.load(Ordering::Relaxed)
+    }
+
+    /// Times a session had its whole share of workers, so that its next requests waited for one
+    /// of them (counts up).
+    pub fn share_waits(&self) -> u64 {
+        self.share_waits.load(Ordering::Relaxed)
+    }
+}
+
 /// Whether a worker already reported that its request buffer could not be locked.
 static UNLOCKED_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -56,6 +91,8 @@ trait Served: Send + Sync {
     fn serve(&self, data: &[u8]) -> Option<io::Result<()>>;
     /// Records how the session ended (reported once the last reference is gone).
     fn ended(&self, result: io::Result<()>);
+    /// The session's requests being served.
+    fn busy(&self) -> &Mutex<Busy>;
 }
 
 /// A registered session: its event loop state and where its end is reported.
@@ -63,6 +100,7 @@ struct Entry<FS: Filesystem> {
     event_loop: SessionEventLoop<FS>,
     result: Mutex<Option<io::Result<()>>>,
     done: Mutex<Option<mpsc::Sender<io::Result<()>>>>,
+    busy: Mutex<Busy>,
 }
 
 impl<FS: Filesystem> Served for Entry<FS> {
@@ -91,6 +129,10 @@ impl<FS: Filesystem> Served for Entry<FS> {
     fn ended(&self, result: io::Result<()>) {
         self.result.lock().get_or_insert(result);
     }
+
+    fn busy(&self) -> &Mutex<Busy> {
+        &self.busy
+    }
 }
 
 impl<FS: Filesystem> Drop for Entry<FS> {
@@ -109,6 +151,10 @@ impl<FS: Filesystem> Drop for Entry<FS> {
 struct PoolInner {
     /// Bytes of each worker's request buffer that are present before its first read.
     resident: usize,
+    /// Workers one session may hold at once.
+    max_busy_per_session: usize,
+    /// What the pool's workers are doing (shared with whoever reports it).
+    counters: Arc<PoolCounters>,
     epoll: OwnedFd,
     stop: OwnedFd,
     sessions: Mutex<HashMap<u64, Arc<dyn Served>>>,
@@ -186,11 +232,38 @@ impl PoolInner {
                 }
                 continue;
             }
-            self.rearm(token, fd);
+            self.take_share(&*entry, token, fd);
+            self.counters.busy_workers.fetch_add(1, Ordering::Relaxed);
             #[allow(clippy::cast_sign_loss)]
-            if let Some(result) = entry.serve(&data[..size as usize]) {
+            let ended = entry.serve(&data[..size as usize]);
+            self.counters.busy_workers.fetch_sub(1, Ordering::Relaxed);
+            self.give_share(&*entry, token, fd);
+            if let Some(result) = ended {
                 self.remove(token, result);
             }
+        }
+    }
+
+    /// Counts the request just read against its session's share: the descriptor is re-armed at
+    /// once (another worker may take the session's next request) unless the session now has its
+    /// whole share of workers, in which case it stays disarmed until one of them is done.
+    fn take_share(&self, entry: &dyn Served, token: u64, fd: RawFd) {
+        let mut busy = entry.busy().lock();
+        busy.serving += 1;
+        if busy.serving >= self.max_busy_per_session {
+            busy.parked = true;
+            self.counters.share_waits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.rearm(token, fd);
+        }
+    }
+
+    /// A request of the session was served: a descriptor left disarmed is re-armed.
+    fn give_share(&self, entry: &dyn Served, token: u64, fd: RawFd) {
+        let mut busy = entry.busy().lock();
+        busy.serving -= 1;
+        if std::mem::take(&mut busy.parked) {
+            self.rearm(token, fd);
         }
     }
 
@@ -225,9 +298,15 @@ impl SessionPool {
     /// Starts `workers` threads (at least one), each with `stack_size` bytes of stack and a
     /// request buffer whose first `resident_request_bytes` are present (and locked when the
     /// process may lock memory) before it reads a request: at least the largest request the
-    /// sessions negotiate (`max_write` and the headers of a write). Returns once every worker's
-    /// buffer is in place.
-    pub fn new(workers: usize, stack_size: usize, resident_request_bytes: usize) -> io::Result<SessionPool> {
+    /// sessions negotiate (`max_write` and the headers of a write). One session holds at most
+    /// `max_busy_per_session` workers at once (at least one). Returns once every worker's buffer
+    /// is in place.
+    pub fn new(
+        workers: usize,
+        stack_size: usize,
+        resident_request_bytes: usize,
+        max_busy_per_session: usize,
+    ) -> io::Result<SessionPool> {
         // SAFETY: plain syscalls creating descriptors we own at once.
         let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if epoll < 0 {
@@ -244,6 +323,8 @@ impl SessionPool {
         let stop = unsafe { OwnedFd::from_raw_fd(stop) };
         let inner = Arc::new(PoolInner {
             resident: resident_request_bytes,
+            max_busy_per_session: max_busy_per_session.max(1),
+            counters: Arc::default(),
             epoll,
             stop,
             sessions: Mutex::new(HashMap::new()),
@@ -287,6 +368,11 @@ impl SessionPool {
         self.inner.sessions.lock().len()
     }
 
+    /// What the workers are doing, readable for as long as the caller keeps it.
+    pub fn counters(&self) -> Arc<PoolCounters> {
+        self.inner.counters.clone()
+    }
+
     pub(crate) fn register<FS: Filesystem>(
         &self,
         event_loop: SessionEventLoop<FS>,
@@ -305,6 +391,7 @@ impl SessionPool {
             event_loop,
             result: Mutex::new(None),
             done: Mutex::new(Some(tx)),
+            busy: Mutex::new(Busy::default()),
         });
         let token = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let mut sessions = self.inner.sessions.lock();
