@@ -263,7 +263,7 @@ fn fuse_families(t: &mut Text) {
     t.family(
         "scopefs_fuse_mount_share_waits_total",
         "counter",
-        "Times a mount held fuse.max_workers_per_mount workers, so that its next requests waited for one of them.",
+        "Times a mount reached fuse.max_workers_per_mount busy workers (its further requests wait until one is done).",
     );
     t.sample("scopefs_fuse_mount_share_waits_total", &[], share_waits);
 }

@@ -70,8 +70,8 @@ pub(crate) fn set_pool(counters: Arc<fuser::PoolCounters>) {
     *POOL.write() = Some(counters);
 }
 
-/// Workers serving a request now, and times a mount had its whole share of workers so that its
-/// next requests waited (zero before the pool exists).
+/// Workers serving a request now, and times a mount reached its share of workers (zero before
+/// the pool exists).
 pub fn pool() -> (usize, u64) {
     POOL.read().as_ref().map_or((0, 0), |c| (c.busy_workers(), c.share_waits()))
 }

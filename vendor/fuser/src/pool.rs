@@ -74,8 +74,8 @@ impl PoolCounters {
         self.busy_workers.load(Ordering::Relaxed)
     }
 
-    /// Times a session had its whole share of workers, so that its next requests waited for one
-    /// of them (counts up).
+    /// Times a session reached its share of workers (its further requests then wait until one of
+    /// them is done; counts up).
     pub fn share_waits(&self) -> u64 {
         self.share_waits.load(Ordering::Relaxed)
     }
