@@ -9,10 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use serve_process::{free_port, mounts_under, write_config, ServeProcess, BIN};
+use serve_process::{client, free_port, mounts_under, write_config, ServeProcess, BIN};
 
 /// How long a SIGTERM'd daemon may take to exit.
 const SIGTERM_WAIT: Duration = Duration::from_secs(60);
@@ -20,10 +19,6 @@ const SIGTERM_WAIT: Duration = Duration::from_secs(60);
 /// Writes a config for a local-store daemon under `dir` and returns its path.
 fn local_config(dir: &Path, port: u16) -> PathBuf {
     write_config(dir, port, "fuse.attr_ttl_ms = 0\n\n[store]\nkind = \"local\"\n")
-}
-
-fn client() -> Client {
-    Client::builder().timeout(Duration::from_secs(60)).build().unwrap()
 }
 
 /// Sends a request and returns its status and JSON body (every answer of the API is JSON).

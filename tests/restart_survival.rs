@@ -15,35 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use reqwest::blocking::Client;
-use serde_json::{json, Value};
-use serve_process::{free_port, write_config, ServeProcess};
-
-fn client() -> Client {
-    Client::builder().timeout(Duration::from_secs(60)).build().unwrap()
-}
-
-/// Provisions a scope for `thread-1` and mounts it: its id and the mount route's answer.
-fn provision_and_mount(http: &Client, daemon: &ServeProcess, dir: &Path) -> (String, Value) {
-    let token = std::fs::read_to_string(dir.join("data/control/service-token")).unwrap().trim().to_owned();
-    let resp: Value = http
-        .post(format!("{}/internal/workspace-scopes/provision", daemon.base))
-        .bearer_auth(&token)
-        .json(&json!({"operation_id": "op-1", "primary_thread_id": "thread-1"}))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let scope = resp["scope_id"].as_str().expect("scope_id").to_owned();
-    let mount: Value = http
-        .get(format!("{}/internal/workspace-scopes/{scope}/mount", daemon.base))
-        .bearer_auth(&token)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    (scope, mount)
-}
+use serde_json::Value;
+use serve_process::{client, free_port, provision_and_mount, write_config, ServeProcess};
 
 /// The mount id (mountinfo's first field) of the mount at `path`.
 fn mount_id(path: &Path) -> Option<String> {

@@ -24,23 +24,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
-use serde_json::{json, Value};
-use serve_process::{free_port, write_config, ServeProcess};
+use serve_process::{client, free_port, provision_and_mount, service_token, write_config, ServeProcess};
 use sha2::{Digest, Sha256};
 
 const KILLS: usize = 50;
 const GRACEFUL: usize = 20;
 /// Files the writer closes after a restart before the next one (so each worker serves some work).
 const FILES_BETWEEN: usize = 4;
-
-fn client() -> Client {
-    Client::builder().timeout(Duration::from_secs(60)).build().unwrap()
-}
-
-/// The service token the daemon with data under `dir` generated.
-fn service_token(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("data/control/service-token")).unwrap().trim().to_owned()
-}
 
 /// A ready daemon on the local store in a fresh directory, with `thread-1`'s scope mounted.
 struct Served {
@@ -59,31 +49,13 @@ fn serve_with_a_mount() -> Served {
     let http = client();
     let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve.log", &[]);
     daemon.wait_ready(&http);
-    let mount = provision_and_mount(&http, &daemon, tmp.path());
+    let mount = bind_source(&http, &daemon, tmp.path());
     Served { tmp, config, port, http, daemon, mount }
 }
 
 /// Provisions and mounts a scope for `thread-1`: the path containers bind (the real mount).
-fn provision_and_mount(http: &Client, daemon: &ServeProcess, dir: &Path) -> PathBuf {
-    let token = service_token(dir);
-    let resp = http
-        .post(format!("{}/internal/workspace-scopes/provision", daemon.base))
-        .bearer_auth(&token)
-        .json(&json!({"operation_id": "op-1", "primary_thread_id": "thread-1"}))
-        .send()
-        .unwrap();
-    let status = resp.status();
-    let resp: Value = resp.json().unwrap();
-    let Some(scope) = resp["scope_id"].as_str().map(str::to_owned) else {
-        panic!("provision answered {status} {resp}; the daemon's warnings:\n{}", warnings_of(daemon))
-    };
-    let mount: Value = http
-        .get(format!("{}/internal/workspace-scopes/{scope}/mount", daemon.base))
-        .bearer_auth(&token)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+fn bind_source(http: &Client, daemon: &ServeProcess, dir: &Path) -> PathBuf {
+    let (_, mount) = provision_and_mount(http, daemon, dir);
     PathBuf::from(mount["bind_source"].as_str().expect("bind_source"))
 }
 
@@ -167,13 +139,6 @@ fn assert_buffers_resident(pid: u32) {
     assert!(locked_kib >= 16 * 1032, "worker {pid} has {locked_kib} KiB locked, not its 16 request buffers");
 }
 
-/// The last 60 warning and error lines of the daemon's log (what a failure needs to be explained).
-fn warnings_of(daemon: &ServeProcess) -> String {
-    let log = daemon.log_text();
-    let lines: Vec<&str> = log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
-    lines[lines.len().saturating_sub(60)..].join("\n")
-}
-
 fn errors_of(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
@@ -218,7 +183,7 @@ fn a_writer_sees_no_error_and_loses_nothing_through_worker_kills_and_graceful_re
             errs.is_empty(),
             "round {round} ({}): the writer saw errors:\n{errs}\nthe daemon's warnings:\n{}",
             if graceful { "SIGHUP" } else { "kill -9" },
-            warnings_of(&daemon)
+            daemon.warnings()
         );
     }
     std::fs::write(&stop, b"").unwrap();
@@ -237,7 +202,7 @@ fn a_writer_sees_no_error_and_loses_nothing_through_worker_kills_and_graceful_re
     assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
     let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve-2.log", &[]);
     daemon.wait_ready(&http);
-    let mount = provision_and_mount(&http, &daemon, tmp.path());
+    let mount = bind_source(&http, &daemon, tmp.path());
     check_all(&mount, &files);
     let mut out = std::io::stderr();
     writeln!(out, "worker_kills: all {} files intact after a clean restart", files.len()).unwrap();
@@ -393,7 +358,7 @@ fn kills_as_each_worker_starts_fail_no_write_of_eight_writers() {
     std::fs::write(&stop, b"").unwrap();
     assert!(writers.wait().unwrap().success());
     let errs = errors_of(&errors);
-    assert!(errs.is_empty(), "the writers saw errors:\n{errs}\nthe daemon's warnings:\n{}", warnings_of(&daemon));
+    assert!(errs.is_empty(), "the writers saw errors:\n{errs}\nthe daemon's warnings:\n{}", daemon.warnings());
     let files = manifest(&manifest_path);
     check_all(&mount, &files);
     eprintln!("kills at start: {ROUNDS} kill -9 in the workers' first 60 ms, {closed} files of 4 MiB closed, 0 errors");

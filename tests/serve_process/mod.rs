@@ -1,6 +1,7 @@
 //! The one `scopefs serve` child process of the integration tests: its config file layout, a clean
 //! environment, polling `/ready`, stopping (SIGTERM with a bounded wait, or SIGKILL), its log, and
-//! on drop killing it and detaching any FUSE mount it left behind.
+//! on drop killing it and detaching any FUSE mount it left behind; provisioning and mounting a
+//! scope through its internal API.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -9,8 +10,45 @@ use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
+use serde_json::{json, Value};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_scopefs");
+
+/// An HTTP client for a test daemon (60 s per request).
+pub fn client() -> Client {
+    Client::builder().timeout(Duration::from_secs(60)).build().unwrap()
+}
+
+/// The service token the daemon with data under `dir` generated.
+pub fn service_token(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("data/control/service-token")).unwrap().trim().to_owned()
+}
+
+/// Provisions a scope for `thread-1` in the daemon with data under `dir` and mounts it: its id and
+/// the mount route's answer. A provisioning that names no scope fails with its answer and the
+/// daemon's warnings.
+pub fn provision_and_mount(http: &Client, daemon: &ServeProcess, dir: &Path) -> (String, Value) {
+    let token = service_token(dir);
+    let resp = http
+        .post(format!("{}/internal/workspace-scopes/provision", daemon.base))
+        .bearer_auth(&token)
+        .json(&json!({"operation_id": "op-1", "primary_thread_id": "thread-1"}))
+        .send()
+        .unwrap();
+    let status = resp.status();
+    let resp: Value = resp.json().unwrap();
+    let Some(scope) = resp["scope_id"].as_str().map(str::to_owned) else {
+        panic!("provision answered {status} {resp}; the daemon's warnings:\n{}", daemon.warnings())
+    };
+    let mount: Value = http
+        .get(format!("{}/internal/workspace-scopes/{scope}/mount", daemon.base))
+        .bearer_auth(&token)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    (scope, mount)
+}
 
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -175,6 +213,13 @@ impl ServeProcess {
     /// The daemon's log so far (empty if unreadable).
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last 60 warning and error lines of the daemon's log (what a failure needs explained).
+    pub fn warnings(&self) -> String {
+        let log = self.log_text();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
     }
 
     /// The process that serves the mounts and the API: the supervisor's worker (waited for), or
