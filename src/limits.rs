@@ -339,6 +339,13 @@ impl PerScopeSlots {
         *n += 1;
         Some(ScopeSlot { held: self.held.clone(), scope: scope.to_string() })
     }
+
+    /// One more slot of `scope` even beyond `max`: for work that already runs (an environment
+    /// adopted after a restart), so that it counts against new work until it ends.
+    pub fn acquire_running(&self, scope: &str) -> ScopeSlot {
+        *self.held.lock().entry(scope.to_string()).or_insert(0) += 1;
+        ScopeSlot { held: self.held.clone(), scope: scope.to_string() }
+    }
 }
 
 impl Drop for ScopeSlot {

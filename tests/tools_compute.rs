@@ -11,116 +11,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use compute_support::{admin_call, provision, signed_call};
-use reqwest::blocking::Client;
+use compute_support::daemon::{
+    containers_of, daemon_with_executor, executor_section, remove_containers, running_containers_of, wait_long,
+    wait_until, write_config, Daemon, SERVICE_TOKEN,
+};
+use compute_support::{docker_image as image, uid};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use serve_process::{free_port, write_config as write_base_config, ServeProcess, BIN};
-
-const SERVICE_TOKEN: &str = "compute-test-service-token-0123456789";
-const HMAC_SECRET: &str = "compute-test-hmac-secret";
-
-fn image() -> String {
-    let image = std::env::var("SCOPEFS_TEST_DOCKER_IMAGE").unwrap_or_default();
-    assert!(!image.is_empty(), "SCOPEFS_TEST_DOCKER_IMAGE is not set: run scripts/test.sh (or scripts/docker.sh)");
-    let ok = Command::new("docker").args(["image", "inspect", &image]).output().expect("docker CLI missing");
-    assert!(ok.status.success(), "Docker engine not answering or image {image} missing (run scripts/docker.sh)");
-    image
-}
+use serve_process::{free_port, BIN};
 
 fn image_id(image: &str) -> String {
     let out = Command::new("docker").args(["image", "inspect", "--format", "{{.Id}}", image]).output().unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-fn uid() -> String {
-    uuid::Uuid::now_v7().simple().to_string()
-}
-
-/// A config for a local-store daemon; `executor` is the body of its `[executor]` section.
-const ADMIN_TOKEN: &str = "tools-compute-admin-token";
-
-/// New accounts get `pro` (free minutes); `metered` has none, so compute is paid from cash.
-const PRICING: &str = "[pricing]\ndefault_plan = \"pro\"\nsettle_interval_secs = 1\n\
-    [pricing.plans.pro]\ncompute_allowed = true\nmonthly_minutes = 120\nhard_max_runtime_seconds = 7200\n\
-    [pricing.plans.metered]\ncompute_allowed = true\nmonthly_minutes = 0\nhard_max_runtime_seconds = 7200\n";
-
-fn write_config(dir: &Path, port: u16, deployment: &str, executor: &str) -> PathBuf {
-    let rest = format!(
-        "deployment_id = {deployment:?}\nservice_token = {SERVICE_TOKEN:?}\nhmac_secret = {HMAC_SECRET:?}\n\
-         admin_token = {ADMIN_TOKEN:?}\n\n[store]\nkind = \"local\"\n\n[executor]\n{executor}\n{PRICING}",
-    );
-    write_base_config(dir, port, &rest)
-}
-
-/// A ready `scopefs serve` with its client (the process: [`ServeProcess`]).
-struct Daemon {
-    serve: ServeProcess,
-    client: Client,
-}
-
-impl Daemon {
-    fn start(dir: &Path, config: &Path, port: u16) -> Daemon {
-        Self::start_with_env(dir, config, port, &[])
-    }
-
-    fn start_with_env(dir: &Path, config: &Path, port: u16, env: &[(&str, &str)]) -> Daemon {
-        let serve = ServeProcess::start(dir, config, port, &format!("daemon-{}.log", uid()), env);
-        let mut d = Daemon { serve, client: Client::builder().timeout(Duration::from_secs(120)).build().unwrap() };
-        d.serve.wait_ready(&d.client);
-        d
-    }
-
-    fn provision(&self, thread: &str) -> String {
-        provision(&self.client, &self.serve.base, SERVICE_TOKEN, thread, None)
-    }
-
-    /// A signed `/tools/<tool>` call as `thread`.
-    fn tool(&self, thread: &str, tool: &str, params: Value) -> (StatusCode, Value) {
-        self.tool_as("user-1", thread, tool, params)
-    }
-
-    /// A signed `/tools/<tool>` call as `thread` of user `user`.
-    fn tool_as(&self, user: &str, thread: &str, tool: &str, params: Value) -> (StatusCode, Value) {
-        signed_call(&self.client, &self.serve.base, HMAC_SECRET, (user, thread), tool, params, None)
-    }
-
-    fn ok(&self, thread: &str, tool: &str, params: Value) -> Value {
-        let (s, v) = self.tool(thread, tool, params);
-        assert_eq!(s, StatusCode::OK, "{tool}: {v}\nlog:\n{}", self.serve.log_text());
-        v
-    }
-}
-
-/// Ids of the containers (running or not) labelled with `deployment`.
-fn containers_of(deployment: &str) -> Vec<String> {
-    let out = Command::new("docker")
-        .args(["ps", "-aq", "--no-trunc", "--filter", &format!("label=io.scopefs.deployment={deployment}")])
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
-}
-
-fn remove_containers(deployment: &str) {
-    for c in containers_of(deployment) {
-        let _ = Command::new("docker").args(["rm", "-f", &c]).output();
-    }
-}
-
-fn executor_section(image: &str) -> String {
-    format!("image = {image:?}\nmax_runtime_secs = 600\ncommand_timeout_secs = 30\n")
-}
-
-/// A daemon with the test executor on a fresh data directory: its directory (kept alive by the
-/// caller), the daemon and its deployment id.
-fn daemon_with_executor() -> (tempfile::TempDir, Daemon, String) {
-    let image = image();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let deployment = format!("ct-{}", &uid()[20..]);
-    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
-    let d = Daemon::start(dir.path(), &cfg, port);
-    (dir, d, deployment)
 }
 
 /// `scopefs_refused_total{kind="cross_scope",via="api"}` from the daemon's `/metrics`.
@@ -132,14 +34,6 @@ fn cross_scope_refusals(d: &Daemon) -> u64 {
         .find(|l| l.starts_with("scopefs_refused_total{kind=\"cross_scope\",via=\"api\"} "))
         .unwrap_or_else(|| panic!("no cross-scope sample in /metrics:\n{text}"));
     line.rsplit(' ').next().unwrap().parse().unwrap()
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[test]
@@ -399,24 +293,6 @@ fn a_container_killed_behind_the_daemons_back_is_recorded_as_ended() {
     remove_containers(&deployment);
 }
 
-impl Daemon {
-    fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        admin_call(&self.client, (&self.serve.base, ADMIN_TOKEN), method, path, body)
-    }
-
-    fn account(&self) -> Value {
-        self.admin(reqwest::Method::GET, "/admin/accounts/user-1", None)
-    }
-}
-
-fn wait_long(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 /// Acceptance f of the billing issue, first half: an environment used through signed tools is
 /// settled from the plan's free minutes: one minute, no cash, one ledger row with the compute key.
 #[test]
@@ -622,4 +498,99 @@ fn a_container_keeps_its_workspace_through_a_restart_and_a_killed_worker() {
     assert!(held["stdout"].as_str().unwrap_or("0").trim().parse::<usize>().unwrap_or(0) >= count(&log) / 2, "{held}");
     d.ok(&ta, "destroy_environment", json!({"environment_id": env_id}));
     remove_containers(&deployment);
+}
+
+/// How the worker serving the mounts is replaced while an environment runs.
+#[derive(Clone, Copy, Debug)]
+enum Restart {
+    /// SIGHUP to the supervisor: the worker hands over and a new one adopts the mounts.
+    Graceful,
+    /// `kill -9` of the worker: the supervisor starts a new one on the kept mounts.
+    KilledWorker,
+}
+
+/// Issue 22 acceptance d: an environment admitted for 60 s (a process writing into its workspace)
+/// is adopted by the next worker after `restart` and stopped by it at 60 s (±2 s) from its
+/// creation, billed 60 s (one of the plan's free minutes), its container gone.
+fn an_environment_keeps_its_admitted_runtime_through(restart: Restart) {
+    let (_dir, d, deployment) = daemon_with_executor();
+    let mut d = d;
+    let t = format!("thread-rt-{}", uid());
+    d.provision(&t);
+    let created = d.ok(&t, "create_environment", json!({"max_runtime_seconds": 60}));
+    let admitted = Instant::now();
+    assert_eq!(created["effective_max_runtime_seconds"], 60, "{created}");
+    let env = created["environment_id"].as_str().unwrap().to_string();
+    let looped = "while :; do date >> /workspace/alive; sleep 1; done";
+    d.ok(&t, "start_process", json!({"environment_id": env, "command": looped}));
+    let worker = d.serve.worker(None);
+    let (pid, signal) = match restart {
+        Restart::Graceful => (d.serve.supervisor_pid(), libc::SIGHUP),
+        Restart::KilledWorker => (worker, libc::SIGKILL),
+    };
+    // SAFETY: kill(2) on the supervisor this test started, or on its worker.
+    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+    d.serve.worker(Some(worker));
+    d.serve.wait_ready(&d.client);
+    let status = |d: &Daemon| d.ok(&t, "get_environment_status", json!({"environment_id": env}));
+    assert_eq!(status(&d)["state"], "running", "{restart:?}: the environment was not adopted");
+    wait_long("the stop at the admitted runtime", Duration::from_secs(90), || status(&d)["state"] == "ended");
+    let stopped_after = admitted.elapsed();
+    assert!(
+        (Duration::from_secs(58)..=Duration::from_secs(62)).contains(&stopped_after),
+        "{restart:?}: stopped {stopped_after:?} after admission, not at 60 s"
+    );
+    let ended = status(&d);
+    assert_eq!(
+        (ended["end_reason"].as_str(), ended["runtime_seconds"].as_u64()),
+        (Some("max_runtime"), Some(60)),
+        "{ended}"
+    );
+    assert_eq!(containers_of(&deployment), Vec::<String>::new(), "{restart:?}: its container is left");
+    wait_until("settlement of the minute", || d.account()["compute_minutes_remaining"] == 119);
+    remove_containers(&deployment);
+}
+
+#[test]
+fn an_environment_admitted_for_a_minute_ends_at_a_minute_through_a_graceful_restart() {
+    an_environment_keeps_its_admitted_runtime_through(Restart::Graceful);
+}
+
+#[test]
+fn an_environment_admitted_for_a_minute_ends_at_a_minute_through_a_killed_worker() {
+    an_environment_keeps_its_admitted_runtime_through(Restart::KilledWorker);
+}
+
+/// Issue 22 acceptance d (review N4): `SIGTERM` outside systemd stops the daemon and unmounts its
+/// scopes; their environments end first (`daemon_stopped`, billed the time they ran), so no
+/// container of the daemon is left running on a dead mount.
+#[test]
+fn a_stop_leaves_no_container_running_on_a_dead_mount() {
+    let image = image();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let deployment = format!("ct-{}", &uid()[20..]);
+    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
+    let mut d = Daemon::start(dir.path(), &cfg, port);
+    let t = format!("thread-stop-{}", uid());
+    d.provision(&t);
+    let env = d.ok(&t, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
+    d.ok(
+        &t,
+        "start_process",
+        json!({"environment_id": env, "command": "while :; do date >> /workspace/alive; sleep 1; done"}),
+    );
+    assert_eq!(running_containers_of(&deployment).len(), 1);
+    let exit = d.serve.terminate(Duration::from_secs(60));
+    assert!(exit.success(), "{exit}: {}", d.serve.log_text());
+    assert_eq!(running_containers_of(&deployment), Vec::<String>::new(), "a container runs on a dead mount");
+    assert_eq!(containers_of(&deployment), Vec::<String>::new(), "a stopped container is left");
+    let d = Daemon::start(dir.path(), &cfg, port);
+    let ended = d.ok(&t, "get_environment_status", json!({"environment_id": env}));
+    assert_eq!(
+        (ended["state"].as_str(), ended["end_reason"].as_str()),
+        (Some("ended"), Some("daemon_stopped")),
+        "{ended}"
+    );
+    assert!(ended["runtime_seconds"].as_u64().is_some_and(|s| (1..60).contains(&s)), "{ended}");
 }

@@ -4,6 +4,8 @@
 
 use std::process::Command;
 
+pub mod daemon;
+
 /// The sandbox image the tests run (`SCOPEFS_TEST_DOCKER_IMAGE`, set by scripts/docker.sh); a
 /// missing variable, engine or image fails the test with the step that provides it.
 pub fn docker_image() -> String {

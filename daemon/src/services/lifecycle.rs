@@ -12,7 +12,8 @@
 //! drafts, runs and owners with 503 while held), renews it between phases and
 //! releases it after; if an operator holds it, the pass is skipped and counted.
 //! Every pass also compares the local scope directories with the registry
-//! (orphan directories, missing local metadata) for `/metrics`; nothing is deleted.
+//! (orphan directories, missing local metadata) for `/metrics`; nothing is deleted. And every
+//! pass, without the lease, stops the environments past their admitted runtime.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -79,6 +80,8 @@ pub struct MaintenanceReport {
     pub orphan_directories: usize,
     /// Draft, active or deleting scopes whose local metadata directory is missing.
     pub metadata_mismatches: usize,
+    /// Live environments past their admitted runtime, stopped by the pass.
+    pub environments_overdue: usize,
     /// The `maintenance` lease was held by someone else: no registry work was done.
     pub skipped: bool,
 }
@@ -230,6 +233,11 @@ impl Scopes {
     pub fn maintenance_pass(&self) -> Result<MaintenanceReport, ServiceError> {
         let mut report = MaintenanceReport::default();
         self.scan_local(&mut report)?;
+        // This host's containers: no lease needed, and an environment past its runtime never waits.
+        match self.compute.end_overdue_environments() {
+            Ok(n) => report.environments_overdue = n,
+            Err(e) => tracing::error!(error = %e, "maintenance: ending overdue environments failed"),
+        }
         if !self.maintenance_due()? {
             return Ok(report);
         }

@@ -256,10 +256,15 @@ impl Scopes {
         Ok(report)
     }
 
-    /// Shutdown: waits (bounded by `timeout` overall) for every scope's uploads — what remains stays
+    /// Shutdown: ends (and bills) every live environment, so no container is left on a dead mount;
+    /// waits (bounded by `timeout` overall) for every scope's uploads — what remains stays
     /// journaled and is uploaded after the next start — then unmounts every scope.
     pub fn shutdown(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
+        let ended = self.compute.end_all_environments();
+        if ended > 0 {
+            tracing::info!(environments = ended, "environments ended by the stop");
+        }
         for engine in &self.open.engines() {
             let left = deadline.saturating_duration_since(Instant::now());
             if !engine.wait_uploads(left) {

@@ -23,6 +23,8 @@ use super::open_scopes::OpenScopes;
 use super::{ComputeService, LifecycleSettings, Scopes, ServiceError, Services, WorkspaceFiles};
 use crate::executor::fake::FakeExecutor;
 
+mod runtime_limits;
+
 /// Everything a service test needs; `tmp` holds the data directory, the fake mounts and the
 /// legacy workspace.
 struct Harness {
@@ -243,24 +245,6 @@ fn startup_reconciliation_ends_live_environments_and_removes_every_container() {
     let mut left = fake.container_ids();
     left.sort();
     assert_eq!(left, vec![other_deployment], "known {known} and rogue {rogue} must be gone");
-}
-
-/// Issue 9: an environment whose scope's mount outlived the daemon is adopted at startup (live,
-/// its container kept); another scope's environment still ends.
-#[test]
-fn startup_reconciliation_adopts_environments_of_resumed_mounts() {
-    let h = harness(LimitsConfig::default());
-    let (svc, fake) = (&h.services.compute, &h.executor);
-    let (kept_scope, kept_env) = scope_with_env(svc, fake, "t-kept");
-    let (_, ended_env) = scope_with_env(svc, fake, "t-ended");
-    let resumed = std::collections::HashSet::from([kept_scope.clone()]);
-    let report = svc.reconcile_compute_at_startup(&resumed).unwrap();
-    assert_eq!((report.environments_ended, report.containers_kept, report.containers_removed), (1, 1, 1));
-    let kept = svc.registry().environment(&kept_scope, &kept_env).unwrap().unwrap();
-    assert!(kept.state.is_live(), "{:?}", kept.state);
-    assert_eq!(fake.container_ids(), vec![kept.container_id.clone().unwrap()]);
-    let ended = svc.registry().environment_unscoped(&ended_env).unwrap().unwrap();
-    assert_eq!(ended.end_reason.as_deref(), Some("daemon_restart"));
 }
 
 /// A draft scope of thread `t` with one running environment (registry rows and a fake

@@ -129,51 +129,8 @@ impl ComputeService {
             return Err(ComputeError::NotRunning);
         };
         tracing::info!(scope_id = %scope, environment_id = %running.environment_id, effective_max_runtime_seconds = effective, "environment started");
-        self.arm_environment(&running, &container, watch);
+        self.arm_environment(&running, &container, Duration::from_secs(effective), watch);
         Ok(running)
-    }
-
-    /// The max-runtime timer and (with `watch`) the death watcher of a running environment.
-    fn arm_environment(self: &Arc<Self>, env: &EnvironmentRecord, container: &str, watch: bool) {
-        let Some(compute) = self.compute.as_ref() else { return };
-        let svc = self.clone();
-        let env_id = env.environment_id.clone();
-        let runtime = Duration::from_secs(env.effective_max_runtime_seconds);
-        self.rt.spawn(async move {
-            tokio::time::sleep(runtime).await;
-            let _ = tokio::task::spawn_blocking(move || {
-                if let Err(e) = svc.stop_environment(&env_id, reason::MAX_RUNTIME, true) {
-                    tracing::error!(environment_id = %env_id, error = %e, "stopping an environment at its max runtime failed");
-                }
-            })
-            .await;
-        });
-        if !watch {
-            return;
-        }
-        let svc = self.clone();
-        let env_id = env.environment_id.clone();
-        let watched = compute.executor.watch(
-            container,
-            Box::new(move || {
-                let Some(compute) = svc.compute.as_ref() else { return };
-                if compute.stopping.lock().contains(&env_id) {
-                    return;
-                }
-                match svc.registry.end_environment(&env_id, false, reason::EXITED) {
-                    Ok((_, true)) => {
-                        tracing::warn!(environment_id = %env_id, "environment's container stopped by itself")
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::error!(environment_id = %env_id, error = %e, "recording a stopped container failed")
-                    }
-                }
-            }),
-        );
-        if let Err(e) = watched {
-            tracing::warn!(environment_id = %env.environment_id, error = %e, "cannot watch the environment's container");
-        }
     }
 
     /// Removes an environment's container and records its end once. With `record_anyway`, the end
@@ -397,16 +354,19 @@ impl ComputeService {
     /// reason `daemon_restart` (see the module docs of `executor`), then leftover containers are
     /// removed if the engine answers (else before the first compute request). Environments of the
     /// scopes in `resumed` (whose mount outlived the previous daemon process, issue 9) are adopted
-    /// instead: they stay live, and their containers are kept as known ones.
+    /// instead: they stay live under their limits (`adopt_environment`), and their containers are
+    /// kept as known ones.
     pub fn reconcile_compute_at_startup(
-        &self,
+        self: &Arc<Self>,
         resumed: &std::collections::HashSet<ScopeId>,
     ) -> Result<ReconcileReport, ComputeError> {
         let Some(compute) = self.compute.as_ref() else { return Ok(ReconcileReport::default()) };
         let mut report = ReconcileReport::default();
         for env in self.registry.live_environments()? {
-            if resumed.contains(&env.scope_id) {
-                tracing::info!(scope_id = %env.scope_id, environment_id = %env.environment_id, "environment adopted: its workspace mount was kept");
+            if resumed.contains(&env.scope_id) && env.state == EnvironmentState::Running {
+                if self.adopt_environment(compute, &env)? {
+                    report.environments_ended += 1;
+                }
                 continue;
             }
             let (_, ended) = self.registry.end_environment(&env.environment_id, false, reason::DAEMON_RESTART)?;

@@ -8,17 +8,20 @@
 //! checks that the engine answers — otherwise `ComputeError::Unavailable` (HTTP 503) and nothing
 //! runs anywhere, in particular never on the host.
 //!
-//! Restart choice (issue 4 item 5): a container bind-mounts the scope's **leaf** mountpoint, and
-//! after the daemon restarts that bind mount answers `ENOTCONN` for good. So at startup, before
-//! scopes are remounted, every environment the registry still records as live is ended with reason
-//! `daemon_restart` (runtime recorded up to that moment) and every container carrying the
-//! deployment's label is removed; nothing survives a restart, and nothing runs unknown to the
-//! registry. If the engine cannot be reached at startup (optional mode), the containers are removed
-//! as soon as it answers again, before any compute request is served.
+//! Restarts (issues 4, 9, 22): a container bind-mounts the scope's **leaf** mountpoint. A mount
+//! kept across a restart or a killed worker keeps its containers working: their environments are
+//! adopted, under the runtime they were admitted for (`runtime_limits`). An environment whose
+//! mount did not survive is ended at startup with reason `daemon_restart` (runtime recorded up to
+//! that moment) and every container carrying the deployment's label that the registry does not run
+//! is removed; nothing runs unknown to the registry. A stop that unmounts the scopes ends their
+//! environments first (`daemon_stopped`). If the engine cannot be reached at startup (optional
+//! mode), the containers are removed as soon as it answers again, before any compute request is
+//! served.
 
 mod environments;
 mod outputs;
 mod processes;
+mod runtime_limits;
 pub mod shared;
 
 pub use outputs::{content_type, output_path, workspace_path, WORKSPACE};
@@ -305,6 +308,8 @@ pub mod reason {
     pub const EXITED: &str = "container_exited";
     pub const CREATE_FAILED: &str = "create_failed";
     pub const DAEMON_RESTART: &str = "daemon_restart";
+    /// The daemon stopped and unmounted the environment's scope.
+    pub const DAEMON_STOPPED: &str = "daemon_stopped";
     pub const SCOPE_DELETED: &str = "scope_deleted";
 }
 

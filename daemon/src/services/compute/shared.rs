@@ -164,7 +164,9 @@ struct Warm {
 }
 
 struct Lease {
-    key: PoolKey,
+    user_id: String,
+    /// `None`: adopted after a restart (its mounts are not known for certain), never reused.
+    key: Option<PoolKey>,
     container: String,
     _slot: ScopeSlot,
 }
@@ -214,12 +216,23 @@ impl SharedPool {
     }
 
     fn lease(&self, env_id: &str, key: PoolKey, container: &str, slot: ScopeSlot) {
-        let lease = Lease { key, container: container.to_string(), _slot: slot };
+        let lease =
+            Lease { user_id: key.user_id.clone(), key: Some(key), container: container.to_string(), _slot: slot };
         self.state.lock().leased.insert(env_id.to_string(), lease);
     }
 
-    /// Ends `env_id`'s lease (its user slot is freed); its key and container if it had one.
-    fn release(&self, env_id: &str) -> Option<(PoolKey, String)> {
+    /// A running shared environment of `user_id` adopted after a restart: its lease and user slot
+    /// come back (counted even beyond `per_user`, so new shared work waits for it), and its
+    /// container is removed, not reused, when it ends.
+    pub(super) fn adopt(&self, env_id: &str, user_id: &str, container: &str) {
+        let slot = self.users.acquire_running(user_id);
+        let lease = Lease { user_id: user_id.to_string(), key: None, container: container.to_string(), _slot: slot };
+        self.state.lock().leased.insert(env_id.to_string(), lease);
+    }
+
+    /// Ends `env_id`'s lease (its user slot is freed); its key (if reusable) and container if it
+    /// had one.
+    fn release(&self, env_id: &str) -> Option<(Option<PoolKey>, String)> {
         self.state.lock().leased.remove(env_id).map(|l| (l.key, l.container.clone()))
     }
 
@@ -272,7 +285,7 @@ impl SharedPool {
     pub fn counts(&self, user: &str) -> (usize, usize) {
         let st = self.state.lock();
         let warm = st.idle.iter().filter(|w| w.key.user_id == user).count();
-        (warm, st.leased.values().filter(|l| l.key.user_id == user).count())
+        (warm, st.leased.values().filter(|l| l.user_id == user).count())
     }
 }
 
@@ -368,7 +381,7 @@ impl ComputeService {
     }
 
     /// A pooled container stopped: the environment holding it (if any) has ended.
-    fn shared_container_stopped(&self, container: &str) {
+    pub(super) fn shared_container_stopped(&self, container: &str) {
         let Some(compute) = self.compute.as_ref() else { return };
         let Some(env_id) = compute.shared.stopped(container) else { return };
         if compute.stopping.lock().contains(&env_id) {
@@ -389,7 +402,8 @@ impl ComputeService {
         why: &str,
     ) -> Result<(), ExecutorError> {
         let Some((key, c)) = compute.shared.release(env_id) else { return compute.executor.remove(container) };
-        if why != reason::DESTROYED || !Self::run_quiet(compute, &c, CLEANUP) {
+        let Some(key) = key.filter(|_| why == reason::DESTROYED) else { return compute.executor.remove(&c) };
+        if !Self::run_quiet(compute, &c, CLEANUP) {
             return compute.executor.remove(&c);
         }
         for old in compute.shared.park(key, c, Instant::now()) {
@@ -543,7 +557,7 @@ mod tests {
         assert!(matches!(pool.reserve("u1"), Err(ComputeError::TooMany(_))), "a third shared lease is refused");
         assert!(pool.reserve("u2").is_ok(), "another user has its own slots");
         let (key, c) = pool.release("e1").unwrap();
-        assert!(pool.park(key, c, t0).is_empty());
+        assert!(pool.park(key.expect("a lease made by create is reusable"), c, t0).is_empty());
         assert!(pool.holds("c1"));
         assert_eq!(pool.take_idle(&k("u2", "s1")), None, "another user never gets it");
         assert_eq!(pool.take_idle(&k("u1", "s2")), None, "nor another scope");
