@@ -28,6 +28,13 @@ pub struct LimitsConfig {
     pub max_path_bytes: u32,
     /// Entries a recursive listing, recursive delete or zip download may visit.
     pub max_walk_entries: u64,
+    /// Bytes of entries (paths plus `engine::listing::ENTRY_OVERHEAD_BYTES` each) one listing
+    /// may build; the queue of a grep/glob walk too.
+    pub max_listing_bytes: u64,
+    /// Bytes of listings one scope may hold at once.
+    pub listing_memory_per_scope_bytes: u64,
+    /// Bytes of listings the daemon holds at once.
+    pub listing_memory_max_bytes: u64,
     /// Extended attributes (`user.*`) one inode may carry; one more is refused with `ENOSPC`.
     pub max_xattrs_per_inode: u64,
     /// Bytes (names plus values) of one inode's extended attributes; more is refused with `ENOSPC`.
@@ -117,6 +124,9 @@ impl Default for LimitsConfig {
             max_path_depth: 512,
             max_path_bytes: 16 * 1024,
             max_walk_entries: 200_000,
+            max_listing_bytes: 64 * 1024 * 1024,
+            listing_memory_per_scope_bytes: 128 * 1024 * 1024,
+            listing_memory_max_bytes: 256 * 1024 * 1024,
             max_xattrs_per_inode: 128,
             max_xattr_bytes_per_inode: 256 * 1024,
             max_links_per_file: 65_000,
@@ -155,11 +165,14 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 34] = [
+        let checks: [(&'static str, u64); 37] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.max_path_depth", u64::from(self.max_path_depth)),
             ("limits.max_path_bytes", u64::from(self.max_path_bytes)),
             ("limits.max_walk_entries", self.max_walk_entries),
+            ("limits.max_listing_bytes", self.max_listing_bytes),
+            ("limits.listing_memory_per_scope_bytes", self.listing_memory_per_scope_bytes),
+            ("limits.listing_memory_max_bytes", self.listing_memory_max_bytes),
             ("limits.max_xattrs_per_inode", self.max_xattrs_per_inode),
             ("limits.max_xattr_bytes_per_inode", self.max_xattr_bytes_per_inode),
             ("limits.max_links_per_file", u64::from(self.max_links_per_file)),
@@ -230,11 +243,13 @@ pub enum Bound {
     InodeXattrs,
     HardLinks,
     SharedPerUser,
+    ListingBytes,
+    ListingMemory,
 }
 
 impl Bound {
     /// Every bound, in metric order.
-    pub const ALL: [Bound; 29] = [
+    pub const ALL: [Bound; 31] = [
         Bound::StagingGlobal,
         Bound::StagingPerScope,
         Bound::PathDepth,
@@ -264,6 +279,8 @@ impl Bound {
         Bound::InodeXattrs,
         Bound::HardLinks,
         Bound::SharedPerUser,
+        Bound::ListingBytes,
+        Bound::ListingMemory,
     ];
 
     /// The metric label of this bound.
@@ -298,6 +315,8 @@ impl Bound {
             Bound::InodeXattrs => "inode_xattrs",
             Bound::HardLinks => "hard_links",
             Bound::SharedPerUser => "shared_environments_per_user",
+            Bound::ListingBytes => "listing_bytes",
+            Bound::ListingMemory => "listing_memory",
         }
     }
 

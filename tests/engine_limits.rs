@@ -381,3 +381,73 @@ fn api_paths_name_exactly_the_listed_entry() {
     assert!(matches!(e.remove_path(&kelvin, false), Err(EngineError::NotFound)));
     assert_eq!(read_file(&e, "Key.txt").unwrap(), b"ascii");
 }
+
+/// Creates `n` empty files under a chain of `depth` directories with 200-byte names; the chain's path.
+fn files_under_long_prefix(e: &ScopeEngine, depth: usize, n: usize) -> String {
+    let prefix = (0..depth).map(|i| format!("{i}{}", "d".repeat(199))).collect::<Vec<_>>().join("/");
+    let dir = e.make_dirs(&prefix, OWNER).unwrap();
+    let flags = OpenFlags { write: true, truncate: false, exclusive: true };
+    for i in 0..n {
+        let (attr, opened) = e.create(dir, format!("{i:06}").as_bytes(), 0o644, flags, OWNER).unwrap();
+        e.release(attr.ino, opened.fh).unwrap();
+    }
+    prefix
+}
+
+/// Review N2: a listing is bounded by the bytes it builds, not only its entry count: 400 files
+/// under a 1.6 KB prefix (well within max_walk_entries and max_path_bytes) build ~700 KB of
+/// paths, so with max_listing_bytes = 256 KiB both a recursive listing and a listing of that
+/// directory alone are refused (ListingTooLarge, counted under listing_bytes) and hold nothing
+/// after; a small directory is still listed.
+#[test]
+fn a_listing_is_bounded_by_the_bytes_it_builds() {
+    let mut settings = Harness::small_blocks().settings;
+    settings.max_listing_bytes = 256 * 1024;
+    let h = Harness::new(settings);
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    let prefix = files_under_long_prefix(&e, 8, 400);
+    e.make_dirs("small", OWNER).unwrap();
+    let before = scopefs::limits::refusals().into_iter().find(|(l, _)| *l == "listing_bytes").unwrap().1;
+    assert!(matches!(e.list_path("", true), Err(EngineError::ListingTooLarge)));
+    assert!(matches!(e.list_path(&prefix, false), Err(EngineError::ListingTooLarge)));
+    let after = scopefs::limits::refusals().into_iter().find(|(l, _)| *l == "listing_bytes").unwrap().1;
+    assert!(after >= before + 2, "refusals counted: {before} -> {after}");
+    assert_eq!(storage.listing_bytes_held(), 0, "a refused listing holds nothing");
+    assert_eq!(e.list_path("", false).unwrap().len(), 2);
+}
+
+/// Listings held at once share their scope's share and the daemon's budget: a scope holding its
+/// share (two listings) gets `Busy` for one more while another scope still lists; when the daemon's budget is
+/// held every scope gets `Busy`; dropping a listing gives its bytes back.
+#[test]
+fn listings_held_at_once_share_the_scopes_and_the_daemons_listing_memory() {
+    let one = {
+        let h = Harness::new(Harness::small_blocks().settings);
+        let storage = h.storage();
+        let e = new_scope(&storage);
+        let prefix = files_under_long_prefix(&e, 2, 50);
+        let held = e.list_path(&prefix, false).unwrap();
+        assert_eq!(held.len(), 50);
+        storage.listing_bytes_held()
+    };
+    assert!(one > 50 * 400, "each entry is charged its path: {one}");
+    let mut settings = Harness::small_blocks().settings;
+    // Room for a listing's transient bytes (the directory read, ~a fifth of it) at its peak.
+    (settings.max_listing_bytes, settings.listing_memory_per_scope_bytes) = (2 * one, 2 * one + one / 2);
+    settings.listing_memory_max_bytes = 3 * one + one / 2;
+    let h = Harness::new(settings);
+    let storage = h.storage();
+    let (a, b) = (new_scope(&storage), new_scope(&storage));
+    let (pa, pb) = (files_under_long_prefix(&a, 2, 50), files_under_long_prefix(&b, 2, 50));
+    let a1 = a.list_path(&pa, false).unwrap();
+    let a2 = a.list_path(&pa, false).unwrap();
+    assert!(matches!(a.list_path(&pa, false), Err(EngineError::ScopeBusy(_))), "a's share is held");
+    let b1 = b.list_path(&pb, false).unwrap();
+    assert_eq!(storage.listing_bytes_held(), 3 * one);
+    assert!(matches!(b.list_path(&pb, false), Err(EngineError::Busy(_))), "the daemon's budget is held");
+    drop(a1);
+    assert_eq!(b.list_path(&pb, false).unwrap().len(), 50, "given back when dropped");
+    drop((a2, b1));
+    assert_eq!(storage.listing_bytes_held(), 0);
+}

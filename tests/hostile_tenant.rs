@@ -230,6 +230,7 @@ fn bystander_scope_is_unaffected_while_scope_a_is_fuzzed_and_attacked() {
                 attacks::h3_many_dir_handles(&mnt_a),
                 attacks::m2_m3_deep_chain(&h, thread_a, &mnt_a),
                 attacks::n3_zip_of_colliding_names(&h, thread_a, &mnt_a),
+                attacks::n2_listing_bomb(&h, thread_a, &mnt_a),
             ];
             (verdicts, fuzz.join().unwrap())
         })

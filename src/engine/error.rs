@@ -22,6 +22,15 @@ pub enum EngineError {
     /// A recursive listing or delete would visit more than `limits.max_walk_entries` entries.
     #[error("too many entries below this directory for one request")]
     TooManyEntries,
+    /// A listing would build more than `limits.max_listing_bytes` of entries.
+    #[error("the listing of this directory is larger than one request may build (limits.max_listing_bytes)")]
+    ListingTooLarge,
+    /// A daemon-wide budget (listing memory) is in use by other requests: try again later.
+    #[error("busy: {0}")]
+    Busy(&'static str),
+    /// The scope's own share of a budget is in use by its other requests: try again later.
+    #[error("busy: {0}")]
+    ScopeBusy(&'static str),
     #[error("invalid name: {0}")]
     InvalidName(&'static str),
     #[error("invalid argument: {0}")]
@@ -111,6 +120,9 @@ impl EngineError {
             | EngineError::IsDir
             | EngineError::NotEmpty
             | EngineError::TooManyEntries
+            | EngineError::ListingTooLarge
+            | EngineError::Busy(_)
+            | EngineError::ScopeBusy(_)
             | EngineError::Invalid(_)
             | EngineError::Changed
             | EngineError::ReadOnly

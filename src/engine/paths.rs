@@ -5,6 +5,7 @@ use std::io::Read;
 use std::sync::Arc;
 
 use super::error::{EngineError, EngineResult};
+use super::listing::Listing;
 use super::scope::ScopeEngine;
 use super::types::*;
 use crate::limits::{refuse, Bound};
@@ -111,15 +112,21 @@ impl ScopeEngine {
 
     /// Lists a directory (recursively if asked), paths relative to the scope root, sorted; symlinks are
     /// listed, never followed. The walk uses an explicit stack and stops with `TooManyEntries` past
-    /// `max_walk_entries` entries, or `PathTooLong` at a path longer than `max_path_bytes`.
-    pub fn list_path(&self, path: &str, recursive: bool) -> EngineResult<Vec<PathEntry>> {
+    /// `max_walk_entries` entries, `PathTooLong` at a path longer than `max_path_bytes`, and
+    /// `ListingTooLarge`, `ScopeBusy` or `Busy` when the bytes it builds (each entry's path and overhead, the
+    /// stack's copies, a directory's entries while it is read) pass a bound of `listing.rs`: each
+    /// entry is charged before it is built. The listing holds its charge until it is dropped.
+    pub fn list_path(&self, path: &str, recursive: bool) -> EngineResult<Listing> {
+        use super::listing::ENTRY_OVERHEAD_BYTES;
         let dir = self.resolve_path(path)?;
         if dir.kind != FileKind::Dir {
             return Err(EngineError::NotDir);
         }
         let s = &self.storage.settings;
         let (max_entries, max_bytes) = (s.max_walk_entries, s.max_path_bytes as usize);
+        let mut charge = self.storage.listing_memory.charge(self.scope_id.as_str());
         let base = components(path)?.join("/");
+        charge.add(base.len() as u64)?;
         let mut out = Vec::new();
         let mut stack = vec![(dir.ino, base)];
         while let Some((ino, prefix)) = stack.pop() {
@@ -128,21 +135,27 @@ impl ScopeEngine {
                 refuse(Bound::WalkEntries);
                 return Err(EngineError::TooManyEntries);
             }
+            let read: u64 = entries.iter().map(|e| e.name.len() as u64 + ENTRY_OVERHEAD_BYTES).sum();
+            charge.add(read)?;
             for e in entries {
                 let name = String::from_utf8_lossy(&e.name);
-                if prefix.len() + 1 + name.len() > max_bytes {
+                let len = if prefix.is_empty() { name.len() } else { prefix.len() + 1 + name.len() };
+                if len > max_bytes {
                     refuse(Bound::PathBytes);
                     return Err(EngineError::PathTooLong);
                 }
+                let descend = recursive && e.attr.kind == FileKind::Dir;
+                charge.add(len as u64 * (1 + u64::from(descend)) + ENTRY_OVERHEAD_BYTES)?;
                 let p = if prefix.is_empty() { name.into_owned() } else { format!("{prefix}/{name}") };
-                if recursive && e.attr.kind == FileKind::Dir {
+                if descend {
                     stack.push((e.attr.ino, p.clone()));
                 }
                 out.push(PathEntry { path: p, attr: e.attr });
             }
+            charge.sub(read + prefix.len() as u64);
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(out)
+        Ok(Listing::new(out, charge))
     }
 
     /// Reads up to `len` bytes of a regular file from `offset`.

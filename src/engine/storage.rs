@@ -42,6 +42,8 @@ pub struct Storage {
     census: Mutex<HashMap<String, StagingCensus>>,
     /// Metadata databases open at once (`limits.max_open_scope_databases`).
     pub(crate) meta_budget: Arc<super::lazy_meta::MetaBudget>,
+    /// Bytes of listings held at once, daemon-wide and per scope (`listing.rs`).
+    pub(crate) listing_memory: Arc<super::listing::ListingMemory>,
 }
 
 /// Largest block of a local object directory that a read fetches again (and verifies) rather
@@ -98,6 +100,11 @@ impl Storage {
         let meta_budget =
             super::lazy_meta::MetaBudget::new(settings.max_open_scope_databases, settings.metadata_cache_max_bytes);
         meta_budget.start_flusher()?;
+        let listing_memory = Arc::new(super::listing::ListingMemory::new(
+            settings.max_listing_bytes,
+            settings.listing_memory_per_scope_bytes,
+            settings.listing_memory_max_bytes,
+        ));
         Ok(Arc::new(Storage {
             store,
             upload_slots: Arc::new(tokio::sync::Semaphore::new(settings.upload_parallelism)),
@@ -113,6 +120,7 @@ impl Storage {
             opening: ScopeLocks::default(),
             census: Mutex::new(census),
             meta_budget,
+            listing_memory,
         }))
     }
 
@@ -122,6 +130,11 @@ impl Storage {
 
     pub fn settings(&self) -> &StorageSettings {
         &self.settings
+    }
+
+    /// Bytes of listings held now (daemon-wide).
+    pub fn listing_bytes_held(&self) -> u64 {
+        self.listing_memory.held()
     }
 
     /// Opens (creating if needed) one scope's engine; replays its upload journal and drops orphans.

@@ -204,6 +204,11 @@ pub struct StorageSettings {
     pub max_path_bytes: u32,
     /// Entries a recursive listing or recursive delete may visit (`limits.max_walk_entries`).
     pub max_walk_entries: u64,
+    /// Bytes of one listing, of one scope's listings, of all listings (`limits.max_listing_bytes`,
+    /// `listing_memory_per_scope_bytes`, `listing_memory_max_bytes`).
+    pub max_listing_bytes: u64,
+    pub listing_memory_per_scope_bytes: u64,
+    pub listing_memory_max_bytes: u64,
     /// Extended attributes one inode may carry (`limits.max_xattrs_per_inode`).
     pub max_xattrs_per_inode: u64,
     /// Bytes (names plus values) of one inode's extended attributes (`limits.max_xattr_bytes_per_inode`).
@@ -239,6 +244,9 @@ impl Default for StorageSettings {
             max_path_depth: limits.max_path_depth,
             max_path_bytes: limits.max_path_bytes,
             max_walk_entries: limits.max_walk_entries,
+            max_listing_bytes: limits.max_listing_bytes,
+            listing_memory_per_scope_bytes: limits.listing_memory_per_scope_bytes,
+            listing_memory_max_bytes: limits.listing_memory_max_bytes,
             max_xattrs_per_inode: limits.max_xattrs_per_inode,
             max_xattr_bytes_per_inode: limits.max_xattr_bytes_per_inode,
             max_links_per_file: limits.max_links_per_file,

@@ -1,5 +1,5 @@
 //! The security reviews' attacks that HTTP and a FUSE mount can reproduce (H1, H2, H3, M1, M2, M3;
-//! N3), each run against scope A and judged by the FIXED behaviour: a clean 4xx refusal (or success
+//! N2, N3), each run against scope A and judged by the FIXED behaviour: a clean 4xx refusal (or success
 //! within the bounds), never a 5xx, never a hang; and the bystander loop of scope B.
 
 use std::ffi::CString;
@@ -306,6 +306,93 @@ fn mkdir_chain(root: &Path, max: usize) -> Result<usize, String> {
         libc::close(fd);
         Ok(depth)
     }
+}
+
+/// Files under the listing bomb's 16,063-byte prefix: the review's 199,000 scaled down, yet any
+/// listing of them that built every path would take 20,000 x 16 KB = 320 MB.
+const BOMB_FILES: usize = 20_000;
+
+/// N2 and issue 22 acceptance c: 64 directories of 250-byte names, then `BOMB_FILES` files in the
+/// deepest; sixteen `list_dir` of it, four recursive WebUI listings and two zip downloads at once.
+/// Each is refused before it builds its paths (422 `listing_too_large`, or 429 `scope_busy` while
+/// the scope's other listings hold its share of listing memory); the daemon's peak RSS is checked
+/// with the other attacks' (`PEAK_RSS`).
+pub fn n2_listing_bomb(h: &Hostile, thread: &str, mnt: &Path) -> Verdict {
+    const NAME: &str = "N2 listing bomb: 20,000 files under a 16 KB prefix";
+    let prefix = match listing_bomb(mnt) {
+        Ok(p) => p,
+        Err(e) => return (NAME, Err(e)),
+    };
+    let parts: Vec<Result<String, String>> = std::thread::scope(|s| {
+        let mut jobs = Vec::new();
+        for i in 0..16 {
+            let path = format!("/workspace/{prefix}");
+            jobs.push(s.spawn(move || {
+                refused(&format!("list_dir {i}"), tool(h, &client(), thread, "list_dir", json!({"path": path})))
+            }));
+        }
+        for i in 0..4 {
+            let q = [("threadId", thread.to_string()), ("path", prefix.clone()), ("recursive", "1".into())];
+            jobs.push(s.spawn(move || {
+                refused(&format!("WebUI listing {i}"), service(client().get(h.url("/api/workspace")).query(&q)))
+            }));
+        }
+        for i in 0..2 {
+            jobs.push(s.spawn(move || {
+                let req = client().get(h.url("/api/workspace/download")).query(&[("threadId", thread)]);
+                refused(&format!("zip {i}"), service(req))
+            }));
+        }
+        jobs.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    let parts = parts
+        .into_iter()
+        .map(|p| match p {
+            Ok(what) if ["listing_too_large", "scope_busy"].iter().any(|c| what.contains(c)) => Ok(what),
+            Ok(what) => Err(format!("{what}: not refused as a listing too large or a scope busy")),
+            Err(e) => Err(e),
+        })
+        .collect();
+    (NAME, all_ok(parts))
+}
+
+/// Builds the bomb below `mnt` through directory descriptors (its paths are longer than
+/// `PATH_MAX`); the prefix, relative to the scope root.
+fn listing_bomb(mnt: &Path) -> Result<String, String> {
+    let name = "d".repeat(250);
+    let cname = CString::new(name.as_str()).unwrap();
+    let croot = CString::new(mnt.as_os_str().as_encoded_bytes()).unwrap();
+    let err = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    // SAFETY: plain open(2)/mkdirat(2)/openat(2)/close(2) on descriptors this function owns.
+    unsafe {
+        let mut fd = libc::open(croot.as_ptr(), libc::O_DIRECTORY | libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(err("open mount root"));
+        }
+        for level in 0..64 {
+            let next = if libc::mkdirat(fd, cname.as_ptr(), 0o755) == 0 {
+                libc::openat(fd, cname.as_ptr(), libc::O_DIRECTORY | libc::O_RDONLY | libc::O_CLOEXEC)
+            } else {
+                -1
+            };
+            libc::close(fd);
+            if next < 0 {
+                return Err(err(&format!("level {level}")));
+            }
+            fd = next;
+        }
+        for i in 0..BOMB_FILES {
+            let file = CString::new(format!("{i:06}")).unwrap();
+            let f = libc::openat(fd, file.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);
+            if f < 0 {
+                libc::close(fd);
+                return Err(err(&format!("file {i}")));
+            }
+            libc::close(f);
+        }
+        libc::close(fd);
+    }
+    Ok(vec![name; 64].join("/"))
 }
 
 /// Names per directory of the zip attack: every 9-character name of `_`, `:` and `\\` (which

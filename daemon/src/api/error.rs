@@ -206,6 +206,11 @@ fn engine_answer(e: &EngineError) -> ApiError {
         EngineError::TooManyEntries => {
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "too_many_entries", e.to_string())
         }
+        EngineError::ListingTooLarge => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "listing_too_large", e.to_string())
+        }
+        EngineError::Busy(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", e.to_string()),
+        EngineError::ScopeBusy(_) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "scope_busy", e.to_string()),
         EngineError::NameTooLong | EngineError::PathTooLong | EngineError::InvalidName(_) => {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.to_string())
         }

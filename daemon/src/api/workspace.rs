@@ -32,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::Json;
 use futures_util::{Stream, StreamExt};
-use scopefs::engine::{Attr, FileKind, PathEntry, ScopeEngine, WriteMode};
+use scopefs::engine::{Attr, FileKind, Listing, ScopeEngine, WriteMode};
 use scopefs::ids::{ScopeId, ThreadId};
 use scopefs::registry::imports::ImportRequest;
 use scopefs::registry::{ScopeRecord, ScopeState};
@@ -218,7 +218,7 @@ async fn list(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -> Resul
     let recursive = flag(&q.recursive);
     let service = st.files.clone();
     let listed = dir.clone();
-    let (rec, entries): (ScopeRecord, Vec<PathEntry>) = run(move || {
+    let (rec, entries): (ScopeRecord, Listing) = run(move || {
         let (rec, engine) = service.engine_for_thread(&thread)?;
         Ok((rec, engine.list_path(&listed, recursive)?))
     })

@@ -33,9 +33,11 @@ pub enum Visit<S> {
     Descend(S),
 }
 
-/// Bounds of one walk: at most `max_entries` entries, until `deadline`.
+/// Bounds of one walk: at most `max_entries` entries, at most `max_queued_bytes` of paths of
+/// directories waiting to be visited, until `deadline`.
 pub struct WalkBudget {
     max_entries: u64,
+    max_queued_bytes: u64,
     deadline: Instant,
 }
 
@@ -45,6 +47,7 @@ impl WalkBudget {
     pub fn from_limits(l: &LimitsConfig) -> WalkBudget {
         WalkBudget {
             max_entries: l.max_walk_entries,
+            max_queued_bytes: l.max_listing_bytes,
             deadline: Instant::now() + Duration::from_secs(l.http_request_timeout_secs),
         }
     }
@@ -52,8 +55,8 @@ impl WalkBudget {
 
 /// Visits every entry below directory `dir` (breadth first, sorted per directory), never following
 /// a symlink; a directory's children are visited with the state its visit returned. Stops when
-/// the visitor says so, after the budget's entries or at its deadline. Returns whether it was cut
-/// short.
+/// the visitor says so, after the budget's entries, when the directories waiting would hold more
+/// than its bytes of paths, or at its deadline. Returns whether it was cut short.
 pub fn walk<S>(
     engine: &ScopeEngine,
     dir: &str,
@@ -66,8 +69,9 @@ pub fn walk<S>(
         return Err(engine_err(EngineError::NotDir));
     }
     let mut queue: VecDeque<(Ino, String, S)> = VecDeque::from([(start.ino, dir.to_string(), root)]);
-    let mut seen = 0u64;
+    let (mut seen, mut queued_bytes) = (0u64, dir.len() as u64);
     while let Some((ino, prefix, state)) = queue.pop_front() {
+        queued_bytes -= prefix.len() as u64;
         let mut entries = match engine.readdir(ino) {
             Ok(e) => e,
             // Removed or replaced while walking: skip it.
@@ -89,7 +93,14 @@ pub fn walk<S>(
             match visit(&path, &e.attr, &state)? {
                 Visit::Stop => return Ok(true),
                 Visit::Skip => {}
-                Visit::Descend(s) if e.attr.kind == FileKind::Dir => queue.push_back((e.attr.ino, path, s)),
+                Visit::Descend(s) if e.attr.kind == FileKind::Dir => {
+                    queued_bytes += path.len() as u64;
+                    if queued_bytes > budget.max_queued_bytes {
+                        limits::refuse(Bound::ListingBytes);
+                        return Ok(true);
+                    }
+                    queue.push_back((e.attr.ino, path, s))
+                }
                 Visit::Descend(_) => {}
             }
         }
@@ -327,6 +338,37 @@ mod tests {
 
     fn glob(p: &str) -> Glob {
         Glob::parse(p, 1024).unwrap()
+    }
+
+    /// Review N2: the directories a walk has yet to visit are held as paths; past
+    /// `max_queued_bytes` of them it stops (truncated, counted) instead of growing.
+    #[test]
+    fn a_walk_stops_when_the_directories_waiting_hold_too_many_path_bytes() {
+        use scopefs::engine::{Owner, Quota, Storage, StorageSettings};
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = std::sync::Arc::new(scopefs::store::MemoryStore::new());
+        let storage = Storage::new(store, StorageSettings::default(), &dir.path().join("data"), rt.handle().clone());
+        let quota = Quota { bytes: 1 << 30, inodes: 10_000 };
+        let e = storage.unwrap().open_scope(&scopefs::ids::ScopeId::generate(), quota).unwrap();
+        for i in 0..100 {
+            e.make_dirs(&format!("{i:03}{}", "d".repeat(200)), Owner { uid: 0, gid: 0 }).unwrap();
+        }
+        let count = |max_queued_bytes| {
+            let budget =
+                WalkBudget { max_entries: 1000, max_queued_bytes, deadline: Instant::now() + Duration::from_secs(60) };
+            let mut seen = 0;
+            let cut = walk(&e, "", (), &budget, |_, _, _| {
+                seen += 1;
+                Ok(Visit::Descend(()))
+            });
+            (cut.unwrap(), seen)
+        };
+        let refused = || limits::refusals().into_iter().find(|(l, _)| *l == "listing_bytes").map_or(0, |(_, n)| n);
+        let before = refused();
+        assert_eq!(count(10_000), (true, 50), "49 paths of 203 bytes fit in 10,000, the 50th does not");
+        assert!(refused() > before);
+        assert_eq!(count(1 << 20), (false, 100));
     }
 
     #[test]

@@ -89,6 +89,18 @@ fn output_files(
     max_bytes: u64,
 ) -> Result<BTreeMap<String, u64>, ComputeError> {
     let mut files = BTreeMap::new();
+    // Checked at each file: the map never holds more than one file past the bound (the listing
+    // itself is bounded by its bytes, `limits.max_listing_bytes`).
+    let mut add = |path: String, size: u64| {
+        files.insert(path, size);
+        if files.len() as u64 > max_files {
+            refuse(Bound::ArtifactFiles);
+            return Err(ComputeError::OutputsTooLarge(format!(
+                "more than {max_files} output files (limits.max_artifact_files)"
+            )));
+        }
+        Ok(())
+    };
     for p in paths {
         let attr = match engine.resolve_path(p) {
             Ok(a) => a,
@@ -96,23 +108,14 @@ fn output_files(
             Err(e) => return Err(ServiceError::from(e).into()),
         };
         match attr.kind {
-            FileKind::File => {
-                files.insert(p.clone(), attr.size);
-            }
+            FileKind::File => add(p.clone(), attr.size)?,
             FileKind::Dir => {
-                for e in engine.list_path(p, true).map_err(ServiceError::from)? {
-                    if e.attr.kind == FileKind::File {
-                        files.insert(e.path, e.attr.size);
-                    }
+                let listing = engine.list_path(p, true).map_err(ServiceError::from)?;
+                for e in listing.iter().filter(|e| e.attr.kind == FileKind::File) {
+                    add(e.path.clone(), e.attr.size)?;
                 }
             }
             _ => {}
-        }
-        if files.len() as u64 > max_files {
-            refuse(Bound::ArtifactFiles);
-            return Err(ComputeError::OutputsTooLarge(format!(
-                "more than {max_files} output files (limits.max_artifact_files)"
-            )));
         }
     }
     let total = files.values().fold(0u64, |a, s| a.saturating_add(*s));
