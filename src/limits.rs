@@ -66,8 +66,14 @@ pub struct LimitsConfig {
     pub tools_max_json_values: u64,
     /// Nesting depth of a signed body's JSON.
     pub tools_max_json_depth: u32,
-    /// Blocking worker threads per route class (`api`, `tools`, `internal`).
+    /// Blocking worker threads per route class (`api`, `tools`, `exec`: commands of
+    /// `execute_command`, `internal`).
     pub workers_per_route_class: usize,
+    /// Workers of one route class one scope (or WebUI thread) may hold at once; its further
+    /// requests wait for its own.
+    pub route_workers_per_scope: usize,
+    /// Workers of one route class one user's signed requests may hold at once, across scopes.
+    pub route_workers_per_user: usize,
     /// Signed `/tools` requests plus `/api` streams (downloads, uploads, zip) one scope may have in
     /// flight at once.
     pub max_inflight_per_scope: usize,
@@ -141,6 +147,8 @@ impl Default for LimitsConfig {
             tools_max_json_depth: 64,
             workers_per_route_class: 64,
             max_inflight_per_scope: 16,
+            route_workers_per_scope: 8,
+            route_workers_per_user: 16,
             grep_max_pattern_bytes: 1024,
             glob_max_pattern_bytes: 1024,
             grep_max_regex_bytes: 1024 * 1024,
@@ -165,7 +173,7 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 37] = [
+        let checks: [(&'static str, u64); 39] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.max_path_depth", u64::from(self.max_path_depth)),
             ("limits.max_path_bytes", u64::from(self.max_path_bytes)),
@@ -187,6 +195,8 @@ impl LimitsConfig {
             ("limits.tools_max_json_depth", u64::from(self.tools_max_json_depth)),
             ("limits.workers_per_route_class", self.workers_per_route_class as u64),
             ("limits.max_inflight_per_scope", self.max_inflight_per_scope as u64),
+            ("limits.route_workers_per_scope", self.route_workers_per_scope as u64),
+            ("limits.route_workers_per_user", self.route_workers_per_user as u64),
             ("limits.grep_max_pattern_bytes", self.grep_max_pattern_bytes),
             ("limits.glob_max_pattern_bytes", self.glob_max_pattern_bytes),
             ("limits.grep_max_regex_bytes", self.grep_max_regex_bytes),

@@ -594,3 +594,60 @@ fn a_stop_leaves_no_container_running_on_a_dead_mount() {
     );
     assert!(ended["runtime_seconds"].as_u64().is_some_and(|s| (1..60).contains(&s)), "{ended}");
 }
+
+/// Review N5 (issue 22): one user's commands, eight at once in two conversations, fill as many
+/// workers as the `/tools` class has (4 here). Another user's signed file tools (write, read,
+/// list) are answered while every one of those commands is still running: commands run in a
+/// class of their own and signatures are checked outside `/tools`. Then every command finishes.
+#[test]
+fn one_users_commands_leave_other_users_their_file_tools() {
+    let image = image();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let deployment = format!("ct-{}", &uid()[20..]);
+    let executor = format!("{}[limits]\nworkers_per_route_class = 4\n", executor_section(&image));
+    let cfg = write_config(dir.path(), port, &deployment, &executor);
+    let d = Daemon::start(dir.path(), &cfg, port);
+    let flood: Vec<(String, String, String)> = (0..2)
+        .map(|i| {
+            let t = format!("thread-flood-{i}-{}", uid());
+            let scope = d.provision(&t);
+            let (s, env) = d.tool_as("flood", &t, "create_environment", json!({}));
+            assert_eq!(s, StatusCode::OK, "{env}");
+            (t, scope, env["environment_id"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let answered = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let runs: Vec<_> = (0..8)
+            .map(|i| {
+                let (t, _, env) = &flood[i % 2];
+                let (d, answered) = (&d, &answered);
+                s.spawn(move || {
+                    let command = format!("touch /workspace/started-{i}; sleep 6");
+                    let r =
+                        d.tool_as("flood", t, "execute_command", json!({"environment_id": env, "command": command}));
+                    answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    r
+                })
+            })
+            .collect();
+        let started = || {
+            let mounts = flood.iter().map(|(_, scope, _)| d.serve.mount_root.join(scope));
+            mounts.flat_map(|m| std::fs::read_dir(m).into_iter().flatten()).flatten().count()
+        };
+        wait_until("four of the flood's commands to run", || started() >= 4);
+        let victim = format!("thread-victim-{}", uid());
+        d.provision(&victim);
+        d.ok(&victim, "write_file", json!({"path": "v.txt", "content": "mine"}));
+        assert_eq!(d.ok(&victim, "read_file", json!({"path": "v.txt"}))["content"], "mine");
+        d.ok(&victim, "list_dir", json!({"path": "/workspace"}));
+        let done = answered.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(done, 0, "the victim's tools waited for {done} of the flood's commands to end");
+        for run in runs {
+            let (s, out) = run.join().unwrap();
+            assert_eq!((s, out["exit_code"].as_i64()), (StatusCode::OK, Some(0)), "{out}");
+        }
+    });
+    remove_containers(&deployment);
+}

@@ -139,6 +139,20 @@ where
     }
 }
 
+/// [`blocking`] within `share`'s part of the class (see `crate::pools`): a scope or user past its
+/// share waits for its own earlier work, holding no worker.
+pub(crate) async fn blocking_as<T, E, F>(class: RouteClass, share: crate::pools::Share, f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    E: Into<ApiError> + Send + 'static,
+    F: FnOnce() -> Result<T, E> + Send + 'static,
+{
+    match crate::pools::spawn_as(class, share, f).await {
+        Ok(result) => result.map_err(Into::into),
+        Err(join) => Err(ApiError::internal("task_failed", &join)),
+    }
+}
+
 /// The name of a file kind in API answers: [`FileKind::as_str`], with `directory`, `char_device`
 /// and `block_device` spelled out (the one map for `/api/workspace` and the file tools).
 pub(crate) fn file_kind_name(kind: FileKind) -> &'static str {

@@ -45,8 +45,8 @@ mod zipstream;
 
 use super::extract::{ApiJson, ApiQuery};
 use super::routes::{Auth, RouteTable};
-use super::{blocking, file_kind_name, ApiError, AppState};
-use crate::pools::RouteClass;
+use super::{blocking_as, file_kind_name, ApiError, AppState};
+use crate::pools::{RouteClass, Share};
 use crate::services::files::{write_creating_parents, EngineFileReader};
 use crate::services::ServiceError;
 use headers::{content_type, disposition, parse_range, RangeAsk};
@@ -148,18 +148,25 @@ fn flag(v: &Option<String>) -> bool {
     matches!(v.as_deref(), Some("1" | "true" | "yes"))
 }
 
-/// [`blocking`] on the `/api` pool, failures mapped as workspace errors (`ApiError::workspace`).
-async fn run<T, F>(f: F) -> Result<T, ApiError>
+/// [`blocking_as`] on the `/api` pool for the work of `thread`'s scope (at most
+/// `limits.route_workers_per_scope` of the pool's workers), failures mapped as workspace errors
+/// (`ApiError::workspace`).
+async fn run<T, F>(thread: Share, f: F) -> Result<T, ApiError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, ServiceError> + Send + 'static,
 {
-    blocking(RouteClass::Api, move || f().map_err(ApiError::workspace)).await
+    blocking_as(RouteClass::Api, thread, move || f().map_err(ApiError::workspace)).await
+}
+
+/// The share of the `/api` pool a request for `thread` runs in (its scope is not known yet).
+fn of(thread: &ThreadId) -> Share {
+    Share { scope: format!("thread:{}", thread.as_str()), user: None }
 }
 
 async fn scope_engine(st: &AppState, thread: ThreadId) -> Result<(ScopeRecord, Arc<ScopeEngine>), ApiError> {
     let service = st.files.clone();
-    run(move || service.engine_for_thread(&thread)).await
+    run(of(&thread), move || service.engine_for_thread(&thread)).await
 }
 
 fn millis(attr: &Attr) -> i64 {
@@ -218,7 +225,7 @@ async fn list(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -> Resul
     let recursive = flag(&q.recursive);
     let service = st.files.clone();
     let listed = dir.clone();
-    let (rec, entries): (ScopeRecord, Listing) = run(move || {
+    let (rec, entries): (ScopeRecord, Listing) = run(of(&thread), move || {
         let (rec, engine) = service.engine_for_thread(&thread)?;
         Ok((rec, engine.list_path(&listed, recursive)?))
     })
@@ -375,7 +382,7 @@ async fn delete_file(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -
     let path = q.file_path()?;
     let recursive = flag(&q.recursive);
     let service = st.files.clone();
-    run(move || {
+    run(of(&thread), move || {
         let (_, engine) = service.engine_for_thread(&thread)?;
         Ok(engine.remove_path(&path, recursive)?)
     })
@@ -429,7 +436,7 @@ async fn read_file(
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let service = st.files.clone();
     let lookup = path.clone();
-    let plan = run(move || {
+    let plan = run(of(&thread), move || {
         let (rec, engine) = service.engine_for_thread(&thread)?;
         let attr = engine.resolve_path(&lookup)?;
         match attr.kind {
@@ -487,7 +494,7 @@ async fn read_file(
 async fn download(State(st): State<AppState>, WsArgs { thread, .. }: WsArgs) -> Result<Response, ApiError> {
     let service = st.files.clone();
     let name = format!("workspace-{}.zip", thread.as_str());
-    let (rec, engine, entries) = run(move || {
+    let (rec, engine, entries) = run(of(&thread), move || {
         let (rec, engine) = service.engine_for_thread(&thread)?;
         let entries = engine.list_path("", true)?;
         Ok((rec, engine, entries))
@@ -528,7 +535,7 @@ struct UsageView {
 
 async fn usage(State(st): State<AppState>, WsArgs { thread, .. }: WsArgs) -> Result<Json<UsageView>, ApiError> {
     let service = st.files.clone();
-    let (usage, quota) = run(move || {
+    let (usage, quota) = run(of(&thread), move || {
         let (_, engine) = service.engine_for_thread(&thread)?;
         Ok((engine.usage()?, engine.quota()))
     })
@@ -588,7 +595,7 @@ async fn import(
         overwrite: body.overwrite,
     };
     let service = st.files.clone();
-    let outcome = run(move || service.import_legacy(&thread, req)).await?;
+    let outcome = run(of(&thread), move || service.import_legacy(&thread, req)).await?;
     let rec = outcome.record;
     let view = ImportView {
         idempotency_key: rec.request.idempotency_key,

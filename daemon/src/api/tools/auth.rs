@@ -43,9 +43,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// Longest `auth_context.user_id` (the registry stores it with each scope it owns).
 const MAX_USER_ID: usize = 256;
 
-use super::super::{blocking, ApiError, AppState};
+use super::super::{ApiError, AppState};
 use super::object_scope::ObjectScope;
-use crate::pools::RouteClass;
 use crate::tokens::Token;
 
 /// Largest file content the file tools move in one request (seed 003 §6: `max_input_bytes`), and
@@ -121,6 +120,11 @@ pub struct SignedRequest<T> {
 }
 
 impl<T> SignedRequest<T> {
+    /// Who this request's blocking work is for: its scope and its user (`crate::pools::Share`).
+    pub fn share(&self) -> crate::pools::Share {
+        crate::pools::Share { scope: self.scope.scope_id.to_string(), user: Some(self.user_id.clone()) }
+    }
+
     /// Whether this thread may change files: a memory worker acts read-only (SPEC §8).
     pub fn may_write(&self) -> bool {
         !matches!(self.role, ThreadRole::Owner { owner_type: OwnerType::MemoryWorker, .. })
@@ -264,7 +268,14 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
                 _inflight: inflight,
             })
         };
-        blocking(RouteClass::Tools, work).await
+        // Not on the /tools class: its workers may all be busy with one tenant's long tools, and
+        // checking a signature must not wait for them. The verification is bounded by the
+        // admission permit (`tools_max_unauthenticated_bodies`); binding a verified request to its
+        // scope (a nonce, a registry lookup) is short, one per connection at most.
+        match tokio::task::spawn_blocking(work).await {
+            Ok(result) => result,
+            Err(join) => Err(ApiError::internal("task_failed", &join)),
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use scopefs::registry::environments::{EnvironmentRecord, EnvironmentState, Proce
 use serde::{Deserialize, Serialize};
 
 use super::super::routes::{Auth, RouteTable};
-use super::super::{blocking, ApiError, AppState};
+use super::super::{blocking_as, ApiError, AppState};
 use super::auth::SignedRequest;
 use crate::pools::RouteClass::Tools;
 use crate::services::compute::shared::Execution;
@@ -293,7 +293,7 @@ async fn create_environment(
     req: SignedRequest<CreateParams>,
 ) -> Result<Json<EnvView>, ApiError> {
     let svc = st.compute.clone();
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         let caller = Caller {
             user_id: req.user_id.clone(),
             thread_id: req.thread_id.as_str().to_string(),
@@ -322,7 +322,7 @@ async fn destroy_environment(
     req: SignedRequest<DestroyParams>,
 ) -> Result<Json<DestroyedView>, ApiError> {
     let svc = st.compute.clone();
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         permit_id(&svc, &req, &req.body.environment_id, Use::End)?;
         let params = req.body.to_request()?;
         let outputs = svc.destroy_output_paths(&req.scope.scope_id, &req.body.environment_id, &params)?;
@@ -344,7 +344,7 @@ async fn list_environments(
     req: SignedRequest<NoParams>,
 ) -> Result<Json<EnvListView>, ApiError> {
     let svc = st.compute.clone();
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         let envs = svc.list_environments(&req.scope.scope_id)?;
         let who = Who::of(&req);
         Ok(Json(EnvListView {
@@ -365,7 +365,7 @@ async fn get_environment_status(
     req: SignedRequest<EnvParams>,
 ) -> Result<Json<EnvView>, ApiError> {
     let svc = st.compute.clone();
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         let env = svc.environment_status(&req.scope.scope_id, &req.body.environment_id)?;
         let run = svc.execution_of(&env.environment_id);
         Ok(Json(EnvView::seen_by(env, &Who::of(&req), run)))
@@ -387,7 +387,8 @@ async fn execute_command(
     req: SignedRequest<ExecParams>,
 ) -> Result<Json<ExecView>, ApiError> {
     let svc = st.compute.clone();
-    blocking(Tools, move || -> Result<_, ApiError> {
+    // Commands have a class of their own: they may run for minutes, and /tools stays free.
+    blocking_as(crate::pools::RouteClass::Exec, req.share(), move || -> Result<_, ApiError> {
         let b = &req.body;
         permit_id(&svc, &req, &b.environment_id, Use::Run)?;
         let out = svc.execute_command(
@@ -414,7 +415,7 @@ async fn start_process(
     req: SignedRequest<StartParams>,
 ) -> Result<Json<ProcessRecord>, ApiError> {
     let svc = st.compute.clone();
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         let who = Who::of(&req);
         let env_id = match &req.body.environment_id {
             Some(id) => {
@@ -453,7 +454,7 @@ async fn check_process(
     req: SignedRequest<CheckParams>,
 ) -> Result<Json<CheckedView>, ApiError> {
     let svc = st.compute.clone();
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         let (process, tail) = svc.check_process(&req.scope.scope_id, &req.body.process_id, req.body.tail_bytes)?;
         Ok(Json(CheckedView { process, log_tail: tail.text, log_bytes: tail.log_bytes, log_truncated: tail.truncated }))
     })
@@ -471,7 +472,7 @@ async fn stop_process(
     req: SignedRequest<ProcParams>,
 ) -> Result<Json<ProcessRecord>, ApiError> {
     let svc = st.compute.clone();
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         let process = svc.registry().process(&req.scope.scope_id, &req.body.process_id);
         if let Some(p) = process.map_err(|e| ApiError::from(ServiceError::Registry(e)))? {
             permit_id(&svc, &req, &p.environment_id, Use::End)?;
@@ -492,7 +493,7 @@ async fn list_processes(
     req: SignedRequest<ListProcParams>,
 ) -> Result<Json<ProcListView>, ApiError> {
     let svc = st.compute.clone();
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         let list = svc.list_processes(&req.scope.scope_id, req.body.environment_id.as_deref())?;
         Ok(Json(ProcListView { processes: list }))
     })

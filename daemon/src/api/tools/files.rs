@@ -57,7 +57,7 @@ use std::borrow::Cow;
 use std::time::UNIX_EPOCH;
 
 use super::super::routes::{Auth, RouteTable};
-use super::super::{blocking, file_kind_name, ApiError, AppState};
+use super::super::{blocking_as, file_kind_name, ApiError, AppState};
 use super::auth::SignedRequest;
 use super::edit::{edited_len, replace_bounded, unified_diff};
 use super::engine_err;
@@ -205,7 +205,7 @@ struct ReadView {
 
 async fn read_file(State(st): State<AppState>, req: SignedRequest<PathParams>) -> Result<Json<ReadView>, ApiError> {
     let limit = st.tools.file_limit;
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         check_environment(&st, &req, req.body.environment_id.as_deref())?;
         let t = target(&st, &req, &req.body.path, false)?;
         check_read(req.grant.as_ref(), &t.path())?;
@@ -246,7 +246,7 @@ async fn write_whole_file<P: Send + 'static>(
 ) -> Written {
     require_write(&req)?;
     let limit = st.tools.file_limit;
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         let (environment_id, path) = place(&req.body);
         check_environment(&st, &req, environment_id)?;
         let t = target(&st, &req, path, false)?;
@@ -307,7 +307,7 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
     require_write(&req)?;
     let limit = st.tools.file_limit;
     let max_diff = usize::try_from(st.tools.limits.edit_max_diff_bytes).unwrap_or(usize::MAX);
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         let p = &req.body;
         check_environment(&st, &req, p.environment_id.as_deref())?;
         let t = target(&st, &req, &p.path, false)?;
@@ -394,7 +394,7 @@ struct DirView {
 }
 
 async fn list_dir(State(st): State<AppState>, req: SignedRequest<DirParams>) -> Result<Json<DirView>, ApiError> {
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         check_environment(&st, &req, req.body.environment_id.as_deref())?;
         let t = target(&st, &req, &req.body.path, true)?;
         let grant = req.grant.as_ref();
@@ -447,7 +447,7 @@ struct GrepView {
 async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) -> Result<Json<GrepView>, ApiError> {
     let limit = st.tools.file_limit;
     let bounds = st.tools.limits.clone();
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         let p = &req.body;
         check_environment(&st, &req, p.environment_id.as_deref())?;
         let regex = search::compile_regex(&p.pattern, &bounds)?;
@@ -517,7 +517,7 @@ struct GlobView {
 
 async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) -> Result<Json<GlobView>, ApiError> {
     let bounds = st.tools.limits.clone();
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         check_environment(&st, &req, req.body.environment_id.as_deref())?;
         let t = target(&st, &req, &req.body.path, true)?;
         let (base, grant) = (t.rel.clone(), req.grant.as_ref());
@@ -595,7 +595,7 @@ async fn download_file(
     req: SignedRequest<DownloadParams>,
 ) -> Result<Json<DownloadView>, ApiError> {
     let limit = st.tools.file_limit;
-    blocking(Tools, move || -> Result<_, ApiError> {
+    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         check_environment(&st, &req, req.body.environment_id.as_deref())?;
         let t = target(&st, &req, &req.body.remote_path, false)?;
         check_read(req.grant.as_ref(), &t.path())?;
