@@ -122,6 +122,8 @@ pub struct Config {
     /// registry): a soft limit past which caches recycle pages instead of growing (0: none).
     pub metadata_cache_max_bytes: u64,
     pub upload_parallelism: usize,
+    /// Upload slots one scope may hold at once (at most `upload_parallelism` of them are used).
+    pub upload_parallelism_per_scope: usize,
     /// How long a closed file's new blocks wait before their background upload (grouping a
     /// burst of closes into a few uploads); `fsync` never waits for it.
     pub upload_delay_ms: u64,
@@ -196,6 +198,7 @@ impl Default for Config {
             dirty_memory_max_bytes: s.dirty_memory_max_bytes,
             metadata_cache_max_bytes: s.metadata_cache_max_bytes,
             upload_parallelism: s.upload_parallelism,
+            upload_parallelism_per_scope: s.upload_parallelism_per_scope,
             upload_delay_ms: s.upload_delay.as_millis() as u64,
             store_timeout_ms: s.store_timeout.as_millis() as u64,
             store_attempts: s.store_attempts,
@@ -251,6 +254,9 @@ impl Config {
         if self.upload_parallelism == 0 {
             return invalid("upload_parallelism", "must be at least 1");
         }
+        if self.upload_parallelism_per_scope == 0 {
+            return invalid("upload_parallelism_per_scope", "must be at least 1");
+        }
         if self.upload_delay_ms > 60_000 {
             return invalid("upload_delay_ms", "must be at most 60000");
         }
@@ -302,6 +308,7 @@ impl Config {
             cache_max_bytes: self.cache_max_bytes,
             staging_max_bytes: self.staging_max_bytes,
             upload_parallelism: self.upload_parallelism,
+            upload_parallelism_per_scope: self.upload_parallelism_per_scope,
             upload_delay: Duration::from_millis(self.upload_delay_ms),
             store_timeout: Duration::from_millis(self.store_timeout_ms),
             store_attempts: self.store_attempts,

@@ -393,3 +393,35 @@ fn an_unreadable_cache_database_is_set_aside_and_the_cache_starts_empty() {
     assert_eq!(again.cache_bytes(), 5000, "the new cache database kept its entries");
     assert!(!cache.join(".scopefs-pack.sqlite3.corrupt-2").exists());
 }
+
+/// Issue 22 N1: one scope's upload backlog does not queue another scope's fsync behind it. Every
+/// put takes 20 ms and there are two upload slots, one per scope: scope A fsyncs a file of 40
+/// blocks; scope B's fsync of one block returns while most of A's blocks still wait (before, B's
+/// block queued behind all of A's at the slots).
+#[test]
+fn one_scopes_upload_backlog_leaves_another_scopes_fsync_its_turn() {
+    let mut settings = Harness::small_blocks().settings;
+    (settings.upload_parallelism, settings.upload_parallelism_per_scope) = (2, 1);
+    settings.upload_delay = Duration::from_secs(60);
+    let h = Harness::new(settings);
+    let storage = h.storage();
+    let (a, b) = (new_scope(&storage), new_scope(&storage));
+    let distinct: Vec<u8> = (0..40u32).flat_map(|k| k.to_le_bytes().into_iter().chain(pattern(60, 1))).collect();
+    write_file(&a, "backlog", &distinct).unwrap();
+    write_file(&b, "one", &pattern(64, 2)).unwrap();
+    let (ino_a, ino_b) = (resolve(&a, "backlog").unwrap(), resolve(&b, "one").unwrap());
+    h.store.set_stall(Some(Duration::from_millis(20)));
+    std::thread::scope(|s| {
+        let backlog = s.spawn(|| a.fsync(ino_a, None));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while h.store.put_count() == 0 {
+            assert!(Instant::now() < deadline, "scope A's uploads never started");
+            std::thread::yield_now();
+        }
+        b.fsync(ino_b, None).unwrap();
+        let puts = h.store.put_count();
+        assert!(puts < 20, "scope B's fsync waited for {puts} puts of scope A's 40");
+        backlog.join().unwrap().unwrap();
+    });
+    assert_eq!(h.store.put_count(), 41, "every block of both scopes is stored once");
+}

@@ -186,6 +186,9 @@ pub struct StorageSettings {
     pub cache_max_bytes: u64,
     pub staging_max_bytes: u64,
     pub upload_parallelism: usize,
+    /// Upload slots one scope may hold at once (at most `upload_parallelism`): its further uploads
+    /// wait for its own, so another scope's fsync never queues behind one scope's backlog.
+    pub upload_parallelism_per_scope: usize,
     /// How long a queued block waits before its background upload, unless a whole group is
     /// queued or someone waits for the queue (`upload_delay_ms`).
     pub upload_delay: Duration,
@@ -236,6 +239,7 @@ impl Default for StorageSettings {
             cache_max_bytes: 2 * 1024 * 1024 * 1024,
             staging_max_bytes: 8 * 1024 * 1024 * 1024,
             upload_parallelism: 8,
+            upload_parallelism_per_scope: 4,
             upload_delay: Duration::from_secs(1),
             store_timeout: Duration::from_secs(10),
             store_attempts: 3,

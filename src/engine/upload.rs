@@ -169,7 +169,8 @@ impl ScopeEngine {
     /// block. A local directory stores the group in chunks of at most `LOCAL_CHUNK_BYTES` (each one
     /// request: one flush), under one of the daemon's upload slots; any other store gets one request
     /// per block, each holding a slot from the read of its bytes to its answer, so the blocks in
-    /// memory stay within `upload_parallelism` and scopes take turns at the slots.
+    /// memory stay within `upload_parallelism`. A slot is taken after one of the scope's share
+    /// (`upload_share`): one scope's backlog waits there, and other scopes take turns at the slots.
     async fn upload_group(&self, shas: &[String]) -> Vec<Result<(), StoreError>> {
         if self.storage.store.reads_are_local() {
             self.upload_chunked(shas).await
@@ -180,6 +181,7 @@ impl ScopeEngine {
 
     async fn upload_chunked(&self, shas: &[String]) -> Vec<Result<(), StoreError>> {
         let mut outcomes: Vec<Result<(), StoreError>> = shas.iter().map(|_| Ok(())).collect();
+        let _share = self.upload_share.acquire().await;
         let _slot = self.storage.upload_slots.acquire().await;
         let mut chunk: Vec<(usize, StagedBlock)> = Vec::new();
         let mut bytes = 0;
@@ -212,6 +214,7 @@ impl ScopeEngine {
     async fn upload_each(&self, shas: &[String]) -> Vec<Result<(), StoreError>> {
         let mut outcomes: Vec<Result<(), StoreError>> = shas.iter().map(|_| Ok(())).collect();
         let puts = shas.iter().enumerate().map(|(i, sha)| async move {
+            let _share = self.upload_share.acquire().await;
             let _slot = self.storage.upload_slots.acquire().await;
             let Some(block) = self.staged_block(sha).await? else { return Ok(None) };
             let timeout = self.storage.settings.store_timeout;

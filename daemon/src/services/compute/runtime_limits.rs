@@ -83,8 +83,10 @@ impl ComputeService {
         env: &EnvironmentRecord,
     ) -> Result<bool, ComputeError> {
         let id = env.environment_id.as_str();
-        let (Some(left), Some(container)) = (remaining(env, self.registry.now_ms()), env.container_id.as_deref())
-        else {
+        let Some(container) = env.container_id.as_deref() else {
+            return Ok(self.stop_environment(id, reason::EXITED, true)?.1);
+        };
+        let Some(left) = remaining(env, self.registry.now_ms()) else {
             tracing::info!(scope_id = %env.scope_id, environment_id = id, "adopted environment is past its max runtime: stopping it");
             return Ok(self.stop_environment(id, reason::MAX_RUNTIME, true)?.1);
         };
