@@ -4,16 +4,20 @@
 # then during the storm) while 16 `dd conv=fsync` writers fill scope A, and prints p50/p99/max.
 #
 #   bash scripts/fsync-storm.sh [--bin PATH] [--share N|none] [--mib MiB-per-writer] [--rounds N]
+#                               [--writer-nice N]
 #
 # --share sets fuse.max_workers_per_mount (none: leave it out, for binaries without the key).
+# --writer-nice runs the writers at that niceness (0: as the probe), as a container's lower CPU
+# weight would: it separates the CPU the writers take themselves from what the daemon does.
 set -euo pipefail
-BIN=target/release/scopefs; SHARE=8; MIB=120; ROUNDS=2
+BIN=target/release/scopefs; SHARE=8; MIB=120; ROUNDS=2; NICE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN=$2; shift 2 ;;
     --share) SHARE=$2; shift 2 ;;
     --mib) MIB=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
+    --writer-nice) NICE=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -42,9 +46,9 @@ mount_of() {
   api "http://127.0.0.1:$PORT/internal/workspace-scopes/$id/mount" | python3 -c 'import sys,json;print(json.load(sys.stdin)["bind_source"])'
 }
 A=$(mount_of storm-a); B=$(mount_of storm-b)
-python3 - "$A" "$B" "$MIB" "$ROUNDS" <<'PY'
+python3 - "$A" "$B" "$MIB" "$ROUNDS" "$NICE" <<'PY'
 import os, subprocess, sys, threading, time
-a, b, mib, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+a, b, mib, rounds, nice = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 def probe(stop, out):
     while not stop.is_set():
         t = time.perf_counter()
@@ -71,7 +75,7 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(len(xs) * p))] * 1e3
 def storm():
     for _ in range(rounds):
-        ps = [subprocess.Popen(["dd", "if=/dev/urandom", "of=%s/f%d" % (a, i), "bs=1M", "count=%d" % mib, "conv=fsync"],
+        ps = [subprocess.Popen(["nice", "-n", nice, "dd", "if=/dev/urandom", "of=%s/f%d" % (a, i), "bs=1M", "count=%d" % mib, "conv=fsync"],
                                stderr=subprocess.DEVNULL) for i in range(16)]
         for p in ps:
             p.wait()
@@ -82,5 +86,5 @@ def line(name, xs):
 quiet, _ = measure(lambda: time.sleep(3))
 stormy, took = measure(storm)
 print(line("quiet", quiet))
-print(line("storm (%d rounds of 16 x %d MiB conv=fsync, %.1f s)" % (rounds, mib, took), stormy))
+print(line("storm (%d rounds of 16 x %d MiB conv=fsync, writers at nice %s, %.1f s)" % (rounds, mib, nice, took), stormy))
 PY

@@ -368,6 +368,7 @@ fn metrics_parse_as_prometheus_text_and_counters_move() {
     for name in [
         "scopefs_upload_queue_blocks",
         "scopefs_staging_bytes",
+        "scopefs_listing_bytes",
         "scopefs_cache_hits_total",
         "scopefs_environments_running",
         "scopefs_pending_usage",
@@ -376,7 +377,9 @@ fn metrics_parse_as_prometheus_text_and_counters_move() {
     }
     sample(&after, "scopefs_settlements", &[("result", "settled")]);
     // Every [limits] bound has its refusal counter, zeros included.
-    for bound in ["concurrent_execs", "live_processes", "inflight_per_scope", "path_depth"] {
+    for bound in
+        ["concurrent_execs", "live_processes", "inflight_per_scope", "path_depth", "listing_bytes", "listing_memory"]
+    {
         sample(&after, "scopefs_limit_refused_total", &[("bound", bound)]);
     }
     assert!(daemon.terminate(SIGTERM_WAIT).success());

@@ -536,6 +536,7 @@ fn an_environment_keeps_its_admitted_runtime_through(restart: Restart) {
     assert_eq!(status(&d)["state"], "running", "{restart:?}: the environment was not adopted");
     wait_long("the stop at the admitted runtime", Duration::from_secs(90), || status(&d)["state"] == "ended");
     let stopped_after = admitted.elapsed();
+    eprintln!("{restart:?}: the environment admitted for 60 s ended {stopped_after:.1?} after its admission");
     assert!(
         (Duration::from_secs(58)..=Duration::from_secs(62)).contains(&stopped_after),
         "{restart:?}: stopped {stopped_after:?} after admission, not at 60 s"

@@ -293,6 +293,12 @@ fn store_families(t: &mut Text, storage: &Storage) {
 
     t.family("scopefs_staging_bytes", "gauge", "Bytes held in local staging.");
     t.sample("scopefs_staging_bytes", &[], storage.staging_bytes());
+    t.family(
+        "scopefs_listing_bytes",
+        "gauge",
+        "Bytes of listings held now (of limits.listing_memory_max_bytes), by requests and zip streams.",
+    );
+    t.sample("scopefs_listing_bytes", &[], storage.listing_bytes_held());
     t.family("scopefs_cache_bytes", "gauge", "Bytes held by the local block cache.");
     t.sample("scopefs_cache_bytes", &[], storage.cache_bytes());
     let (hits, misses) = storage.cache_counts();
