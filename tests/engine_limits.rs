@@ -451,3 +451,23 @@ fn listings_held_at_once_share_the_scopes_and_the_daemons_listing_memory() {
     drop((a2, b1));
     assert_eq!(storage.listing_bytes_held(), 0);
 }
+
+/// A directory of more than two listing pages (4,096 names each) is listed whole, each name once,
+/// the hard links (read after the first names) included.
+#[test]
+fn a_directory_of_several_pages_is_listed_whole() {
+    let h = Harness::new(Harness::small_blocks().settings);
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    let prefix = files_under_long_prefix(&e, 1, 9000);
+    let dir = resolve(&e, &prefix).unwrap();
+    for i in 0..5 {
+        let target = resolve(&e, &format!("{prefix}/{i:06}")).unwrap();
+        e.link(target, dir, format!("link-{i}").as_bytes()).unwrap();
+    }
+    let names: Vec<String> = e.list_path(&prefix, false).unwrap().iter().map(|p| p.path.clone()).collect();
+    let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
+    assert_eq!((names.len(), distinct.len()), (9005, 9005));
+    assert!(names.contains(&format!("{prefix}/link-4")) && names.contains(&format!("{prefix}/008999")));
+    assert_eq!(e.list_path("", true).unwrap().len(), 9006);
+}

@@ -6,6 +6,9 @@ use std::sync::Arc;
 
 use super::error::{EngineError, EngineResult};
 use super::listing::Listing;
+
+/// Names a listing reads from a directory at once.
+const LIST_PAGE: usize = 4096;
 use super::scope::ScopeEngine;
 use super::types::*;
 use crate::limits::{refuse, Bound};
@@ -111,7 +114,8 @@ impl ScopeEngine {
     }
 
     /// Lists a directory (recursively if asked), paths relative to the scope root, sorted; symlinks are
-    /// listed, never followed. The walk uses an explicit stack and stops with `TooManyEntries` past
+    /// listed, never followed. Directories are read `LIST_PAGE` names at a time. The walk uses an
+    /// explicit stack and stops with `TooManyEntries` past
     /// `max_walk_entries` entries, `PathTooLong` at a path longer than `max_path_bytes`, and
     /// `ListingTooLarge`, `ScopeBusy` or `Busy` when the bytes it builds (each entry's path and overhead, the
     /// stack's copies, a directory's entries while it is read) pass a bound of `listing.rs`: each
@@ -130,29 +134,40 @@ impl ScopeEngine {
         let mut out = Vec::new();
         let mut stack = vec![(dir.ino, base)];
         while let Some((ino, prefix)) = stack.pop() {
-            let entries = self.readdir(ino)?;
-            if (out.len() + entries.len()) as u64 > max_entries {
-                refuse(Bound::WalkEntries);
-                return Err(EngineError::TooManyEntries);
-            }
-            let read: u64 = entries.iter().map(|e| e.name.len() as u64 + ENTRY_OVERHEAD_BYTES).sum();
-            charge.add(read)?;
-            for e in entries {
-                let name = String::from_utf8_lossy(&e.name);
-                let len = if prefix.is_empty() { name.len() } else { prefix.len() + 1 + name.len() };
-                if len > max_bytes {
-                    refuse(Bound::PathBytes);
-                    return Err(EngineError::PathTooLong);
+            // A page at a time: a huge directory is never read whole before it is charged, and
+            // the scope's metadata is not held for the whole directory.
+            let mut after = 0;
+            loop {
+                let page = self.readdir_page(ino, after, LIST_PAGE)?;
+                let last_page = page.len() < LIST_PAGE;
+                after = page.last().map_or(after, |e| e.cursor);
+                if (out.len() + page.len()) as u64 > max_entries {
+                    refuse(Bound::WalkEntries);
+                    return Err(EngineError::TooManyEntries);
                 }
-                let descend = recursive && e.attr.kind == FileKind::Dir;
-                charge.add(len as u64 * (1 + u64::from(descend)) + ENTRY_OVERHEAD_BYTES)?;
-                let p = if prefix.is_empty() { name.into_owned() } else { format!("{prefix}/{name}") };
-                if descend {
-                    stack.push((e.attr.ino, p.clone()));
+                let read: u64 = page.iter().map(|e| e.name.len() as u64 + ENTRY_OVERHEAD_BYTES).sum();
+                charge.add(read)?;
+                for e in page {
+                    let name = String::from_utf8_lossy(&e.name);
+                    let len = if prefix.is_empty() { name.len() } else { prefix.len() + 1 + name.len() };
+                    if len > max_bytes {
+                        refuse(Bound::PathBytes);
+                        return Err(EngineError::PathTooLong);
+                    }
+                    let descend = recursive && e.attr.kind == FileKind::Dir;
+                    charge.add(len as u64 * (1 + u64::from(descend)) + ENTRY_OVERHEAD_BYTES)?;
+                    let p = if prefix.is_empty() { name.into_owned() } else { format!("{prefix}/{name}") };
+                    if descend {
+                        stack.push((e.attr.ino, p.clone()));
+                    }
+                    out.push(PathEntry { path: p, attr: e.attr });
                 }
-                out.push(PathEntry { path: p, attr: e.attr });
+                charge.sub(read);
+                if last_page {
+                    break;
+                }
             }
-            charge.sub(read + prefix.len() as u64);
+            charge.sub(prefix.len() as u64);
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(Listing::new(out, charge))
