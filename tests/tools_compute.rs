@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use compute_support::daemon::{
-    containers_of, daemon_with_executor, executor_section, remove_containers, running_containers_of, wait_long,
-    wait_until, write_config, Daemon, SERVICE_TOKEN,
+    containers_of, daemon_with_executor, remove_containers, running_containers_of, wait_long, wait_until, write_config,
+    Daemon, Setup, SERVICE_TOKEN,
 };
 use compute_support::{docker_image as image, uid};
 use reqwest::StatusCode;
@@ -115,16 +115,13 @@ fn environments_and_processes_are_per_scope() {
 
 #[test]
 fn kill9_and_restart_leave_nothing_unknown_running() {
-    let image = image();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let deployment = format!("ct-{}", &uid()[20..]);
-    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
+    let setup = Setup::new("");
+    let (image, deployment) = (setup.image.as_str(), setup.deployment.clone());
     // The registry clock of both daemons; the restart happens 90 s later on it (within the
     // signature window, below the environment's 600 s maximum).
-    let clock = dir.path().join("clock-offset");
+    let clock = setup.dir.path().join("clock-offset");
     let clock_env = [("SCOPEFS_TEST_CLOCK_FILE", clock.to_str().unwrap())];
-    let mut d = Daemon::start_with_env(dir.path(), &cfg, port, &clock_env);
+    let mut d = setup.start_with_env(&clock_env);
     let ta = format!("thread-a-{}", uid());
     d.provision(&ta);
     let env_id = d.ok(&ta, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
@@ -134,13 +131,13 @@ fn kill9_and_restart_leave_nothing_unknown_running() {
     // A container the registry never knew, carrying the deployment's label.
     let rogue = Command::new("docker")
         .args(["run", "-d", "--network", "none", "--label", &format!("io.scopefs.deployment={deployment}")])
-        .args(["--label", "io.scopefs.environment=env_unknown", &image, "sleep", "600"])
+        .args(["--label", "io.scopefs.environment=env_unknown", image, "sleep", "600"])
         .output()
         .unwrap();
     assert!(rogue.status.success(), "starting a rogue container");
 
     std::fs::write(&clock, "90").unwrap();
-    let d = Daemon::start_with_env(dir.path(), &cfg, port, &clock_env);
+    let d = setup.start_with_env(&clock_env);
     assert_eq!(containers_of(&deployment), Vec::<String>::new(), "containers survive the restart");
     let env = d.ok(&ta, "get_environment_status", json!({"environment_id": env_id}));
     assert_eq!((env["state"].as_str(), env["end_reason"].as_str()), (Some("ended"), Some("daemon_restart")), "{env}");
@@ -409,13 +406,8 @@ fn memory_workers_use_only_their_own_read_only_environments() {
 /// before anything runs, and a finished one frees its place.
 #[test]
 fn concurrent_commands_and_live_processes_are_capped_per_scope() {
-    let image = image();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let deployment = format!("ct-{}", &uid()[20..]);
-    let limits = "\n[limits]\nmax_concurrent_execs_per_scope = 1\nmax_live_processes_per_scope = 1\n";
-    let cfg = write_config(dir.path(), port, &deployment, &format!("{}{limits}", executor_section(&image)));
-    let d = Daemon::start(dir.path(), &cfg, port);
+    let setup = Setup::new("\n[limits]\nmax_concurrent_execs_per_scope = 1\nmax_live_processes_per_scope = 1\n");
+    let (d, deployment) = (setup.start(), setup.deployment.clone());
     let t = format!("thread-l-{}", uid());
     d.provision(&t);
     let env = d.ok(&t, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
@@ -567,12 +559,9 @@ fn an_environment_admitted_for_a_minute_ends_at_a_minute_through_a_killed_worker
 /// container of the daemon is left running on a dead mount.
 #[test]
 fn a_stop_leaves_no_container_running_on_a_dead_mount() {
-    let image = image();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let deployment = format!("ct-{}", &uid()[20..]);
-    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
-    let mut d = Daemon::start(dir.path(), &cfg, port);
+    let setup = Setup::new("");
+    let deployment = setup.deployment.clone();
+    let mut d = setup.start();
     let t = format!("thread-stop-{}", uid());
     d.provision(&t);
     let env = d.ok(&t, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
@@ -586,7 +575,7 @@ fn a_stop_leaves_no_container_running_on_a_dead_mount() {
     assert!(exit.success(), "{exit}: {}", d.serve.log_text());
     assert_eq!(running_containers_of(&deployment), Vec::<String>::new(), "a container runs on a dead mount");
     assert_eq!(containers_of(&deployment), Vec::<String>::new(), "a stopped container is left");
-    let d = Daemon::start(dir.path(), &cfg, port);
+    let d = setup.start();
     let ended = d.ok(&t, "get_environment_status", json!({"environment_id": env}));
     assert_eq!(
         (ended["state"].as_str(), ended["end_reason"].as_str()),
@@ -602,13 +591,8 @@ fn a_stop_leaves_no_container_running_on_a_dead_mount() {
 /// class of their own and signatures are checked outside `/tools`. Then every command finishes.
 #[test]
 fn one_users_commands_leave_other_users_their_file_tools() {
-    let image = image();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let deployment = format!("ct-{}", &uid()[20..]);
-    let executor = format!("{}[limits]\nworkers_per_route_class = 4\n", executor_section(&image));
-    let cfg = write_config(dir.path(), port, &deployment, &executor);
-    let d = Daemon::start(dir.path(), &cfg, port);
+    let setup = Setup::new("[limits]\nworkers_per_route_class = 4\n");
+    let (d, deployment) = (setup.start(), setup.deployment.clone());
     let flood: Vec<(String, String, String)> = (0..2)
         .map(|i| {
             let t = format!("thread-flood-{i}-{}", uid());

@@ -111,16 +111,44 @@ pub fn remove_containers(deployment: &str) {
     }
 }
 
+/// A fresh data directory, port and deployment id, and the configuration of a daemon running the
+/// test image there, for daemons started (and started again) on it.
+pub struct Setup {
+    pub image: String,
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub deployment: String,
+    pub config: PathBuf,
+}
+
+impl Setup {
+    /// `extra` is appended after the `[executor]` section (e.g. a `[limits]` section).
+    pub fn new(extra: &str) -> Setup {
+        let image = docker_image();
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let deployment = format!("ct-{}", &uid()[20..]);
+        let config = write_config(dir.path(), port, &deployment, &format!("{}{extra}", executor_section(&image)));
+        Setup { image, dir, port, deployment, config }
+    }
+
+    /// A daemon started on this setup, ready.
+    pub fn start(&self) -> Daemon {
+        self.start_with_env(&[])
+    }
+
+    /// [`Setup::start`] with extra environment variables.
+    pub fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_with_env(self.dir.path(), &self.config, self.port, env)
+    }
+}
+
 /// A daemon with the test executor on a fresh data directory: its directory (kept alive by the
 /// caller), the daemon and its deployment id.
 pub fn daemon_with_executor() -> (tempfile::TempDir, Daemon, String) {
-    let image = docker_image();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let deployment = format!("ct-{}", &uid()[20..]);
-    let cfg = write_config(dir.path(), port, &deployment, &executor_section(&image));
-    let d = Daemon::start(dir.path(), &cfg, port);
-    (dir, d, deployment)
+    let setup = Setup::new("");
+    let d = setup.start();
+    (setup.dir, d, setup.deployment)
 }
 
 /// Polls `f` every 200 ms until it holds; fails after 20 s.
