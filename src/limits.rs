@@ -62,6 +62,10 @@ pub struct LimitsConfig {
     pub http_request_timeout_secs: u64,
     /// `/tools/*` bodies read and verified at once, before authentication (the rest wait).
     pub tools_max_unauthenticated_bodies: usize,
+    /// Bytes of `/tools` request bodies the daemon holds at once, from the first byte read until
+    /// the request is answered (waiting for a worker included); a body that finds no room within
+    /// `http_header_timeout_secs` is 503 `busy`.
+    pub tools_body_memory_bytes: u64,
     /// JSON values (objects, arrays, strings, numbers…) a signed body may contain.
     pub tools_max_json_values: u64,
     /// Nesting depth of a signed body's JSON.
@@ -143,6 +147,7 @@ impl Default for LimitsConfig {
             http_header_timeout_secs: 10,
             http_request_timeout_secs: 120,
             tools_max_unauthenticated_bodies: 16,
+            tools_body_memory_bytes: 128 * 1024 * 1024,
             tools_max_json_values: 1_000_000,
             tools_max_json_depth: 64,
             workers_per_route_class: 64,
@@ -173,7 +178,7 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 39] = [
+        let checks: [(&'static str, u64); 40] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.max_path_depth", u64::from(self.max_path_depth)),
             ("limits.max_path_bytes", u64::from(self.max_path_bytes)),
@@ -191,6 +196,7 @@ impl LimitsConfig {
             ("limits.http_header_timeout_secs", self.http_header_timeout_secs),
             ("limits.http_request_timeout_secs", self.http_request_timeout_secs),
             ("limits.tools_max_unauthenticated_bodies", self.tools_max_unauthenticated_bodies as u64),
+            ("limits.tools_body_memory_bytes", self.tools_body_memory_bytes),
             ("limits.tools_max_json_values", self.tools_max_json_values),
             ("limits.tools_max_json_depth", u64::from(self.tools_max_json_depth)),
             ("limits.workers_per_route_class", self.workers_per_route_class as u64),
@@ -255,11 +261,12 @@ pub enum Bound {
     SharedPerUser,
     ListingBytes,
     ListingMemory,
+    ToolsBodyMemory,
 }
 
 impl Bound {
     /// Every bound, in metric order.
-    pub const ALL: [Bound; 31] = [
+    pub const ALL: [Bound; 32] = [
         Bound::StagingGlobal,
         Bound::StagingPerScope,
         Bound::PathDepth,
@@ -291,6 +298,7 @@ impl Bound {
         Bound::SharedPerUser,
         Bound::ListingBytes,
         Bound::ListingMemory,
+        Bound::ToolsBodyMemory,
     ];
 
     /// The metric label of this bound.
@@ -327,6 +335,7 @@ impl Bound {
             Bound::SharedPerUser => "shared_environments_per_user",
             Bound::ListingBytes => "listing_bytes",
             Bound::ListingMemory => "listing_memory",
+            Bound::ToolsBodyMemory => "tools_body_memory",
         }
     }
 

@@ -267,6 +267,7 @@ fn recent_bounds_refuse_before_the_work_while_the_bystander_works() {
             bounds::hard_links(&h, &mnt_a),
             bounds::xattrs(&h, &mnt_a),
             bounds::tmpfile_inodes(&mnt_a),
+            bounds::tools_body_memory(&h),
         ]
     });
     let mut problems = problems_of(&h, &verdicts, &by);

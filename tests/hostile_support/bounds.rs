@@ -5,6 +5,8 @@
 //! the inode quota taken by `O_TMPFILE`). Each refusal has the documented status or errno, comes
 //! before the work (no file read, no name or attribute created, the size and usage unchanged) and
 //! is counted once under its bound in `scopefs_limit_refused_total` (all but the inode quota).
+//! `tools_body_memory_bytes` is pushed by a flood of fat signed bodies and checked by the daemon's
+//! resident growth (its peak reset by `clear_refs` first).
 //!
 //! Not here: `max_artifact_files`/`max_artifact_bytes`, `max_environment_paths` and
 //! `max_shared_environments_per_user` are checked once a sandbox engine answers, and this daemon
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::attacks::{client, tool, Ans, Verdict};
-use super::{Hostile, EDIT_DIFF, LINKS, XATTRS, XATTR_BYTES};
+use super::{Hostile, EDIT_DIFF, LINKS, MAX_UPLOAD, TOOLS_BODY_MEMORY, XATTRS, XATTR_BYTES};
 
 /// `Err(what())` unless `ok`.
 fn want(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
@@ -283,4 +285,49 @@ fn tmpfile_checks(mnt: &Path) -> Result<String, String> {
     wait_for("the unnamed file's inode back", || free_inodes(mnt) == 1)?;
     File::create(dir.join("f0")).map_err(|e| format!("a file once the unnamed one is gone: {e}"))?;
     Ok(format!("{free} inodes filled; O_TMPFILE refused, then holding the last one while open"))
+}
+
+/// `tools_body_memory_bytes`: 48 signed `write_file` bodies of 9 MiB (content just over the file
+/// limit, so each is verified and then refused 413 by its worker, writing nothing) sent at once by
+/// one user over four conversations. Each is held from its first byte until answered, so without
+/// the budget a few dozen sit in memory at once (verified, waiting for the user's share of
+/// workers); with it the daemon's resident set grows by at most the budget and its parsed copy.
+/// Every answer is the 413, or 503 `busy` for a body that found no room in time.
+pub fn tools_body_memory(h: &Hostile) -> Verdict {
+    let what = "tools_body_memory_bytes";
+    let threads: Vec<String> = (0..4).map(|i| format!("thr-bodies-{i}")).collect();
+    for t in &threads {
+        h.provision(t);
+    }
+    let content = "a".repeat((MAX_UPLOAD.min(10 << 20) + (1 << 20)) as usize);
+    let rss_before = h.reset_peak_rss();
+    let answers: Vec<Result<Ans, String>> = std::thread::scope(|s| {
+        let jobs: Vec<_> = (0..48)
+            .map(|i| {
+                let (thread, content) = (&threads[i % threads.len()], &content);
+                s.spawn(move || {
+                    tool(h, &client(), thread, "write_file", json!({"path": "big.txt", "content": content}))
+                })
+            })
+            .collect();
+        jobs.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    let grown = h.peak_rss().saturating_sub(rss_before);
+    let mut counts = std::collections::BTreeMap::new();
+    for a in answers {
+        let a = match a {
+            Ok(a) => a,
+            Err(why) => return (what, Err(format!("a fat body: {why}"))),
+        };
+        if !matches!((a.status, a.code.as_str()), (413, "too_large") | (503, "busy")) {
+            return (what, Err(format!("a fat body answered {} {:?}: {}", a.status, a.code, a.body)));
+        }
+        *counts.entry(a.status).or_insert(0) += 1;
+    }
+    let allowed = 3 * TOOLS_BODY_MEMORY + (96 << 20);
+    let verdict = want(grown <= allowed, || {
+        format!("resident memory grew {} MiB under the flood (allowed {} MiB)", grown >> 20, allowed >> 20)
+    })
+    .map(|()| format!("answers by status {counts:?}; resident memory grew {} MiB", grown >> 20));
+    (what, verdict)
 }

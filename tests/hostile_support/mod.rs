@@ -41,6 +41,9 @@ pub const LINKS: u64 = 8;
 pub const XATTRS: u64 = 8;
 /// `[limits] max_xattr_bytes_per_inode`.
 pub const XATTR_BYTES: u64 = 1024;
+/// `[limits] tools_body_memory_bytes`: room for three of the 9 MiB bodies of
+/// `bounds::tools_body_memory` at once.
+pub const TOOLS_BODY_MEMORY: u64 = 32 * 1024 * 1024;
 /// The deployment's quota of every scope (`quota_bytes`, `quota_inodes`) for the fuzz and attacks.
 pub const QUOTA: (u64, u64) = (512 * 1024 * 1024, 1_000_000);
 /// The daemon's address-space cap: an unbounded allocation (H2, M1) aborts it quickly instead of
@@ -80,7 +83,8 @@ impl Hostile {
              legacy_root = {legacy:?}\n\n[store]\nkind = \"local\"\n\n[executor]\ndocker_host = {sock:?}\n\n\
              [limits]\nstaging_max_bytes_per_scope = {STAGING_PER_SCOPE}\nmax_dir_handles_per_mount = {DIR_HANDLES}\n\
              grep_max_regex_bytes = {GREP_REGEX}\nedit_max_diff_bytes = {EDIT_DIFF}\nmax_links_per_file = {LINKS}\n\
-             max_xattrs_per_inode = {XATTRS}\nmax_xattr_bytes_per_inode = {XATTR_BYTES}\n",
+             max_xattrs_per_inode = {XATTRS}\nmax_xattr_bytes_per_inode = {XATTR_BYTES}\n\
+             tools_body_memory_bytes = {TOOLS_BODY_MEMORY}\n",
         );
         let config = write_config(dir.path(), port, &rest);
         let serve = ServeProcess::start(dir.path(), &config, port, "daemon.log", &[]);
@@ -160,6 +164,12 @@ impl Hostile {
     /// Refusals so far because `bound` (a `scopefs::limits::Bound` label) was reached.
     pub fn refusals(&self, bound: &str) -> f64 {
         self.metric(&format!("scopefs_limit_refused_total{{bound=\"{bound}\"}}")).unwrap_or(-1.0)
+    }
+
+    /// Resets the daemon's peak resident set to its current one (`clear_refs` 5); returns it, in bytes.
+    pub fn reset_peak_rss(&self) -> u64 {
+        std::fs::write(format!("/proc/{}/clear_refs", self.serve.pid()), "5").expect("resetting VmHWM");
+        proc_status_kib(self.serve.pid(), "VmRSS:") * 1024
     }
 
     /// The daemon's peak resident set (VmHWM), in bytes.
