@@ -471,3 +471,68 @@ fn a_directory_of_several_pages_is_listed_whole() {
     assert!(names.contains(&format!("{prefix}/link-4")) && names.contains(&format!("{prefix}/008999")));
     assert_eq!(e.list_path("", true).unwrap().len(), 9006);
 }
+
+/// Review N6: while a file is open, a dirty block's working file is charged the pages written into
+/// it, not its length up to the last byte: scope A holding a file open with one byte at the end of
+/// each of 32 blocks of 256 KiB (8 MiB of length) holds 32 pages of staging, and scope B keeps its
+/// room (before, A's fifth byte was refused and A held its whole share). A close charges each block its whole length (as every staged block
+/// is charged until it is uploaded): refused with `NoSpace` when staging has no room for that,
+/// with everything A was charged given back; within room, the file commits, reads back and its
+/// staging drains.
+#[test]
+fn sparse_files_held_open_are_charged_by_the_pages_written() {
+    const BS: u64 = 256 * 1024;
+    const PAGE: u64 = 4096;
+    let settings = StorageSettings {
+        block_size: BS,
+        inline_block_max_bytes: 0,
+        staging_max_bytes: 2 << 20,
+        staging_max_bytes_per_scope: 1 << 20,
+        ..Harness::small_blocks().settings
+    };
+    let h = Harness::new(settings);
+    let storage = h.storage();
+    let (a, b) = (new_scope(&storage), new_scope(&storage));
+    let flags = OpenFlags { write: true, truncate: false, exclusive: false };
+
+    let (attr, opened) = a.create(ROOT_INO, b"sparse", 0o644, flags, OWNER).unwrap();
+    for i in 1..=32 {
+        a.write(attr.ino, opened.fh, i * BS - 1, b"x").unwrap();
+    }
+    assert_eq!(a.staging_bytes(), 32 * PAGE, "one page per block written");
+    assert_eq!(storage.staging_bytes(), 32 * PAGE);
+    write_file(&b, "dense", &vec![7u8; 1 << 20]).unwrap();
+    assert!(b.wait_uploads(Duration::from_secs(10)));
+    assert_eq!(b.staging_bytes(), 0);
+
+    a.write(attr.ino, opened.fh, 0, b"head").unwrap();
+    assert_eq!(a.staging_bytes(), 33 * PAGE);
+    // The cut commits the file: one staged block of 100 bytes, charged its length until uploaded.
+    a.setattr(attr.ino, &SetAttr { size: Some(100), ..Default::default() }).unwrap();
+    assert!(a.wait_uploads(Duration::from_secs(10)));
+    assert_eq!(a.staging_bytes(), 0);
+    for i in 1..=32 {
+        a.write(attr.ino, opened.fh, i * BS - 1, b"y").unwrap();
+    }
+    assert!(
+        matches!(a.release(attr.ino, opened.fh), Err(EngineError::NoSpace)),
+        "33 blocks of 256 KiB do not fit a 1 MiB share once sealed"
+    );
+    assert_eq!(a.staging_bytes(), 0, "a refused close gives back all it was charged");
+    assert_eq!(storage.staging_bytes(), 0);
+
+    let (attr, opened) = a.create(ROOT_INO, b"fits", 0o644, flags, OWNER).unwrap();
+    for i in 1..=3 {
+        a.write(attr.ino, opened.fh, i * BS - 1, &[i as u8]).unwrap();
+    }
+    assert_eq!(a.staging_bytes(), 3 * PAGE);
+    a.release(attr.ino, opened.fh).unwrap();
+    let mut want = vec![0u8; 3 * BS as usize];
+    for i in 1..=3 {
+        want[(i * BS - 1) as usize] = i as u8;
+    }
+    assert_eq!(read_file(&a, "fits").unwrap(), want);
+    assert!(a.wait_uploads(Duration::from_secs(10)));
+    assert_eq!((a.staging_bytes(), storage.staging_bytes()), (0, 0));
+    assert!(a.consistency_problems().unwrap().is_empty());
+}

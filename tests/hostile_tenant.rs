@@ -231,6 +231,7 @@ fn bystander_scope_is_unaffected_while_scope_a_is_fuzzed_and_attacked() {
                 attacks::m2_m3_deep_chain(&h, thread_a, &mnt_a),
                 attacks::n3_zip_of_colliding_names(&h, thread_a, &mnt_a),
                 attacks::n2_listing_bomb(&h, thread_a, &mnt_a),
+                attacks::n6_sparse_files_held_open(&mnt_a),
             ];
             (verdicts, fuzz.join().unwrap())
         })

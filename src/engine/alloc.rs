@@ -127,7 +127,8 @@ impl ScopeEngine {
             let d = f.dirty.get_mut(&idx).ok_or(EngineError::BadHandle)?;
             let stop = e.min(d.len());
             if stop > s {
-                d.overwrite(&vec![0u8; (stop - s) as usize], s)?;
+                // Charged like any write: zeros written into a working file's hole take disk.
+                self.write_dirty(d, ino, idx, &vec![0u8; (stop - s) as usize], s)?;
             }
         }
         Ok(changed)

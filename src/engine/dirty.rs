@@ -1,6 +1,9 @@
 //! Dirty blocks of open files: a small block is kept in memory (bounded daemon-wide by
 //! `dirty_memory_max_bytes`) and journaled inline in the metadata database at commit; a larger one
-//! is a working file in staging, sealed as `blocks/<sha>`. Growth is charged before it happens.
+//! is a working file in staging, sealed as `blocks/<sha>`. Growth is charged before it happens:
+//! memory by length; a working file by the pages written into it while it is dirty (a hole costs
+//! no disk, so a sparse file held open holds only what it wrote: review N6), and by its whole
+//! length once it is sealed (what every later release of a staged block gives back).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -10,23 +13,74 @@ use std::sync::atomic::Ordering;
 
 use sha2::{Digest, Sha256};
 
-use super::error::{EngineError, EngineResult};
+use super::error::EngineResult;
 use super::fileio::OpenFile;
 use super::scope::ScopeEngine;
 use super::types::Ino;
+
+/// Bytes of one page of a working file: the unit its staging charge counts in (the block size
+/// when that is smaller).
+const PAGE: u64 = 4096;
 
 /// Where a dirty block's bytes are.
 enum DirtyData {
     /// In memory; `Vec::len` is the block's length, charged to `Storage::dirty_memory`.
     Mem(Vec<u8>),
-    /// A whole-block working file in staging; bytes past `len` read as zeros.
-    File { file: File, path: PathBuf },
+    /// A whole-block working file in staging; bytes past `len` read as zeros. `pages`: the pages
+    /// written into it (the rest are holes).
+    File { file: File, path: PathBuf, pages: Pages },
 }
 
 /// A block being modified.
 pub(crate) struct DirtyBlock {
     data: DirtyData,
     len: u64,
+    /// Staging charged for a working file (0 in memory): `PAGE` per page written, or its length
+    /// once sealed; given back exactly when the file goes.
+    charged: u64,
+}
+
+/// The pages of a working file that have been written (a bit each).
+#[derive(Default)]
+struct Pages(Vec<u64>);
+
+impl Pages {
+    /// Pages `first..end` not written yet.
+    fn unwritten(&self, first: u64, end: u64) -> u64 {
+        (first..end).filter(|p| !self.has(*p)).count() as u64
+    }
+
+    fn has(&self, page: u64) -> bool {
+        self.0.get((page / 64) as usize).is_some_and(|w| w & (1 << (page % 64)) != 0)
+    }
+
+    fn mark(&mut self, first: u64, end: u64) {
+        for p in first..end {
+            let word = (p / 64) as usize;
+            if self.0.len() <= word {
+                self.0.resize(word + 1, 0);
+            }
+            self.0[word] |= 1 << (p % 64);
+        }
+    }
+
+    /// Forgets the pages from `first` on (the file was cut there); how many remain.
+    fn cut(&mut self, first: u64) -> u64 {
+        let word = (first / 64) as usize;
+        if word < self.0.len() {
+            self.0.truncate(word + 1);
+            self.0[word] &= (1u64 << (first % 64)) - 1;
+        }
+        self.0.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+}
+
+/// The pages `[first, end)` of `page` bytes that bytes `off..off + len` touch.
+fn page_span(off: u64, len: u64, page: u64) -> (u64, u64) {
+    if len == 0 {
+        return (0, 0);
+    }
+    (off / page, (off + len).div_ceil(page))
 }
 
 /// How a commit journals one hashed dirty block.
@@ -54,8 +108,9 @@ impl DirtyBlock {
         }
     }
 
-    /// Overwrites bytes within the current length (no growth, nothing to charge).
-    pub(crate) fn overwrite(&mut self, src: &[u8], off: u64) -> std::io::Result<()> {
+    /// Overwrites bytes within the current length (no growth; the caller charges a working
+    /// file's new pages, `ScopeEngine::write_pages`).
+    fn overwrite(&mut self, src: &[u8], off: u64) -> std::io::Result<()> {
         debug_assert!(off + src.len() as u64 <= self.len);
         match &mut self.data {
             DirtyData::Mem(v) => {
@@ -83,6 +138,11 @@ impl DirtyBlock {
 }
 
 impl ScopeEngine {
+    /// The page of [`PAGE`] bytes, or of the block size when that is smaller.
+    fn page(&self) -> u64 {
+        PAGE.min(self.storage.settings.block_size).max(1)
+    }
+
     fn inline_max(&self) -> u64 {
         self.storage.settings.inline_block_max_bytes.min(self.storage.settings.block_size)
     }
@@ -108,16 +168,18 @@ impl ScopeEngine {
                 None => Ok(Vec::new()),
             };
             let data = data.inspect_err(|_| self.storage.dirty_memory_release(copy_len))?;
-            f.dirty.insert(idx, DirtyBlock { len: data.len() as u64, data: DirtyData::Mem(data) });
+            f.dirty.insert(idx, DirtyBlock { len: data.len() as u64, data: DirtyData::Mem(data), charged: 0 });
             return Ok(());
         }
         let (file, path) = self.working_file(ino, idx)?;
-        let mut block = DirtyBlock { data: DirtyData::File { file, path }, len: 0 };
+        let mut block =
+            DirtyBlock { data: DirtyData::File { file, path, pages: Pages::default() }, len: 0, charged: 0 };
         if let Some(b) = committed {
             let copied = self.read_block(&b).and_then(|data| {
-                self.staging_add(data.len() as u64)?;
-                block.len = data.len() as u64;
-                block.overwrite(&data, 0).map_err(EngineError::from)
+                let len = data.len() as u64;
+                self.write_pages(&mut block, &data, 0)?;
+                block.len = len;
+                Ok(())
             });
             if let Err(e) = copied {
                 self.discard_dirty(block);
@@ -144,19 +206,30 @@ impl ScopeEngine {
         }
         match &d.data {
             DirtyData::Mem(_) => d.overwrite(src, off)?,
-            DirtyData::File { file, .. } => {
-                // Growth by the write itself (no `set_len`): charged first, given back if it fails.
-                let growth = new_len - d.len;
-                if growth > 0 {
-                    self.staging_add(growth)?;
-                }
-                if let Err(e) = file.write_all_at(src, off) {
-                    self.staging_sub(growth);
-                    return Err(e.into());
-                }
+            DirtyData::File { .. } => {
+                self.write_pages(d, src, off)?;
                 d.len = new_len;
             }
         }
+        Ok(())
+    }
+
+    /// Writes `src` at `off` of a working file: the pages it writes for the first time are charged
+    /// first, and given back if the write fails.
+    fn write_pages(&self, d: &mut DirtyBlock, src: &[u8], off: u64) -> EngineResult<()> {
+        let DirtyData::File { file, pages, .. } = &mut d.data else { return Ok(d.overwrite(src, off)?) };
+        let page = self.page();
+        let (first, end) = page_span(off, src.len() as u64, page);
+        let new = pages.unwritten(first, end) * page;
+        if new > 0 {
+            self.staging_add(new)?;
+        }
+        if let Err(e) = file.write_all_at(src, off) {
+            self.staging_sub(new);
+            return Err(e.into());
+        }
+        pages.mark(first, end);
+        d.charged += new;
         Ok(())
     }
 
@@ -179,25 +252,40 @@ impl ScopeEngine {
             }
             self.spill(d, ino, idx)?;
         }
-        let DirtyData::File { file, .. } = &d.data else { unreachable!("spilled above") };
-        if len > d.len {
-            self.staging_add(len - d.len)?;
-            if let Err(e) = file.set_len(len) {
-                self.staging_sub(len - d.len);
-                return Err(e.into());
+        let DirtyData::File { file, pages, .. } = &mut d.data else { unreachable!("spilled above") };
+        file.set_len(len)?;
+        if len < d.len {
+            // The pages past the cut are freed (a hole costs nothing, growing is not charged).
+            let keep = pages.cut(len.div_ceil(self.page())) * self.page();
+            if d.charged > keep {
+                self.staging_sub(d.charged - keep);
+                d.charged = keep;
             }
-        } else {
-            file.set_len(len)?;
-            self.staging_sub(d.len - len);
         }
         d.len = len;
+        Ok(())
+    }
+
+    /// Charges a working file its whole length before it is sealed (as every staged block is
+    /// charged until it leaves staging); `NoSpace` when staging has no room for its holes.
+    fn charge_length(&self, d: &mut DirtyBlock) -> EngineResult<()> {
+        let DirtyData::File { pages, .. } = &mut d.data else { return Ok(()) };
+        if d.len > d.charged {
+            self.staging_add(d.len - d.charged)?;
+        } else {
+            self.staging_sub(d.charged - d.len);
+        }
+        d.charged = d.len;
+        pages.mark(0, d.len.div_ceil(self.page()));
         Ok(())
     }
 
     /// Moves an in-memory block into a working file (charged to staging; the memory is released).
     fn spill(&self, d: &mut DirtyBlock, ino: Ino, idx: u64) -> EngineResult<()> {
         let DirtyData::Mem(v) = &d.data else { return Ok(()) };
-        self.staging_add(d.len)?;
+        let (first, end) = page_span(0, d.len, self.page());
+        let charge = (end - first) * self.page();
+        self.staging_add(charge)?;
         let written = self.working_file(ino, idx).and_then(|(file, path)| match file.write_all_at(v, 0) {
             Ok(()) => Ok((file, path)),
             Err(e) => {
@@ -205,9 +293,12 @@ impl ScopeEngine {
                 Err(e.into())
             }
         });
-        let (file, path) = written.inspect_err(|_| self.staging_sub(d.len))?;
+        let (file, path) = written.inspect_err(|_| self.staging_sub(charge))?;
         self.storage.dirty_memory_release(d.len);
-        d.data = DirtyData::File { file, path };
+        let mut pages = Pages::default();
+        pages.mark(first, end);
+        d.data = DirtyData::File { file, path, pages };
+        d.charged = charge;
         Ok(())
     }
 
@@ -217,7 +308,7 @@ impl ScopeEngine {
             DirtyData::Mem(_) => self.storage.dirty_memory_release(d.len),
             DirtyData::File { path, .. } => {
                 if std::fs::remove_file(&path).is_ok() {
-                    self.staging_sub(d.len);
+                    self.staging_sub(d.charged);
                 }
             }
         }
@@ -227,6 +318,7 @@ impl ScopeEngine {
     /// becomes an inline journal entry (written by the commit's transaction), a working file is
     /// linked as `blocks/<sha>`. No flush here: the next durability point covers both.
     pub(crate) fn seal_dirty(&self, d: &mut DirtyBlock) -> EngineResult<(String, Sealed)> {
+        self.charge_length(d)?;
         let sha = d.sha256()?;
         match &d.data {
             DirtyData::Mem(v) => Ok((sha, Sealed::Inline(v.clone()))),
@@ -244,7 +336,7 @@ impl ScopeEngine {
             DirtyData::Mem(_) => self.storage.dirty_memory_release(d.len),
             DirtyData::File { path, .. } => {
                 if std::fs::remove_file(&path).is_ok() && !linked {
-                    self.staging_sub(d.len);
+                    self.staging_sub(d.charged);
                 }
             }
         }

@@ -1,5 +1,5 @@
 //! The security reviews' attacks that HTTP and a FUSE mount can reproduce (H1, H2, H3, M1, M2, M3;
-//! N2, N3), each run against scope A and judged by the FIXED behaviour: a clean 4xx refusal (or success
+//! N2, N3, N6), each run against scope A and judged by the FIXED behaviour: a clean 4xx refusal (or success
 //! within the bounds), never a 5xx, never a hang; and the bystander loop of scope B.
 
 use std::ffi::CString;
@@ -11,8 +11,8 @@ use reqwest::blocking::Client;
 use serde_json::{json, Value};
 
 use super::{
-    fresh_nonce, now_secs, signed_body_with, Hostile, Latencies, DIR_HANDLES, HMAC_SECRET, MAX_UPLOAD, PEAK_RSS,
-    SERVICE_TOKEN,
+    fresh_nonce, now_secs, signed_body_with, Hostile, Latencies, BLOCK, DIR_HANDLES, HMAC_SECRET, MAX_UPLOAD, PEAK_RSS,
+    SERVICE_TOKEN, STAGING_PER_SCOPE,
 };
 
 /// The longest one attack request may take before it counts as a hang.
@@ -230,6 +230,59 @@ pub fn h3_many_dir_handles(mnt: &Path) -> Verdict {
         Ok(format!("{opened} held, {} refused (errno {:?}), slots freed on close", refusals.len(), refusals[0]))
     };
     ("H3 many opendir handles via the mount", verdict)
+}
+
+/// N6: four files of scope A held open through its mount, one byte written at the end of each of
+/// 400 blocks of each: 1,600 sparse blocks, 100 MiB of length, more than the daemon's dirty memory
+/// (64 MiB, where blocks of up to 64 KiB start) and A's staging share (`STAGING_PER_SCOPE`,
+/// 24 MiB) together. A working file is charged the pages written into it while its file is open,
+/// so every byte is accepted (before, a block was charged its length and A's writes past its share
+/// answered `ENOSPC`). Closing charges each block its length: a close answers success or `ENOSPC`
+/// (told, never lost silently); every file is then removed.
+pub fn n6_sparse_files_held_open(mnt: &Path) -> Verdict {
+    use std::os::unix::fs::FileExt;
+    let name = "N6 sparse files held open";
+    let blocks = 400u64;
+    let mut held = Vec::new();
+    for f in 0..4 {
+        let path = mnt.join(format!("sparse-{f}"));
+        match std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path) {
+            Ok(file) => held.push((path, file)),
+            Err(e) => return (name, Err(format!("creating {f}: {e}"))),
+        }
+    }
+    for i in 1..=blocks {
+        for (f, (_, file)) in held.iter().enumerate() {
+            if let Err(e) = file.write_all_at(b"x", i * BLOCK - 1) {
+                let total = (i - 1) * held.len() as u64 + f as u64;
+                let length = (total * BLOCK) >> 20;
+                let share = STAGING_PER_SCOPE >> 20;
+                return (
+                    name,
+                    Err(format!("byte {total} refused ({e}) after {length} MiB of sparse length (share {share} MiB)")),
+                );
+            }
+        }
+    }
+    let mut closes = std::collections::BTreeMap::new();
+    for (path, file) in held {
+        // `File::drop` ignores close's answer: flush explicitly through a duplicate of its descriptor.
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        // SAFETY: `dup` of a descriptor this function owns; the duplicate is closed right away.
+        let rc = unsafe { libc::close(libc::dup(fd)) };
+        let errno = if rc == 0 { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap_or(-1) };
+        *closes.entry(errno).or_insert(0) += 1;
+        drop(file);
+        if let Err(e) = std::fs::remove_file(&path) {
+            return (name, Err(format!("removing {}: {e}", path.display())));
+        }
+    }
+    let verdict = if closes.keys().all(|errno| *errno == 0 || *errno == libc::ENOSPC) {
+        Ok(format!("{} bytes in sparse blocks accepted while open; closes by errno {closes:?}", blocks * 4))
+    } else {
+        Err(format!("closes answered errno {closes:?} (want 0 or ENOSPC)"))
+    };
+    (name, verdict)
 }
 
 /// M2 and M3 (globs): a chain as deep as the mount allows, a deeper one through `write_file`,
