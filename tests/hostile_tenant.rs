@@ -232,6 +232,7 @@ fn bystander_scope_is_unaffected_while_scope_a_is_fuzzed_and_attacked() {
                 attacks::n3_zip_of_colliding_names(&h, thread_a, &mnt_a),
                 attacks::n2_listing_bomb(&h, thread_a, &mnt_a),
                 attacks::n6_sparse_files_held_open(&mnt_a),
+                hostile_support::tools_flood::n5_tools_flood(&h),
             ];
             (verdicts, fuzz.join().unwrap())
         })

@@ -11,8 +11,8 @@ use reqwest::blocking::Client;
 use serde_json::{json, Value};
 
 use super::{
-    fresh_nonce, now_secs, signed_body_with, Hostile, Latencies, BLOCK, DIR_HANDLES, HMAC_SECRET, MAX_UPLOAD, PEAK_RSS,
-    SERVICE_TOKEN, STAGING_PER_SCOPE,
+    fresh_nonce, now_secs, signed_body_as, signed_body_with, Hostile, Latencies, BLOCK, DIR_HANDLES, HMAC_SECRET,
+    MAX_UPLOAD, PEAK_RSS, SERVICE_TOKEN, STAGING_PER_SCOPE,
 };
 
 /// The longest one attack request may take before it counts as a hang.
@@ -522,8 +522,12 @@ pub struct Bystander {
     pub rounds: u64,
 }
 
+/// The user of the bystander's signed tool calls (every attack's are `user-1`'s).
+pub const BYSTANDER_USER: &str = "user-2";
+
 /// Scope B's loop until `stop`: write and read a file through its FUSE mount, then through the
-/// HTTP API, checking every byte, timing every operation.
+/// HTTP API, then through signed `/tools` calls (as [`BYSTANDER_USER`]), checking every byte,
+/// timing every operation.
 pub fn bystander(base: &str, thread: &str, mnt: PathBuf, stop: &AtomicBool) -> Bystander {
     let c = Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
     let mut out = Bystander::default();
@@ -572,6 +576,25 @@ pub fn bystander(base: &str, thread: &str, mnt: PathBuf, stop: &AtomicBool) -> B
                 )),
                 Err(e) => Err(e.to_string()),
             }
+        });
+        let text = format!("bystander round {round}\n");
+        let signed = |name: &str, params: Value| {
+            let path = format!("/tools/{name}");
+            let body = signed_body_as(HMAC_SECRET, &path, BYSTANDER_USER, thread, &params, now_secs(), &fresh_nonce());
+            let r = c.post(format!("{base}{path}")).header("content-type", "application/json").body(body).send();
+            match r.map(|r| (r.status(), r.json::<Value>())) {
+                Ok((s, Ok(v))) if s.is_success() => Ok(v),
+                Ok((s, v)) => Err(format!("status {s}: {:?}", v.ok())),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        time(&mut out, "tools_write", &mut || {
+            signed("write_file", json!({"path": "bystander-tools.txt", "content": text})).map(|_| ())
+        });
+        time(&mut out, "tools_read", &mut || match signed("read_file", json!({"path": "bystander-tools.txt"})) {
+            Ok(v) if v["content"] == text.as_str() => Ok(()),
+            Ok(v) => Err(format!("read back {:?}, want {text:?}", v["content"])),
+            Err(e) => Err(e),
         });
         out.rounds += 1;
     }

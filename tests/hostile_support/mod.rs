@@ -5,6 +5,7 @@
 pub mod attacks;
 pub mod bounds;
 pub mod fuzz;
+pub mod tools_flood;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -188,7 +189,7 @@ impl Hostile {
 
 #[path = "../signing_support/mod.rs"]
 pub mod signing_support;
-pub use signing_support::{fresh_nonce, now_secs, signed_body_with};
+pub use signing_support::{fresh_nonce, now_secs, signed_body_as, signed_body_with};
 
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -21,8 +21,21 @@ pub fn fresh_nonce() -> String {
 /// The body of a call of `path` by `thread` (user `user-1`), signed with `secret` at `issued_at`
 /// with `nonce`.
 pub fn signed_body_with(secret: &str, path: &str, thread: &str, params: &Value, issued_at: i64, nonce: &str) -> String {
+    signed_body_as(secret, path, "user-1", thread, params, issued_at, nonce)
+}
+
+/// [`signed_body_with`] for `user`.
+pub fn signed_body_as(
+    secret: &str,
+    path: &str,
+    user: &str,
+    thread: &str,
+    params: &Value,
+    issued_at: i64,
+    nonce: &str,
+) -> String {
     let mut body = params.clone();
-    body["auth_context"] = json!({"user_id": "user-1", "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
+    body["auth_context"] = json!({"user_id": user, "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
     let canonical = scopefs::signing::parse(&serde_json::to_vec(&body).unwrap()).unwrap().to_canonical();
     let digest = scopefs::signing::payload_hash(&canonical);
     let string = scopefs::signing::canonical_string("POST", path, &issued_at.to_string(), nonce, &digest);

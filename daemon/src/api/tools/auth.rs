@@ -7,10 +7,11 @@
 //!    `[limits] tools_max_unauthenticated_bodies` permits (held until the signature is checked): a
 //!    request that finds none free within `http_header_timeout_secs` is refused with 503 `busy`
 //!    (waiting briefly smooths bursts; refusing beyond keeps memory bounded: the client retries),
-//!    and under a charge of its declared length (the body limit when none is declared) from
-//!    `[limits] tools_body_memory_bytes`, waited for the same way (503 `busy`), cut to the bytes
-//!    read once the body has arrived and held until the request is answered (a verified body
-//!    waiting for its worker included);
+//!    and, before that permit, a charge of its declared length (the body limit when none is
+//!    declared) from `[limits] tools_body_memory_bytes`, waited for the same way (503 `busy`; room
+//!    is not handed out in arrival order, so a small body is not queued behind large ones), cut
+//!    to the bytes read once the body has arrived and held until the request is answered (a
+//!    verified body waiting for its worker included);
 //!    the body must arrive within `http_request_timeout_secs` (else 408 `body_timeout`); a body
 //!    over the limit → 413 `too_large`; a body whose first byte does not open an object, or not
 //!    JSON → 400 `invalid_json`; more than `tools_max_json_values` values → 413 `too_large`,
@@ -48,6 +49,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 const MAX_USER_ID: usize = 256;
 
 use super::super::{ApiError, AppState};
+use super::body_memory::{BodyCharge, BodyMemory};
 use super::object_scope::ObjectScope;
 use crate::tokens::Token;
 
@@ -66,13 +68,8 @@ pub struct ToolsAuth {
     pub limits: LimitsConfig,
     /// Permits for bodies read and verified before authentication (`tools_max_unauthenticated_bodies`).
     unauthenticated: Arc<Semaphore>,
-    /// KiB of bodies held from their first byte until answered (`tools_body_memory_bytes`).
-    body_memory: Arc<Semaphore>,
-}
-
-/// KiB (rounded up) of `bytes`, the unit of [`ToolsAuth::body_memory`]'s permits.
-fn kib(bytes: u64) -> usize {
-    usize::try_from(bytes.div_ceil(1024)).unwrap_or(usize::MAX)
+    /// Bytes of bodies held from their first byte until answered (`tools_body_memory_bytes`).
+    body_memory: Arc<BodyMemory>,
 }
 
 impl ToolsAuth {
@@ -82,7 +79,7 @@ impl ToolsAuth {
             window_secs,
             file_limit: TOOL_FILE_LIMIT.min(max_upload_bytes),
             unauthenticated: Arc::new(Semaphore::new(LimitsConfig::default().tools_max_unauthenticated_bodies)),
-            body_memory: body_memory(&LimitsConfig::default()),
+            body_memory: BodyMemory::new(LimitsConfig::default().tools_body_memory_bytes),
             limits: LimitsConfig::default(),
         }
     }
@@ -90,7 +87,7 @@ impl ToolsAuth {
     /// The same settings under the configured `[limits]`.
     pub fn with_limits(mut self, limits: &LimitsConfig) -> ToolsAuth {
         self.unauthenticated = Arc::new(Semaphore::new(limits.tools_max_unauthenticated_bodies));
-        self.body_memory = body_memory(limits);
+        self.body_memory = BodyMemory::new(limits.tools_body_memory_bytes);
         self.limits = limits.clone();
         self
     }
@@ -99,10 +96,6 @@ impl ToolsAuth {
     pub fn max_body_bytes(&self) -> usize {
         usize::try_from(self.file_limit / 3 * 4 + 1024 * 1024).unwrap_or(usize::MAX)
     }
-}
-
-fn body_memory(limits: &LimitsConfig) -> Arc<Semaphore> {
-    Arc::new(Semaphore::new(kib(limits.tools_body_memory_bytes).min(Semaphore::MAX_PERMITS)))
 }
 
 /// A verified `/tools/*` request and the scope it acts in. Use it as the handler's only extractor:
@@ -135,7 +128,7 @@ pub struct SignedRequest<T> {
     /// This request's place among its scope's `max_inflight_per_scope` (held until it is answered).
     _inflight: crate::pools::InflightSlot,
     /// Its body's charge of `tools_body_memory_bytes` (held until it is answered).
-    _body_memory: OwnedSemaphorePermit,
+    _body_memory: BodyCharge,
 }
 
 impl<T> SignedRequest<T> {
@@ -178,13 +171,11 @@ impl ToolsAuth {
 
     /// A charge of `bytes` (at most the whole budget) against `tools_body_memory_bytes`, waiting at
     /// most `http_header_timeout_secs`; no room by then is 503 `busy`.
-    async fn charge_body(&self, bytes: u64) -> Result<OwnedSemaphorePermit, ApiError> {
+    async fn charge_body(&self, bytes: u64) -> Result<BodyCharge, ApiError> {
         let wait = Duration::from_secs(self.limits.http_header_timeout_secs);
-        let whole = kib(self.limits.tools_body_memory_bytes).min(Semaphore::MAX_PERMITS);
-        let want = u32::try_from(kib(bytes).min(whole)).unwrap_or(u32::MAX);
-        match tokio::time::timeout(wait, self.body_memory.clone().acquire_many_owned(want)).await {
-            Ok(Ok(permit)) => Ok(permit),
-            _ => {
+        match self.body_memory.charge(bytes, wait).await {
+            Some(charge) => Ok(charge),
+            None => {
                 limits::refuse(Bound::ToolsBodyMemory);
                 Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -193,14 +184,6 @@ impl ToolsAuth {
                 ))
             }
         }
-    }
-}
-
-/// Gives back the part of a body's charge beyond the `read` bytes that arrived.
-fn trim_charge(charge: &mut OwnedSemaphorePermit, read: usize) {
-    let keep = kib(read as u64);
-    if charge.num_permits() > keep {
-        drop(charge.split(charge.num_permits() - keep));
     }
 }
 
@@ -272,13 +255,15 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
             limits::refuse(Bound::BodyBytes);
             return Err(ApiError::too_large());
         }
-        let permit = auth.admit().await?;
+        // Memory first: a body waiting for room holds no reading permit, so small bodies keep
+        // being read while large ones wait (room is not handed out in arrival order).
         let mut body_memory = auth.charge_body(declared_length(req.headers()).unwrap_or(limit as u64)).await?;
+        let permit = auth.admit().await?;
         let deadline = Duration::from_secs(auth.limits.http_request_timeout_secs);
         let bytes = tokio::time::timeout(deadline, read_body(req, limit)).await.map_err(|_| {
             ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", "the request body did not arrive in time")
         })??;
-        trim_charge(&mut body_memory, bytes.len());
+        body_memory.trim(bytes.len() as u64);
         let service = st.files.clone();
         let work = move || -> Result<SignedRequest<T>, ApiError> {
             let now_ms = service.now_ms();
@@ -354,26 +339,6 @@ mod tests {
         assert_eq!((refused.status, refused.code), (StatusCode::SERVICE_UNAVAILABLE, "busy"));
         drop(first);
         assert!(auth.admit().await.is_ok(), "a released permit is reused");
-    }
-
-    #[tokio::test]
-    async fn bodies_held_in_memory_are_charged_by_their_bytes_until_dropped() {
-        let limits = LimitsConfig {
-            tools_body_memory_bytes: 100 * 1024,
-            http_header_timeout_secs: 1,
-            ..LimitsConfig::default()
-        };
-        let auth = ToolsAuth::new(Token::new("secret".into()), 300, 1 << 20).with_limits(&limits);
-        let mut first = auth.charge_body(60 * 1024).await.expect("room for the first body");
-        let refused = auth.charge_body(60 * 1024).await.expect_err("no room for a second 60 KiB");
-        assert_eq!((refused.status, refused.code), (StatusCode::SERVICE_UNAVAILABLE, "busy"));
-        trim_charge(&mut first, 10 * 1024 + 1);
-        assert_eq!(first.num_permits(), 11, "the charge is cut to the bytes read (KiB, rounded up)");
-        let second = auth.charge_body(60 * 1024).await.expect("room once the first is trimmed");
-        drop((first, second));
-        let whole = auth.charge_body(1 << 30).await.expect("a body over the budget is charged the whole budget");
-        assert_eq!(whole.num_permits(), 100);
-        assert!(auth.charge_body(1).await.is_err(), "nothing is left beside it");
     }
 
     #[test]

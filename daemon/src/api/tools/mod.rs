@@ -1,6 +1,7 @@
 //! `/tools/*`: the HMAC-signed execution API of the agent runtime (SPEC §7.3, seed 003 §4).
 
 pub mod auth;
+mod body_memory;
 mod compute;
 mod edit;
 mod files;
