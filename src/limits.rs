@@ -63,8 +63,9 @@ pub struct LimitsConfig {
     /// `/tools/*` bodies read and verified at once, before authentication (the rest wait).
     pub tools_max_unauthenticated_bodies: usize,
     /// Bytes of `/tools` request bodies the daemon holds at once, from the first byte read until
-    /// the request is answered (waiting for a worker included); a body that finds no room within
-    /// `http_header_timeout_secs` is 503 `busy`.
+    /// the request is answered (waiting for a worker included), and of `read_file`/`download_file`
+    /// answers until sent; a request that finds no room within `http_header_timeout_secs` is 503
+    /// `busy`.
     pub tools_body_memory_bytes: u64,
     /// JSON values (objects, arrays, strings, numbers…) a signed body may contain.
     pub tools_max_json_values: u64,

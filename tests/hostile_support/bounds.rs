@@ -5,8 +5,8 @@
 //! the inode quota taken by `O_TMPFILE`). Each refusal has the documented status or errno, comes
 //! before the work (no file read, no name or attribute created, the size and usage unchanged) and
 //! is counted once under its bound in `scopefs_limit_refused_total` (all but the inode quota).
-//! `tools_body_memory_bytes` is pushed by a flood of fat signed bodies and checked by the daemon's
-//! resident growth (its peak reset by `clear_refs` first).
+//! `tools_body_memory_bytes` is pushed by a flood of fat signed bodies and by answers nobody reads,
+//! and checked by the daemon's resident growth (its peak reset by `clear_refs` first).
 //!
 //! Not here: `max_artifact_files`/`max_artifact_bytes`, `max_environment_paths` and
 //! `max_shared_environments_per_user` are checked once a sandbox engine answers, and this daemon
@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::attacks::{client, tool, Ans, Verdict};
-use super::{Hostile, EDIT_DIFF, LINKS, MAX_UPLOAD, TOOLS_BODY_MEMORY, XATTRS, XATTR_BYTES};
+use super::{
+    fresh_nonce, now_secs, signed_body_with, Hostile, EDIT_DIFF, HMAC_SECRET, LINKS, MAX_UPLOAD, TOOLS_BODY_MEMORY,
+    XATTRS, XATTR_BYTES,
+};
 
 /// `Err(what())` unless `ok`.
 fn want(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
@@ -330,4 +333,44 @@ pub fn tools_body_memory(h: &Hostile) -> Verdict {
     })
     .map(|()| format!("answers by status {counts:?}; resident memory grew {} MiB", grown >> 20));
     (what, verdict)
+}
+
+/// `tools_body_memory_bytes` holds answers too, until they are sent: eight connections ask for a
+/// `read_file` whose answer is 36 MiB (6 MiB of control characters, six bytes each as JSON) and
+/// never read it. Without the charge every answer stayed in memory until its connection went; with
+/// it one is built, and the others wait for room and are refused (503 `busy`).
+pub fn tools_answer_memory(h: &Hostile) -> Verdict {
+    use std::io::Write;
+    let what = "tools_body_memory_bytes (answers nobody reads)";
+    let thread = "thr-answers";
+    let scope = h.provision(thread);
+    if let Err(e) = fs::write(h.mountpoint(&scope).join("ctl.txt"), vec![1u8; 6 << 20]) {
+        return (what, Err(format!("writing the file: {e}")));
+    }
+    let before = h.refusals("tools_body_memory");
+    let rss_before = h.reset_peak_rss();
+    let path = "/tools/read_file";
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let body = signed_body_with(HMAC_SECRET, path, thread, &json!({"path": "ctl.txt"}), now_secs(), &fresh_nonce());
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let sent = std::net::TcpStream::connect(h.addr)
+            .and_then(|mut s| s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes())).map(|()| s));
+        match sent {
+            Ok(s) => held.push(s),
+            Err(e) => return (what, Err(format!("sending a request: {e}"))),
+        }
+    }
+    let refused = wait_for("six requests refused for want of room", || h.refusals("tools_body_memory") - before >= 6.0);
+    let grown = h.peak_rss().saturating_sub(rss_before);
+    drop(held);
+    let allowed = 2 * TOOLS_BODY_MEMORY + (64 << 20);
+    let verdict = want(grown <= allowed, || {
+        format!("resident memory grew {} MiB with the answers unread (allowed {} MiB)", grown >> 20, allowed >> 20)
+    })
+    .and(refused);
+    (what, verdict.map(|()| format!("answers unread: resident memory grew {} MiB", grown >> 20)))
 }

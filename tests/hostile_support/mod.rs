@@ -42,9 +42,10 @@ pub const LINKS: u64 = 8;
 pub const XATTRS: u64 = 8;
 /// `[limits] max_xattr_bytes_per_inode`.
 pub const XATTR_BYTES: u64 = 1024;
-/// `[limits] tools_body_memory_bytes`: room for three of the 9 MiB bodies of
-/// `bounds::tools_body_memory` at once.
-pub const TOOLS_BODY_MEMORY: u64 = 32 * 1024 * 1024;
+/// `[limits] tools_body_memory_bytes`: room for seven of the 9 MiB bodies of
+/// `bounds::tools_body_memory` at once, and for one of the 42 MiB reads (a 6 MiB file and its
+/// 36 MiB answer) of `bounds::tools_answer_memory`.
+pub const TOOLS_BODY_MEMORY: u64 = 64 * 1024 * 1024;
 /// The deployment's quota of every scope (`quota_bytes`, `quota_inodes`) for the fuzz and attacks.
 pub const QUOTA: (u64, u64) = (512 * 1024 * 1024, 1_000_000);
 /// The daemon's address-space cap: an unbounded allocation (H2, M1) aborts it quickly instead of

@@ -7,11 +7,12 @@
 //!    `[limits] tools_max_unauthenticated_bodies` permits (held until the signature is checked): a
 //!    request that finds none free within `http_header_timeout_secs` is refused with 503 `busy`
 //!    (waiting briefly smooths bursts; refusing beyond keeps memory bounded: the client retries),
-//!    and, before that permit, a charge of its declared length (the body limit when none is
-//!    declared) from `[limits] tools_body_memory_bytes`, waited for the same way (503 `busy`; room
-//!    is not handed out in arrival order, so a small body is not queued behind large ones), cut
-//!    to the bytes read once the body has arrived and held until the request is answered (a
-//!    verified body waiting for its worker included);
+//!    and, before that permit, a charge of [`VERIFY_COPIES`] times its declared length (the body
+//!    limit when none is declared) from `[limits] tools_body_memory_bytes`, waited for the same
+//!    way (503 `busy`; room is not handed out in arrival order, so a small body is not queued
+//!    behind large ones), cut to that many times the bytes read once the body has arrived, to the
+//!    bytes read once it is verified (its parsed parameters), and held until the request is
+//!    answered (a verified body waiting for its worker included);
 //!    the body must arrive within `http_request_timeout_secs` (else 408 `body_timeout`); a body
 //!    over the limit → 413 `too_large`; a body whose first byte does not open an object, or not
 //!    JSON → 400 `invalid_json`; more than `tools_max_json_values` values → 413 `too_large`,
@@ -44,6 +45,10 @@ use scopefs::registry::{OwnerType, ScopeRecord};
 use scopefs::signing::{self, SigningError};
 use serde::de::DeserializeOwned;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Copies of a body in memory while it is verified: the bytes read, their parse and the canonical
+/// form that is signed (the charge until the signature is checked).
+pub const VERIFY_COPIES: u64 = 3;
 
 /// Longest `auth_context.user_id` (the registry stores it with each scope it owns).
 const MAX_USER_ID: usize = 256;
@@ -169,6 +174,25 @@ impl ToolsAuth {
         }
     }
 
+    /// [`Self::charge_body`] from a blocking worker (the bytes of an answer about to be built).
+    pub fn charge_blocking(&self, bytes: u64) -> Result<BodyCharge, ApiError> {
+        tokio::runtime::Handle::current().block_on(self.charge_body(bytes))
+    }
+
+    /// Adds `bytes` to `charge` if there is room now (never waiting while holding a charge, so
+    /// requests cannot each hold part of the budget and wait for the rest); one request holds at
+    /// most the whole budget. `false`: nothing was added.
+    pub fn try_charge_more(&self, charge: &mut BodyCharge, bytes: u64) -> bool {
+        let room = self.limits.tools_body_memory_bytes.saturating_sub(charge.bytes());
+        match self.body_memory.try_charge(bytes.min(room)) {
+            Some(more) => {
+                charge.absorb(more);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A charge of `bytes` (at most the whole budget) against `tools_body_memory_bytes`, waiting at
     /// most `http_header_timeout_secs`; no room by then is 503 `busy`.
     async fn charge_body(&self, bytes: u64) -> Result<BodyCharge, ApiError> {
@@ -257,17 +281,19 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
         }
         // Memory first: a body waiting for room holds no reading permit, so small bodies keep
         // being read while large ones wait (room is not handed out in arrival order).
-        let mut body_memory = auth.charge_body(declared_length(req.headers()).unwrap_or(limit as u64)).await?;
+        let declared = declared_length(req.headers()).unwrap_or(limit as u64);
+        let mut body_memory = auth.charge_body(declared.saturating_mul(VERIFY_COPIES)).await?;
         let permit = auth.admit().await?;
         let deadline = Duration::from_secs(auth.limits.http_request_timeout_secs);
         let bytes = tokio::time::timeout(deadline, read_body(req, limit)).await.map_err(|_| {
             ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", "the request body did not arrive in time")
         })??;
-        body_memory.trim(bytes.len() as u64);
+        body_memory.trim((bytes.len() as u64).saturating_mul(VERIFY_COPIES));
         let service = st.files.clone();
         let work = move || -> Result<SignedRequest<T>, ApiError> {
             let now_ms = service.now_ms();
             let verified = verify_body::<T>(&auth, &method, &path, &bytes, now_ms.div_euclid(1000));
+            body_memory.trim(bytes.len() as u64);
             drop((bytes, permit));
             let Verified { ctx, body } = verified?;
             let thread_id = ThreadId::parse(ctx.thread_id.as_deref().unwrap_or(""))?;

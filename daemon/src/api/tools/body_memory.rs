@@ -2,13 +2,28 @@
 //! a body is charged before it is read and until its request is answered. Room is not handed out
 //! in arrival order: a small body finds room beside large ones waiting for theirs, so one tenant's
 //! queue of large bodies does not hold up another tenant's small call (a large body waits until
-//! enough has been given back, at most the caller's timeout).
+//! enough has been given back, at most the caller's timeout). [`HeldAnswer`] keeps an answer's
+//! charge until the answer has been sent.
 
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Body;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
 use parking_lot::Mutex;
+use serde::Serialize;
 use tokio::sync::Notify;
+
+use super::super::ApiError;
+
+/// Bytes of an answer handed to the connection at a time: the rest stays charged until taken.
+const ANSWER_CHUNK: usize = 256 * 1024;
 
 /// The budget (see the module docs).
 #[derive(Debug)]
@@ -50,7 +65,8 @@ impl BodyMemory {
         .ok()
     }
 
-    fn try_charge(self: &Arc<Self>, bytes: u64) -> Option<BodyCharge> {
+    /// Charges `bytes` if there is room now (never waits).
+    pub fn try_charge(self: &Arc<Self>, bytes: u64) -> Option<BodyCharge> {
         let mut used = self.used.lock();
         (*used + bytes <= self.max).then(|| {
             *used += bytes;
@@ -73,6 +89,11 @@ impl BodyMemory {
 }
 
 impl BodyCharge {
+    /// Adds `other`'s bytes to this charge (given back together).
+    pub fn absorb(&mut self, mut other: BodyCharge) {
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+
     /// Gives back what is charged beyond `bytes` (the body turned out shorter than declared).
     pub fn trim(&mut self, bytes: u64) {
         if self.bytes > bytes {
@@ -81,7 +102,6 @@ impl BodyCharge {
         }
     }
 
-    #[cfg(test)]
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
@@ -90,6 +110,56 @@ impl BodyCharge {
 impl Drop for BodyCharge {
     fn drop(&mut self) {
         self.budget.give_back(self.bytes);
+    }
+}
+
+/// A JSON answer kept in memory, its charge held until the connection has taken its last bytes.
+pub struct HeldAnswer {
+    bytes: Bytes,
+    charge: BodyCharge,
+}
+
+impl HeldAnswer {
+    /// `value` as JSON under `charge`, cut to the answer's bytes (what stays in memory).
+    pub fn json<T: Serialize>(value: &T, mut charge: BodyCharge) -> Result<HeldAnswer, ApiError> {
+        let bytes = serde_json::to_vec(value).map_err(|e| ApiError::internal("answer_not_serialized", &e))?;
+        charge.trim(bytes.len() as u64);
+        Ok(HeldAnswer { bytes: Bytes::from(bytes), charge })
+    }
+}
+
+impl IntoResponse for HeldAnswer {
+    fn into_response(self) -> Response {
+        let mut response = Response::new(Body::new(HeldBody { rest: self.bytes, _charge: self.charge }));
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    }
+}
+
+/// The body of a [`HeldAnswer`]: handed out a chunk at a time as the connection asks for it.
+struct HeldBody {
+    rest: Bytes,
+    _charge: BodyCharge,
+}
+
+impl http_body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.rest.is_empty() {
+            return Poll::Ready(None);
+        }
+        let n = self.rest.len().min(ANSWER_CHUNK);
+        Poll::Ready(Some(Ok(Frame::data(self.rest.split_to(n)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.rest.len() as u64)
     }
 }
 

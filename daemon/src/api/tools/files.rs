@@ -61,7 +61,7 @@ use super::super::{blocking_as, file_kind_name, ApiError, AppState};
 use super::auth::SignedRequest;
 use super::edit::{edited_len, replace_bounded, unified_diff};
 use super::engine_err;
-use super::object_scope::{check_list, check_read};
+use super::object_scope::check_list;
 use super::search::{self, Glob, Visit, WalkBudget};
 use super::target::target;
 use crate::pools::RouteClass::Tools;
@@ -84,14 +84,20 @@ const WORKSPACE: &str = "/workspace";
 pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
     let s = Auth::Signed;
     table
-        .add("POST", "/tools/read_file", s, "Read a text file of the workspace", post(read_file))
+        .add("POST", "/tools/read_file", s, "Read a text file of the workspace", post(super::reads::read_file))
         .add("POST", "/tools/write_file", s, "Write a text file (atomic replace, creates parents)", post(write_file))
         .add("POST", "/tools/edit_file", s, "Replace a unique old_string (or all with replace_all)", post(edit_file))
         .add("POST", "/tools/list_dir", s, "List one directory (bounded)", post(list_dir))
         .add("POST", "/tools/grep_files", s, "Literal search in files below a directory (bounded)", post(grep_files))
         .add("POST", "/tools/glob_files", s, "Paths matching a glob pattern (bounded)", post(glob_files))
         .add("POST", "/tools/upload_file", s, "Write base64 content checked against its sha256", post(upload_file))
-        .add("POST", "/tools/download_file", s, "A file's content as base64 with its sha256", post(download_file))
+        .add(
+            "POST",
+            "/tools/download_file",
+            s,
+            "A file's content as base64 with its sha256",
+            post(super::reads::download_file),
+        )
 }
 
 fn bad(code: &'static str, message: impl Into<String>) -> ApiError {
@@ -129,7 +135,7 @@ fn mtime_secs(a: &Attr) -> f64 {
     a.mtime.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-fn sha256_hex(data: &[u8]) -> String {
+pub(super) fn sha256_hex(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
@@ -153,7 +159,7 @@ fn read_whole_versioned(engine: &ScopeEngine, rel: &str, limit: u64) -> Result<(
 }
 
 /// Reads a whole regular file of at most `limit` bytes.
-fn read_whole(engine: &ScopeEngine, rel: &str, limit: u64) -> Result<Vec<u8>, ApiError> {
+pub(super) fn read_whole(engine: &ScopeEngine, rel: &str, limit: u64) -> Result<Vec<u8>, ApiError> {
     read_whole_versioned(engine, rel, limit).map(|(_, data)| data)
 }
 
@@ -175,7 +181,11 @@ fn require_write<T>(req: &SignedRequest<T>) -> Result<(), ApiError> {
 
 /// `environment_id`, when sent, names a live environment of the request's scope; otherwise the
 /// 404 an unknown environment gets everywhere (another scope's or an ended one included).
-fn check_environment<T>(st: &AppState, req: &SignedRequest<T>, env_id: Option<&str>) -> Result<(), ApiError> {
+pub(super) fn check_environment<T>(
+    st: &AppState,
+    req: &SignedRequest<T>,
+    env_id: Option<&str>,
+) -> Result<(), ApiError> {
     let Some(id) = env_id else { return Ok(()) };
     let env = st.compute.registry().environment(&req.scope.scope_id, id).map_err(ServiceError::Registry)?;
     match env {
@@ -184,35 +194,8 @@ fn check_environment<T>(st: &AppState, req: &SignedRequest<T>, env_id: Option<&s
     }
 }
 
-fn text(data: Vec<u8>) -> Result<String, ApiError> {
+pub(super) fn text(data: Vec<u8>) -> Result<String, ApiError> {
     String::from_utf8(data).map_err(|_| conflict("not_utf8", "the file is not UTF-8 text; use download_file"))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PathParams {
-    #[serde(default)]
-    environment_id: Option<String>,
-    path: String,
-}
-
-#[derive(Debug, Serialize)]
-struct ReadView {
-    path: String,
-    content: String,
-    size_bytes: usize,
-}
-
-async fn read_file(State(st): State<AppState>, req: SignedRequest<PathParams>) -> Result<Json<ReadView>, ApiError> {
-    let limit = st.tools.file_limit;
-    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
-        check_environment(&st, &req, req.body.environment_id.as_deref())?;
-        let t = target(&st, &req, &req.body.path, false)?;
-        check_read(req.grant.as_ref(), &t.path())?;
-        let content = text(read_whole(&t.engine, &t.rel, limit)?)?;
-        Ok(Json(ReadView { path: t.path(), size_bytes: content.len(), content }))
-    })
-    .await
 }
 
 #[derive(Debug, Deserialize)]
@@ -574,42 +557,6 @@ fn base64_content(p: &UploadParams, limit: u64) -> Content<'_> {
     Ok((Cow::Owned(data), digest))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DownloadParams {
-    #[serde(default)]
-    environment_id: Option<String>,
-    remote_path: String,
-}
-
-#[derive(Debug, Serialize)]
-struct DownloadView {
-    path: String,
-    content_base64: String,
-    sha256: String,
-    size_bytes: usize,
-}
-
-async fn download_file(
-    State(st): State<AppState>,
-    req: SignedRequest<DownloadParams>,
-) -> Result<Json<DownloadView>, ApiError> {
-    let limit = st.tools.file_limit;
-    blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
-        check_environment(&st, &req, req.body.environment_id.as_deref())?;
-        let t = target(&st, &req, &req.body.remote_path, false)?;
-        check_read(req.grant.as_ref(), &t.path())?;
-        let data = read_whole(&t.engine, &t.rel, limit)?;
-        Ok(Json(DownloadView {
-            path: t.path(),
-            content_base64: BASE64.encode(&data),
-            sha256: sha256_hex(&data),
-            size_bytes: data.len(),
-        }))
-    })
-    .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -666,21 +613,6 @@ mod tests {
             "truncated": false,
         });
         assert_eq!(serde_json::to_value(listing).unwrap(), former);
-
-        let data = b"bytes\xff";
-        let download = DownloadView {
-            path: shown("f.bin"),
-            content_base64: BASE64.encode(data),
-            sha256: sha256_hex(data),
-            size_bytes: data.len(),
-        };
-        let former = json!({
-            "path": "/workspace/f.bin",
-            "content_base64": "Ynl0ZXP/",
-            "sha256": sha256_hex(data),
-            "size_bytes": 6,
-        });
-        assert_eq!(serde_json::to_value(download).unwrap(), former);
 
         let found = GrepMatch { path: shown("f.txt"), line_number: 3, line: "x".into() };
         let grep = GrepView { matches: vec![found], files_searched: 1, truncated: true };

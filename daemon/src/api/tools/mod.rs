@@ -6,6 +6,7 @@ mod compute;
 mod edit;
 mod files;
 pub mod object_scope;
+mod reads;
 mod search;
 mod target;
 
