@@ -119,6 +119,13 @@ impl Listing {
     pub(crate) fn new(entries: Vec<PathEntry>, charge: ListingCharge) -> Listing {
         Listing { entries, _charge: charge }
     }
+
+    /// The entries and their charge, apart: a caller that builds an answer from the entries keeps
+    /// the charge until the answer is gone.
+    pub fn into_parts(mut self) -> (Vec<PathEntry>, ListingCharge) {
+        let entries = std::mem::take(&mut self.entries);
+        (entries, self._charge)
+    }
 }
 
 impl Deref for Listing {

@@ -3,6 +3,7 @@
 mod admin;
 mod error;
 mod extract;
+mod held_answer;
 mod internal;
 pub mod routes;
 mod tools;

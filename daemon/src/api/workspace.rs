@@ -44,6 +44,7 @@ mod headers;
 mod zipstream;
 
 use super::extract::{ApiJson, ApiQuery};
+use super::held_answer::HeldAnswer;
 use super::routes::{Auth, RouteTable};
 use super::{blocking_as, file_kind_name, ApiError, AppState};
 use crate::pools::{RouteClass, Share};
@@ -220,21 +221,25 @@ struct ListView {
     entries: Vec<EntryView>,
 }
 
-async fn list(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -> Result<Json<ListView>, ApiError> {
+/// The listing's charge (`listing_memory_*`) is held until the client has taken the answer.
+async fn list(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -> Result<HeldAnswer, ApiError> {
     let dir = vpath::normalize_virtual_dir(q.path.as_deref().unwrap_or(""))?;
     let recursive = flag(&q.recursive);
     let service = st.files.clone();
     let listed = dir.clone();
-    let (rec, entries): (ScopeRecord, Listing) = run(of(&thread), move || {
+    let (rec, listing): (ScopeRecord, Listing) = run(of(&thread), move || {
         let (rec, engine) = service.engine_for_thread(&thread)?;
         Ok((rec, engine.list_path(&listed, recursive)?))
     })
     .await?;
-    Ok(Json(ListView {
+    let (entries, charge) = listing.into_parts();
+    let view = ListView {
         path: dir,
         scope: ScopeBrief { scope_id: rec.scope_id, state: rec.state },
         entries: entries.iter().map(|e| EntryView::of(&e.path, &e.attr)).collect(),
-    }))
+    };
+    drop(entries);
+    HeldAnswer::json(&view, charge)
 }
 
 /// Runs `f`, the blocking half of a streamed body, on a thread of its own that holds one of the

@@ -2,28 +2,18 @@
 //! a body is charged before it is read and until its request is answered. Room is not handed out
 //! in arrival order: a small body finds room beside large ones waiting for theirs, so one tenant's
 //! queue of large bodies does not hold up another tenant's small call (a large body waits until
-//! enough has been given back, at most the caller's timeout). [`HeldAnswer`] keeps an answer's
-//! charge until the answer has been sent.
+//! enough has been given back, at most the caller's timeout). An answer keeps its charge until
+//! the client has taken it ([`charged_json`], a [`HeldAnswer`]).
 
-use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use http_body::{Frame, SizeHint};
 use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::sync::Notify;
 
+use super::super::held_answer::HeldAnswer;
 use super::super::ApiError;
-
-/// Bytes of an answer handed to the connection at a time: the rest stays charged until taken.
-const ANSWER_CHUNK: usize = 256 * 1024;
 
 /// The budget (see the module docs).
 #[derive(Debug)]
@@ -113,54 +103,12 @@ impl Drop for BodyCharge {
     }
 }
 
-/// A JSON answer kept in memory, its charge held until the connection has taken its last bytes.
-pub struct HeldAnswer {
-    bytes: Bytes,
-    charge: BodyCharge,
-}
-
-impl HeldAnswer {
-    /// `value` as JSON under `charge`, cut to the answer's bytes (what stays in memory).
-    pub fn json<T: Serialize>(value: &T, mut charge: BodyCharge) -> Result<HeldAnswer, ApiError> {
-        let bytes = serde_json::to_vec(value).map_err(|e| ApiError::internal("answer_not_serialized", &e))?;
-        charge.trim(bytes.len() as u64);
-        Ok(HeldAnswer { bytes: Bytes::from(bytes), charge })
-    }
-}
-
-impl IntoResponse for HeldAnswer {
-    fn into_response(self) -> Response {
-        let mut response = Response::new(Body::new(HeldBody { rest: self.bytes, _charge: self.charge }));
-        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        response
-    }
-}
-
-/// The body of a [`HeldAnswer`]: handed out a chunk at a time as the connection asks for it.
-struct HeldBody {
-    rest: Bytes,
-    _charge: BodyCharge,
-}
-
-impl http_body::Body for HeldBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        if self.rest.is_empty() {
-            return Poll::Ready(None);
-        }
-        let n = self.rest.len().min(ANSWER_CHUNK);
-        Poll::Ready(Some(Ok(Frame::data(self.rest.split_to(n)))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.rest.is_empty()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.rest.len() as u64)
-    }
+/// `value` as a JSON answer under `charge`, cut to the answer's bytes (what stays in memory
+/// until the client has taken it).
+pub fn charged_json<T: Serialize>(value: &T, mut charge: BodyCharge) -> Result<HeldAnswer, ApiError> {
+    let bytes = serde_json::to_vec(value).map_err(|e| ApiError::internal("answer_not_serialized", &e))?;
+    charge.trim(bytes.len() as u64);
+    Ok(HeldAnswer::new(bytes, charge))
 }
 
 #[cfg(test)]

@@ -56,6 +56,7 @@ use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::time::UNIX_EPOCH;
 
+use super::super::held_answer::HeldAnswer;
 use super::super::routes::{Auth, RouteTable};
 use super::super::{blocking_as, file_kind_name, ApiError, AppState};
 use super::auth::SignedRequest;
@@ -376,17 +377,18 @@ struct DirView {
     truncated: bool,
 }
 
-async fn list_dir(State(st): State<AppState>, req: SignedRequest<DirParams>) -> Result<Json<DirView>, ApiError> {
+/// The listing's charge (`listing_memory_*`) is held until the client has taken the answer.
+async fn list_dir(State(st): State<AppState>, req: SignedRequest<DirParams>) -> Result<HeldAnswer, ApiError> {
     blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         check_environment(&st, &req, req.body.environment_id.as_deref())?;
         let t = target(&st, &req, &req.body.path, true)?;
         let grant = req.grant.as_ref();
         check_list(grant, &t.path())?;
-        let mut entries = t.engine.list_path(&t.rel, false).map_err(engine_err)?;
+        let (mut entries, charge) = t.engine.list_path(&t.rel, false).map_err(engine_err)?.into_parts();
         entries.retain(|e| grant.is_none_or(|g| g.may_see(&t.shown(&e.path))));
         let truncated = entries.len() > MAX_LIST;
         let entries = entries.iter().take(MAX_LIST).map(|e| DirEntryView::of(t.shown(&e.path), &e.attr)).collect();
-        Ok(Json(DirView { path: t.path(), entries, truncated }))
+        HeldAnswer::json(&DirView { path: t.path(), entries, truncated }, charge)
     })
     .await
 }

@@ -10,9 +10,10 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+use super::super::held_answer::HeldAnswer;
 use super::super::{blocking_as, ApiError, AppState};
 use super::auth::SignedRequest;
-use super::body_memory::HeldAnswer;
+use super::body_memory::charged_json;
 use super::engine_err;
 use super::files::{check_environment, read_whole, sha256_hex, text};
 use super::object_scope::check_read;
@@ -72,7 +73,7 @@ pub(super) async fn read_file(
             content = text(read_whole(&t.engine, &t.rel, limit)?)?;
         }
         let view = ReadView { path: t.path(), size_bytes: content.len(), content };
-        HeldAnswer::json(&view, charge)
+        charged_json(&view, charge)
     })
     .await
 }
@@ -113,7 +114,7 @@ pub(super) async fn download_file(
             size_bytes: data.len(),
         };
         drop(data);
-        HeldAnswer::json(&view, charge)
+        charged_json(&view, charge)
     })
     .await
 }
