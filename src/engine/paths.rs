@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use super::error::{EngineError, EngineResult};
 use super::listing::Listing;
-
-/// Names a listing reads from a directory at once.
-const LIST_PAGE: usize = 4096;
 use super::scope::ScopeEngine;
 use super::types::*;
 use crate::limits::{refuse, Bound};
+
+/// Names a listing reads from a directory at once.
+const LIST_PAGE: usize = 4096;
 use crate::names;
 
 /// A change made outside the kernel's view (through the HTTP API): the FUSE layer invalidates it.

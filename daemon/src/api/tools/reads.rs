@@ -17,7 +17,7 @@ use super::body_memory::charged_json;
 use super::engine_err;
 use super::files::{check_environment, read_whole, sha256_hex, text};
 use super::object_scope::check_read;
-use super::target::target;
+use super::target::{target, Target};
 use crate::pools::RouteClass::Tools;
 
 /// Bytes of an answer besides its content (the path and the other fields, as JSON).
@@ -51,19 +51,32 @@ fn json_string_len(s: &str) -> u64 {
     escaped + 2
 }
 
+/// The file `path` names, once the request's environment and grant allow reading it, and its size
+/// (at most the file limit: what reading it may bring into memory).
+fn readable<T>(
+    st: &AppState,
+    req: &SignedRequest<T>,
+    env_id: Option<&str>,
+    path: &str,
+) -> Result<(Target, u64), ApiError> {
+    check_environment(st, req, env_id)?;
+    let t = target(st, req, path, false)?;
+    check_read(req.grant.as_ref(), &t.path())?;
+    let size = t.engine.resolve_path(&t.rel).map_err(engine_err)?.size.min(st.tools.file_limit);
+    Ok((t, size))
+}
+
 pub(super) async fn read_file(
     State(st): State<AppState>,
     req: SignedRequest<PathParams>,
 ) -> Result<HeldAnswer, ApiError> {
     let limit = st.tools.file_limit;
     blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
-        check_environment(&st, &req, req.body.environment_id.as_deref())?;
-        let t = target(&st, &req, &req.body.path, false)?;
-        check_read(req.grant.as_ref(), &t.path())?;
-        let size = t.engine.resolve_path(&t.rel).map_err(engine_err)?.size.min(limit);
+        let (t, size) = readable(&st, &req, req.body.environment_id.as_deref(), &req.body.path)?;
         // The content first; its answer's exact length is known once it is read. Without room for
-        // that now, everything is given back and the whole is waited for at once (no request waits
-        // while holding part of the budget), then the file is read again.
+        // that now, the content's charge is given back and the whole is waited for at once (no
+        // request waits for answer room while holding a content charge), then the file is read
+        // again.
         let mut charge = st.tools.charge_blocking(size)?;
         let mut content = text(read_whole(&t.engine, &t.rel, limit)?)?;
         let answer = json_string_len(&content) + FIELDS;
@@ -100,10 +113,7 @@ pub(super) async fn download_file(
 ) -> Result<HeldAnswer, ApiError> {
     let limit = st.tools.file_limit;
     blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
-        check_environment(&st, &req, req.body.environment_id.as_deref())?;
-        let t = target(&st, &req, &req.body.remote_path, false)?;
-        check_read(req.grant.as_ref(), &t.path())?;
-        let size = t.engine.resolve_path(&t.rel).map_err(engine_err)?.size.min(limit);
+        let (t, size) = readable(&st, &req, req.body.environment_id.as_deref(), &req.body.remote_path)?;
         // The content, its base64 and the answer that holds it.
         let charge = st.tools.charge_blocking(size + 2 * (size.div_ceil(3) * 4) + FIELDS)?;
         let data = read_whole(&t.engine, &t.rel, limit)?;
