@@ -121,6 +121,8 @@ pub struct Config {
     /// SQLite heap of the whole daemon (the page caches of every open metadata database and the
     /// registry): a soft limit past which caches recycle pages instead of growing (0: none).
     pub metadata_cache_max_bytes: u64,
+    /// Bytes of blocks being downloaded from the object store at once (see `StorageSettings`).
+    pub fetch_memory_max_bytes: u64,
     pub upload_parallelism: usize,
     /// Upload slots one scope may hold at once (at most `upload_parallelism` of them are used).
     pub upload_parallelism_per_scope: usize,
@@ -197,6 +199,7 @@ impl Default for Config {
             inline_block_max_bytes: s.inline_block_max_bytes,
             dirty_memory_max_bytes: s.dirty_memory_max_bytes,
             metadata_cache_max_bytes: s.metadata_cache_max_bytes,
+            fetch_memory_max_bytes: s.fetch_memory_max_bytes,
             upload_parallelism: s.upload_parallelism,
             upload_parallelism_per_scope: s.upload_parallelism_per_scope,
             upload_delay_ms: s.upload_delay.as_millis() as u64,
@@ -247,6 +250,9 @@ impl Config {
         let invalid = |key, reason: &str| Err(ConfigError::Invalid { key, reason: reason.into() });
         if self.block_size < 64 * 1024 || self.block_size > 64 * 1024 * 1024 {
             return invalid("block_size", "must be between 64 KiB and 64 MiB");
+        }
+        if self.fetch_memory_max_bytes < 2 * self.block_size {
+            return invalid("fetch_memory_max_bytes", "must be at least two blocks (2 x block_size)");
         }
         if self.inline_block_max_bytes > self.block_size.min(1024 * 1024) {
             return invalid("inline_block_max_bytes", "must be at most block_size and 1 MiB");
@@ -327,6 +333,7 @@ impl Config {
             inline_block_max_bytes: self.inline_block_max_bytes,
             dirty_memory_max_bytes: self.dirty_memory_max_bytes,
             metadata_cache_max_bytes: self.metadata_cache_max_bytes,
+            fetch_memory_max_bytes: self.fetch_memory_max_bytes,
         }
     }
 

@@ -425,3 +425,97 @@ fn one_scopes_upload_backlog_leaves_another_scopes_fsync_its_turn() {
     });
     assert_eq!(h.store.put_count(), 41, "every block of both scopes is stored once");
 }
+
+/// A store whose gets hold until `want` of them are in flight at once (or, bounded, until a
+/// deadline that only gets made one at a time reach), recording the most ever in flight.
+struct GetPeakStore {
+    inner: Arc<scopefs::store::MemoryStore>,
+    want: usize,
+    in_flight: tokio::sync::watch::Sender<usize>,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for GetPeakStore {
+    async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), scopefs::store::StoreError> {
+        self.inner.put(key, data).await
+    }
+    async fn get(&self, key: &str) -> Result<bytes::Bytes, scopefs::store::StoreError> {
+        use std::sync::atomic::Ordering;
+        self.in_flight.send_modify(|n| {
+            *n += 1;
+            self.peak.fetch_max(*n, Ordering::SeqCst);
+        });
+        let mut rx = self.in_flight.subscribe();
+        let peak_reached = |_: &usize| self.peak.load(Ordering::SeqCst) >= self.want;
+        let _ = tokio::time::timeout(Duration::from_secs(1), rx.wait_for(peak_reached)).await;
+        self.in_flight.send_modify(|n| *n -= 1);
+        self.inner.get(key).await
+    }
+    async fn head(&self, key: &str) -> Result<Option<u64>, scopefs::store::StoreError> {
+        self.inner.head(key).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), scopefs::store::StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<scopefs::store::ObjectInfo>, scopefs::store::StoreError> {
+        self.inner.list(prefix).await
+    }
+    fn describe(&self) -> String {
+        "get-peak-recording memory store".into()
+    }
+}
+
+#[test]
+fn uncached_reads_download_within_the_fetch_memory_budget() {
+    // Room for one block's download (a fetch holds the block and its copy): readers of three
+    // uncached blocks download them one at a time.
+    let h = Harness::new(StorageSettings {
+        block_size: 64,
+        fetch_memory_max_bytes: 2 * 64,
+        readahead_blocks: 0,
+        store_timeout: Duration::from_secs(60),
+        store_attempts: 1,
+        ..StorageSettings::default()
+    });
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    for i in 0..3u8 {
+        write_file(&e, &format!("f{i}"), &pattern(64, i)).unwrap();
+    }
+    assert!(e.wait_uploads(Duration::from_secs(5)));
+    let store = Arc::new(GetPeakStore {
+        inner: h.store.clone(),
+        want: 2,
+        in_flight: tokio::sync::watch::Sender::new(0),
+        peak: Default::default(),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let meta_dir = dir.path().join("scopes").join(e.scope_id().as_str());
+    std::fs::create_dir_all(&meta_dir).unwrap();
+    e.copy_metadata_to(&meta_dir.join("meta.sqlite3")).unwrap();
+    let dyn_store: Arc<dyn ObjectStore> = store.clone();
+    let fresh = Storage::new(dyn_store, h.settings.clone(), dir.path(), h.rt.handle().clone()).unwrap();
+    let e2 = fresh.open_scope(e.scope_id(), big_quota()).unwrap();
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..3u8)
+            .map(|i| {
+                (
+                    i,
+                    s.spawn({
+                        let e2 = &e2;
+                        move || read_file(e2, &format!("f{i}"))
+                    }),
+                )
+            })
+            .collect();
+        for (i, r) in readers {
+            assert_eq!(r.join().unwrap().unwrap(), pattern(64, i));
+        }
+    });
+    assert_eq!(
+        store.peak.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "downloads beyond the fetch budget ran at once"
+    );
+}

@@ -181,9 +181,17 @@ fn problems_of(h: &Hostile, verdicts: &[Verdict], by: &Bystander) -> Vec<String>
         problems.push(format!("daemon after the attacks: {why}"));
     } else {
         let peak = h.peak_rss();
-        eprintln!("daemon peak RSS {} MiB", peak >> 20);
-        if peak > PEAK_RSS {
-            problems.push(format!("daemon peak RSS {} MiB over {} MiB", peak >> 20, PEAK_RSS >> 20));
+        // Every scope the run provisioned is mounted at most once.
+        let (bound, per_scope) = h.memory_bound;
+        let bound = bound + per_scope * h.mounted_scopes();
+        eprintln!("daemon peak RSS {} MiB (configuration's memory bound {} MiB)", peak >> 20, bound >> 20);
+        if peak > PEAK_RSS.min(bound) {
+            problems.push(format!(
+                "daemon peak RSS {} MiB over {} MiB (the configuration's bound {} MiB)",
+                peak >> 20,
+                PEAK_RSS.min(bound) >> 20,
+                bound >> 20
+            ));
         }
     }
     problems

@@ -371,3 +371,36 @@ fn glob_and_grep_stay_cheap_on_deep_trees_and_long_patterns() {
     let fits = call(&d, "grep_files", "thr_deep", json!({"pattern": "x".repeat(1024)}));
     assert_eq!(fits.status, StatusCode::OK, "{}", fits.text());
 }
+
+#[test]
+fn search_answers_are_bounded_in_bytes_and_say_they_were_cut() {
+    let d = start_daemon(&[]);
+    d.provision("thr_long");
+    // 200 files below a 12 KiB directory path: their paths alone are 2.4 MiB of answer, past the
+    // 2 MiB a grep or glob answer holds.
+    let dir = vec!["a".repeat(200); 60].join("/");
+    for i in 0..200 {
+        write(&d, "thr_long", &format!("{dir}/f{i:03}.txt"), "needle\n");
+    }
+    let prefix = format!("/workspace/{dir}/f");
+    for (tool, params, key) in [
+        ("glob_files", json!({"pattern": "**/f*.txt"}), None),
+        ("grep_files", json!({"pattern": "needle"}), Some("path")),
+    ] {
+        let a = call(&d, tool, "thr_long", params);
+        assert_eq!(a.status, StatusCode::OK, "{tool}: {}", a.text());
+        let bytes = a.text().len();
+        let v = ok(a);
+        let matches = v["matches"].as_array().unwrap();
+        let paths: Vec<&str> = matches.iter().map(|m| key.map_or(m, |k| &m[k]).as_str().unwrap()).collect();
+        assert!(paths.iter().all(|p| p.starts_with(&prefix)), "{tool}: a path outside the files written");
+        assert_eq!(
+            v["truncated"],
+            json!(true),
+            "{tool}: {} matches in {bytes} bytes, not marked truncated",
+            paths.len()
+        );
+        assert!(paths.len() >= 150 && paths.len() < 200, "{tool}: {} matches", paths.len());
+        assert!(bytes <= (2 << 20) + 4096, "{tool}: answer of {bytes} bytes");
+    }
+}

@@ -14,13 +14,17 @@ use scopefs::limits::LimitsConfig;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+/// Most bytes hyper buffers for one connection in each direction (its default is about 400 KiB):
+/// a request's head must fit (past it: 431), and a request body arrives in pieces of at most this.
+pub const CONNECTION_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Serves `app` on `listener` until `stop` turns true, then waits for open connections to finish.
 pub async fn serve(listener: TcpListener, app: Router, limits: &LimitsConfig, mut stop: watch::Receiver<bool>) {
     let max = limits.http_max_connections.clamp(1, u32::MAX as usize).min(Semaphore::MAX_PERMITS);
     let slots = Arc::new(Semaphore::new(max));
     let header_timeout = Duration::from_secs(limits.http_header_timeout_secs);
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).max_buf_size(CONNECTION_BUFFER_BYTES);
     let builder = Arc::new(builder);
     loop {
         let slot = tokio::select! {

@@ -12,6 +12,7 @@ pub mod doctor;
 pub mod executor;
 pub mod fdstore;
 pub mod http;
+pub mod memory_bound;
 pub mod metrics;
 pub mod notify;
 pub mod ops_cmd;

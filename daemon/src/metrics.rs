@@ -182,6 +182,13 @@ pub fn render(
     Ok(t.0)
 }
 
+/// The configuration's memory bound (`memory_bound`), set at startup.
+static MEMORY_BOUND: AtomicU64 = AtomicU64::new(0);
+
+pub fn set_memory_bound(bytes: u64) {
+    MEMORY_BOUND.store(bytes, Ordering::Relaxed);
+}
+
 /// What the supervisor told this worker (`scopefs serve` outside systemd): a crash loop shows as a
 /// growing count and restart delay while the kept mounts wait.
 fn supervisor_families(t: &mut Text) {
@@ -198,6 +205,12 @@ fn supervisor_families(t: &mut Text) {
         "How long the supervisor waited before starting this worker (doubles over consecutive crashes).",
     );
     t.sample("scopefs_worker_restart_delay_seconds", &[], delay_ms as f64 / 1000.0);
+    t.family(
+        "scopefs_memory_bound_bytes",
+        "gauge",
+        "Memory the configuration lets the daemon hold (scopefs serve --print-config), besides mounted scopes.",
+    );
+    t.sample("scopefs_memory_bound_bytes", &[], MEMORY_BOUND.load(Ordering::Relaxed));
 }
 
 /// Scopes by state; files, bytes and queued uploads of the open ones.

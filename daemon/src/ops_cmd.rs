@@ -39,6 +39,7 @@ pub fn redacted(cfg: &Config) -> Config {
 pub fn print_config(cfg: &Config) -> anyhow::Result<()> {
     let text = toml::to_string(&redacted(cfg)).context("rendering the configuration as TOML")?;
     print!("{text}");
+    print!("{}", crate::memory_bound::MemoryBound::of(cfg).render());
     Ok(())
 }
 

@@ -83,6 +83,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let hmac_secret = tokens::load_or_generate(cfg.hmac_secret.as_deref(), &control.join("hmac-secret"))
         .context("loading the HMAC secret of /tools")?;
     crate::pools::init(&cfg.limits);
+    log_memory_bound(&cfg);
     match crate::rlimit::raise_open_files(cfg.limits.max_open_files) {
         Ok(n) => tracing::info!(open_files = n, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
@@ -332,6 +333,24 @@ async fn serve(listener: Listener, state: AppState, (term, int, hup): (Signal, S
     tokio::task::spawn_blocking(move || svc.shutdown(UPLOAD_DRAIN)).await.context("shutting scopes down")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Exports the configuration's memory bound and says how it compares with the cgroup's
+/// `memory.max` (a limit below it can OOM-kill the daemon under load its configuration admits).
+fn log_memory_bound(cfg: &Config) {
+    let bound = crate::memory_bound::MemoryBound::of(cfg).total();
+    crate::metrics::set_memory_bound(bound);
+    let bound_mib = bound.div_ceil(1 << 20);
+    match crate::memory_bound::cgroup_memory_max() {
+        Some(max) if max < bound => tracing::warn!(
+            bound_mib,
+            memory_max_mib = max >> 20,
+            "the cgroup's memory limit is below the configuration's memory bound (scopefs serve --print-config); \
+             lower the budgets or raise MemoryMax="
+        ),
+        Some(max) => tracing::info!(bound_mib, memory_max_mib = max >> 20, "memory bound within the cgroup's limit"),
+        None => tracing::info!(bound_mib, "memory bound (no cgroup memory limit)"),
+    }
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ pub use error::{EngineError, EngineResult, Refusal};
 pub use fileio::alloc::AllocMode;
 pub use lazy_meta::open_databases;
 pub use listing::{Listing, ListingMemory};
-pub use paths::{Change, ChangeObserver, PathEntry, WriteMode};
+pub use paths::{Change, ChangeObserver, PathEntry, WriteMode, WRITE_FILL_BYTES};
 pub use requests::RequestScope;
 pub use scope::{KernelProbe, ScopeEngine};
 pub use storage::Storage;

@@ -9,10 +9,13 @@ use super::listing::Listing;
 use super::scope::ScopeEngine;
 use super::types::*;
 use crate::limits::{refuse, Bound};
+use crate::names;
+
+/// The buffer `write_path` copies a stream's content through.
+pub const WRITE_FILL_BYTES: u64 = 1 << 20;
 
 /// Names a listing reads from a directory at once.
 const LIST_PAGE: usize = 4096;
-use crate::names;
 
 /// A change made outside the kernel's view (through the HTTP API): the FUSE layer invalidates it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,7 +269,7 @@ impl ScopeEngine {
     }
 
     fn fill(&self, ino: Ino, fh: Fh, content: &mut dyn Read, max_len: u64) -> EngineResult<()> {
-        let mut buf = vec![0u8; 1 << 20];
+        let mut buf = vec![0u8; WRITE_FILL_BYTES as usize];
         let mut pos = 0u64;
         loop {
             let n = content.read(&mut buf)?;

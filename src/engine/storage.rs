@@ -26,6 +26,8 @@ pub struct Storage {
     pub(crate) rt: tokio::runtime::Handle,
     pub(crate) cache: BlockCache,
     pub(crate) upload_slots: Arc<tokio::sync::Semaphore>,
+    /// Bytes of blocks being fetched from the store (`fetch_memory_max_bytes`; one permit a byte).
+    fetch_memory: Arc<tokio::sync::Semaphore>,
     staging_bytes: AtomicU64,
     /// Bytes of dirty blocks kept in memory (`dirty_memory_max_bytes`).
     dirty_memory: AtomicU64,
@@ -108,6 +110,11 @@ impl Storage {
         Ok(Arc::new(Storage {
             store,
             upload_slots: Arc::new(tokio::sync::Semaphore::new(settings.upload_parallelism)),
+            fetch_memory: Arc::new(tokio::sync::Semaphore::new(
+                usize::try_from(settings.fetch_memory_max_bytes)
+                    .unwrap_or(usize::MAX)
+                    .min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             settings,
             data_dir: data_dir.to_path_buf(),
             rt: runtime,
@@ -312,6 +319,7 @@ impl Storage {
     /// read and hash again.
     pub(crate) fn fetch_block(&self, scope: &str, sha: &str) -> EngineResult<Vec<u8>> {
         let key = crate::store::block_key(scope, sha);
+        let _room = self.fetch_room()?;
         let data = match self.store.get_now(&key) {
             Some(read) => read?,
             None => self.rt.block_on(self.with_retry(self.settings.store_attempts, || self.store.get(&key)))?,
@@ -364,17 +372,39 @@ impl Storage {
         }
     }
 
+    /// Room in `fetch_memory_max_bytes` for one block's download and its copy, waited for (in
+    /// arrival order) on this blocking thread while other downloads hold the budget.
+    pub(crate) fn fetch_room(&self) -> EngineResult<tokio::sync::SemaphorePermit<'_>> {
+        let acquired = self.rt.block_on(self.fetch_memory.acquire_many(self.fetch_charge()));
+        acquired.map_err(|_| EngineError::Io(std::io::Error::other("the fetch budget is closed")))
+    }
+
+    /// Permits one fetch holds: two blocks (the store's bytes and the copy handed to the reader),
+    /// at most the whole budget.
+    fn fetch_charge(&self) -> u32 {
+        let want = 2 * self.settings.block_size;
+        u32::try_from(want.min(self.settings.fetch_memory_max_bytes)).unwrap_or(u32::MAX)
+    }
+
     /// Starts background downloads of blocks a sequential reader will want next.
     pub(crate) fn prefetch(self: &Arc<Self>, scope: &str, shas: Vec<String>) {
         for sha in shas {
             let obj = crate::store::block_key(scope, &sha);
             let kept = self.cache.size_of(scope, &sha).is_some() || self.verified_local.lock().contains(&obj);
             let key = (scope.to_string(), sha);
-            if kept || !self.prefetching.lock().insert(key.clone()) {
+            let mut prefetching = self.prefetching.lock();
+            if kept || prefetching.contains(&key) {
                 continue;
             }
+            // Readahead only uses room nobody waits for: without it, the block is read when asked.
+            let Ok(room) = self.fetch_memory.clone().try_acquire_many_owned(self.fetch_charge()) else {
+                return;
+            };
+            prefetching.insert(key.clone());
+            drop(prefetching);
             let this = self.clone();
             self.rt.spawn(async move {
+                let _room = room;
                 if let Ok(data) = this.with_retry(1, || this.store.get(&obj)).await {
                     if hex::encode(Sha256::digest(&data)) == key.1 {
                         let _ = this.keep_fetched(&key.0, &key.1, &data);

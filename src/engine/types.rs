@@ -228,6 +228,9 @@ pub struct StorageSettings {
     /// SQLite's heap across the process (every metadata database's page cache, the registry's):
     /// past it page caches recycle their pages instead of growing (a soft limit; 0: none).
     pub metadata_cache_max_bytes: u64,
+    /// Bytes of blocks being downloaded from the object store at once (a fetch holds two copies
+    /// of its block until it is cached); a reader waits for room, a readahead is skipped.
+    pub fetch_memory_max_bytes: u64,
 }
 
 impl Default for StorageSettings {
@@ -258,6 +261,7 @@ impl Default for StorageSettings {
             inline_block_max_bytes: 64 * 1024,
             dirty_memory_max_bytes: 64 * 1024 * 1024,
             metadata_cache_max_bytes: 256 * 1024 * 1024,
+            fetch_memory_max_bytes: 256 * 1024 * 1024,
         }
     }
 }

@@ -52,6 +52,10 @@ pub const QUOTA: (u64, u64) = (512 * 1024 * 1024, 1_000_000);
 /// exhausting the shared CI machine. The fixed daemon stays far below it.
 pub const ADDRESS_SPACE: u64 = 8 * 1024 * 1024 * 1024;
 
+/// `[limits] http_max_connections` and `max_open_scope_databases`: lower than the defaults, so the
+/// memory bound derived from the configuration is closer to what the attacks can reach.
+pub const CONNECTIONS: u64 = 256;
+
 /// Peak resident memory of the daemon over a whole attack. The fixed bounds keep it to a few
 /// hundred MB (16 unauthenticated bodies, 64 directory snapshots, 10 MiB files); the review's
 /// attacks each push it to several GB.
@@ -63,6 +67,9 @@ pub struct Hostile {
     pub dir: tempfile::TempDir,
     pub client: Client,
     pub addr: SocketAddr,
+    /// The memory bound of its configuration, as `scopefs serve --print-config` states it: bytes
+    /// without mounted scopes, and bytes per mounted scope.
+    pub memory_bound: (u64, u64),
 }
 
 impl Hostile {
@@ -86,12 +93,14 @@ impl Hostile {
              [limits]\nstaging_max_bytes_per_scope = {STAGING_PER_SCOPE}\nmax_dir_handles_per_mount = {DIR_HANDLES}\n\
              grep_max_regex_bytes = {GREP_REGEX}\nedit_max_diff_bytes = {EDIT_DIFF}\nmax_links_per_file = {LINKS}\n\
              max_xattrs_per_inode = {XATTRS}\nmax_xattr_bytes_per_inode = {XATTR_BYTES}\n\
-             tools_body_memory_bytes = {TOOLS_BODY_MEMORY}\n",
+             tools_body_memory_bytes = {TOOLS_BODY_MEMORY}\nhttp_max_connections = {CONNECTIONS}\n\
+             max_open_scope_databases = {CONNECTIONS}\n",
         );
         let config = write_config(dir.path(), port, &rest);
+        let memory_bound = printed_memory_bound(&config);
         let serve = ServeProcess::start(dir.path(), &config, port, "daemon.log", &[]);
         let client = Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
-        let mut h = Hostile { serve, dir, client, addr: SocketAddr::from(([127, 0, 0, 1], port)) };
+        let mut h = Hostile { serve, dir, client, addr: SocketAddr::from(([127, 0, 0, 1], port)), memory_bound };
         h.serve.wait_ready(&h.client);
         let pid = libc::pid_t::try_from(h.serve.pid()).unwrap();
         let cap = libc::rlimit { rlim_cur: ADDRESS_SPACE, rlim_max: ADDRESS_SPACE };
@@ -174,6 +183,13 @@ impl Hostile {
         proc_status_kib(self.serve.pid(), "VmRSS:") * 1024
     }
 
+    /// Scopes of this daemon mounted now (FUSE mounts below its directory).
+    pub fn mounted_scopes(&self) -> u64 {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("reading mountinfo");
+        let dir = self.dir.path().to_string_lossy().into_owned();
+        mounts.lines().filter(|l| l.contains(" fuse.scopefs ") && l.contains(&dir)).count() as u64
+    }
+
     /// The daemon's peak resident set (VmHWM), in bytes.
     pub fn peak_rss(&self) -> u64 {
         proc_status_kib(self.serve.pid(), "VmHWM:") * 1024
@@ -186,6 +202,23 @@ impl Hostile {
         let text = resp.error_for_status().ok()?.text().ok()?;
         text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
     }
+}
+
+/// `(bytes, bytes per mounted scope)` of the memory bound `scopefs serve --print-config` prints
+/// for `config` (its line `# Memory bound: N MiB, plus K KiB per mounted scope ...`).
+pub fn printed_memory_bound(config: &std::path::Path) -> (u64, u64) {
+    let out = std::process::Command::new(crate::serve_process::BIN)
+        .arg("--config")
+        .arg(config)
+        .args(["serve", "--print-config"])
+        .output()
+        .expect("running scopefs serve --print-config");
+    assert!(out.status.success(), "--print-config failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text.lines().find_map(|l| l.strip_prefix("# Memory bound: ")).expect("a memory bound line");
+    let (mib, rest) = line.split_once(" MiB, plus ").expect("the total in MiB");
+    let kib = rest.split_once(" KiB").expect("the per-scope KiB").0;
+    (mib.parse::<u64>().unwrap() << 20, kib.parse::<u64>().unwrap() << 10)
 }
 
 #[path = "../signing_support/mod.rs"]

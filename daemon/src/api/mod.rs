@@ -44,6 +44,25 @@ pub struct AppState {
     pub billing: Arc<crate::billing_loop::BillingService>,
 }
 
+/// Bytes one streamed `/api` download or upload holds outside every budget: its chunks in the
+/// channel, the one being filled and the one the connection is sending (upload pieces are at most
+/// `http::CONNECTION_BUFFER_BYTES`), and the engine's buffer an upload is written through.
+pub fn stream_buffer_bytes() -> u64 {
+    workspace::stream_buffer_bytes()
+}
+
+/// Most bytes of a file one `/tools` request moves (the tools file limit of `cfg`).
+pub fn tools_file_limit(cfg: &scopefs::config::Config) -> u64 {
+    tools::TOOL_FILE_LIMIT.min(cfg.max_upload_bytes)
+}
+
+/// Most bytes a command's worker holds while it builds an `execute_command` answer: stdout and
+/// stderr of `executor.max_output_bytes` each, as text (an invalid byte becomes three) and as
+/// JSON (a control byte escapes to six).
+pub fn exec_output_bytes(cfg: &scopefs::config::Config) -> u64 {
+    2 * cfg.executor.max_output_bytes * (1 + 3 + 6)
+}
+
 /// Every route of the API (the single source of the router, `/openapi.json` and the auth tests).
 pub fn route_table() -> RouteTable<AppState> {
     RouteTable::new()

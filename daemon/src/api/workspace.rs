@@ -54,9 +54,15 @@ use headers::{content_type, disposition, parse_range, RangeAsk};
 use zipstream::{write_zip, ChannelWriter};
 
 /// Chunks in flight between a blocking engine thread and the HTTP body.
-const CHANNEL_DEPTH: usize = 8;
+const CHANNEL_DEPTH: usize = 4;
 /// Size of one streamed chunk.
-const CHUNK: usize = 256 * 1024;
+const CHUNK: usize = 128 * 1024;
+/// See [`super::stream_buffer_bytes`].
+pub fn stream_buffer_bytes() -> u64 {
+    let piece = CHUNK.max(crate::http::CONNECTION_BUFFER_BYTES) as u64;
+    (CHANNEL_DEPTH as u64 + 2) * piece + scopefs::engine::WRITE_FILL_BYTES
+}
+
 /// First components of the legacy workspace that are never importable (its private control data).
 const LEGACY_HIDDEN: &[&str] = &[".evoscientist"];
 

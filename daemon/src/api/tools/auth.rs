@@ -53,6 +53,7 @@ pub const VERIFY_COPIES: u64 = 3;
 /// Longest `auth_context.user_id` (the registry stores it with each scope it owns).
 const MAX_USER_ID: usize = 256;
 
+use super::super::held_answer::HeldAnswer;
 use super::super::{ApiError, AppState};
 use super::body_memory::{BodyCharge, BodyMemory};
 use super::object_scope::ObjectScope;
@@ -177,6 +178,15 @@ impl ToolsAuth {
     /// [`Self::charge_body`] from a blocking worker (the bytes of an answer about to be built).
     pub fn charge_blocking(&self, bytes: u64) -> Result<BodyCharge, ApiError> {
         tokio::runtime::Handle::current().block_on(self.charge_body(bytes))
+    }
+
+    /// `value` as a JSON answer built on a blocking worker, then charged its bytes (waiting on the
+    /// worker, so answers waiting for room are bounded by the workers) and held under the charge
+    /// until the client has taken it. For answers whose bytes are bounded where they are built.
+    pub fn held_json<T: serde::Serialize>(&self, value: &T) -> Result<HeldAnswer, ApiError> {
+        let bytes = serde_json::to_vec(value).map_err(|e| ApiError::internal("answer_not_serialized", &e))?;
+        let charge = self.charge_blocking(bytes.len() as u64)?;
+        Ok(HeldAnswer::new(bytes, charge))
     }
 
     /// Adds `bytes` to `charge` if there is room now (never waiting while holding a charge, so

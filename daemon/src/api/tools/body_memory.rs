@@ -103,6 +103,19 @@ impl Drop for BodyCharge {
     }
 }
 
+/// Bytes of `s` as a JSON string, quotes included (as `serde_json` escapes it).
+pub fn json_string_len(s: &str) -> u64 {
+    let escaped: u64 = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum();
+    escaped + 2
+}
+
 /// `value` as a JSON answer under `charge`, cut to the answer's bytes (what stays in memory
 /// until the client has taken it).
 pub fn charged_json<T: Serialize>(value: &T, mut charge: BodyCharge) -> Result<HeldAnswer, ApiError> {

@@ -21,6 +21,7 @@ use scopefs::ids::ScopeId;
 use scopefs::registry::environments::{EnvironmentRecord, EnvironmentState, ProcessRecord};
 use serde::{Deserialize, Serialize};
 
+use super::super::held_answer::HeldAnswer;
 use super::super::routes::{Auth, RouteTable};
 use super::super::{blocking_as, ApiError, AppState};
 use super::auth::SignedRequest;
@@ -261,6 +262,11 @@ struct ExecView {
 }
 
 impl ExecView {
+    /// The answer without its output (marked `truncated`).
+    fn without_output(self) -> ExecView {
+        ExecView { stdout: String::new(), stderr: String::new(), truncated: true, ..self }
+    }
+
     fn of(environment_id: String, out: ExecOutput) -> ExecView {
         ExecView {
             environment_id,
@@ -382,11 +388,8 @@ struct ExecParams {
     max_output_bytes: Option<u64>,
 }
 
-async fn execute_command(
-    State(st): State<AppState>,
-    req: SignedRequest<ExecParams>,
-) -> Result<Json<ExecView>, ApiError> {
-    let svc = st.compute.clone();
+async fn execute_command(State(st): State<AppState>, req: SignedRequest<ExecParams>) -> Result<HeldAnswer, ApiError> {
+    let (svc, tools) = (st.compute.clone(), st.tools.clone());
     // Commands have a class of their own: they may run for minutes, and /tools stays free.
     blocking_as(crate::pools::RouteClass::Exec, req.share(), move || -> Result<_, ApiError> {
         let b = &req.body;
@@ -398,7 +401,19 @@ async fn execute_command(
             b.timeout_seconds,
             b.max_output_bytes,
         )?;
-        Ok(Json(ExecView::of(b.environment_id.clone(), out)))
+        // Output is bounded by `executor.max_output_bytes`; the answer is charged to the body
+        // budget until the client has taken it. The command has run: without room for its output
+        // the answer still says how it ended, its output cut (`truncated`), rather than a 503 that
+        // a retry would answer by running it again.
+        let view = ExecView::of(b.environment_id.clone(), out);
+        let bytes = serde_json::to_vec(&view).map_err(|e| ApiError::internal("answer_not_serialized", &e))?;
+        match tools.charge_blocking(bytes.len() as u64) {
+            Ok(charge) => Ok(HeldAnswer::new(bytes, charge)),
+            Err(_) => {
+                tracing::warn!(scope_id = %req.scope.scope_id, "no room for a command's output in tools_body_memory_bytes; answered without it");
+                HeldAnswer::json(&view.without_output(), ())
+            }
+        }
     })
     .await
 }

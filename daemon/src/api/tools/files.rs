@@ -60,6 +60,7 @@ use super::super::held_answer::HeldAnswer;
 use super::super::routes::{Auth, RouteTable};
 use super::super::{blocking_as, file_kind_name, ApiError, AppState};
 use super::auth::SignedRequest;
+use super::body_memory::json_string_len;
 use super::edit::{edited_len, replace_bounded, unified_diff};
 use super::engine_err;
 use super::object_scope::check_list;
@@ -78,6 +79,11 @@ const MAX_GREP_MATCHES: usize = 200;
 const MAX_GLOB: usize = 1000;
 /// Longest line `grep_files` returns.
 const MAX_LINE: usize = 1000;
+/// Most bytes of matches (paths and lines, as JSON) a `grep_files` or `glob_files` answer holds;
+/// past them the answer is `truncated`. With the counts above this bounds what one search builds
+/// on its worker (paths may be 16 KiB and escape to six bytes a byte); the answer is then charged
+/// to the `/tools` body budget until the client has taken it.
+const MAX_SEARCH_ANSWER_BYTES: u64 = 2 << 20;
 /// The prefix of the container view of a scope.
 const WORKSPACE: &str = "/workspace";
 
@@ -429,7 +435,7 @@ struct GrepView {
     truncated: bool,
 }
 
-async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) -> Result<Json<GrepView>, ApiError> {
+async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) -> Result<HeldAnswer, ApiError> {
     let limit = st.tools.file_limit;
     let bounds = st.tools.limits.clone();
     blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
@@ -443,6 +449,7 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
         let engine = &t.engine;
         let mut matches = Vec::new();
         let mut files_searched = 0u64;
+        let mut answer_bytes = 0u64;
         let mut grep_one = |path: &str, attr: &Attr| -> Result<bool, ApiError> {
             if attr.kind != FileKind::File || attr.size > limit || grant.is_some_and(|g| !g.may_read(&t.shown(path))) {
                 return Ok(true);
@@ -459,11 +466,13 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
             let (found, more) = search::matching_lines(&data, &regex, MAX_GREP_MATCHES - matches.len());
             for (line_number, line) in found {
                 let cut = &line[..line.len().min(MAX_LINE)];
-                matches.push(GrepMatch {
-                    path: t.shown(path),
-                    line_number,
-                    line: String::from_utf8_lossy(cut).into_owned(),
-                });
+                let found =
+                    GrepMatch { path: t.shown(path), line_number, line: String::from_utf8_lossy(cut).into_owned() };
+                answer_bytes += json_string_len(&found.path) + json_string_len(&found.line) + 64;
+                if answer_bytes > MAX_SEARCH_ANSWER_BYTES {
+                    return Ok(false);
+                }
+                matches.push(found);
             }
             Ok(!more)
         };
@@ -479,7 +488,7 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
                 Ok(if grep_one(path, attr)? { Visit::Descend(()) } else { Visit::Stop })
             })?
         };
-        Ok(Json(GrepView { matches, files_searched, truncated }))
+        st.tools.held_json(&GrepView { matches, files_searched, truncated })
     })
     .await
 }
@@ -500,7 +509,7 @@ struct GlobView {
     truncated: bool,
 }
 
-async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) -> Result<Json<GlobView>, ApiError> {
+async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) -> Result<HeldAnswer, ApiError> {
     let bounds = st.tools.limits.clone();
     blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         check_environment(&st, &req, req.body.environment_id.as_deref())?;
@@ -509,7 +518,7 @@ async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) 
         check_list(grant, &t.path())?;
         let pattern = req.body.pattern.strip_prefix(&format!("{}/", t.root())).unwrap_or(&req.body.pattern);
         let glob = Glob::parse(pattern, bounds.glob_max_pattern_bytes)?;
-        let mut found = Vec::new();
+        let (mut found, mut answer_bytes) = (Vec::new(), 0u64);
         let budget = WalkBudget::from_limits(&bounds);
         let truncated = search::walk(&t.engine, &base, glob.start(), &budget, |path, _, state| {
             let view = t.shown(path);
@@ -519,7 +528,8 @@ async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) 
             let name = path.rsplit('/').next().unwrap_or(path);
             let next = glob.step(state, name.as_bytes());
             if glob.accepts(&next) {
-                if found.len() == MAX_GLOB {
+                answer_bytes += json_string_len(&view) + 1;
+                if found.len() == MAX_GLOB || answer_bytes > MAX_SEARCH_ANSWER_BYTES {
                     return Ok(Visit::Stop);
                 }
                 found.push(view);
@@ -527,7 +537,7 @@ async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) 
             Ok(if Glob::dead(&next) { Visit::Skip } else { Visit::Descend(next) })
         })?;
         found.sort();
-        Ok(Json(GlobView { matches: found, truncated }))
+        st.tools.held_json(&GlobView { matches: found, truncated })
     })
     .await
 }

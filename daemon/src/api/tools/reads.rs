@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::super::held_answer::HeldAnswer;
 use super::super::{blocking_as, ApiError, AppState};
 use super::auth::SignedRequest;
-use super::body_memory::charged_json;
+use super::body_memory::{charged_json, json_string_len};
 use super::engine_err;
 use super::files::{check_environment, read_whole, sha256_hex, text};
 use super::object_scope::check_read;
@@ -36,19 +36,6 @@ struct ReadView {
     path: String,
     content: String,
     size_bytes: usize,
-}
-
-/// Bytes of `s` as a JSON string, quotes included (as `serde_json` escapes it).
-fn json_string_len(s: &str) -> u64 {
-    let escaped: u64 = s
-        .bytes()
-        .map(|b| match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-            0..0x20 => 6,
-            _ => 1,
-        })
-        .sum();
-    escaped + 2
 }
 
 /// The file `path` names, once the request's environment and grant allow reading it, and its size

@@ -1,0 +1,210 @@
+//! The daemon's memory bound, derived from its configuration: each budget a tenant's requests
+//! are charged to, and each cost per thread or per connection that the configuration bounds by
+//! count. `scopefs serve --print-config` shows it term by term; the worker compares it with its
+//! cgroup's `memory.max` at startup and exports it on `/metrics`.
+//!
+//! The bound is what the configuration lets tenants make the daemon hold at once, with every
+//! budget full, every worker busy and every connection streaming; the daemon's own code, runtime
+//! and registry are [`BASELINE`], and each mounted scope adds [`PER_MOUNTED_SCOPE`] (a count the
+//! configuration does not bound, so it is stated apart).
+
+use std::fmt::Write as _;
+
+use scopefs::config::Config;
+
+/// The daemon with no scope open and no request in flight: code, the tokio runtime, the
+/// registry's connection and the allocator's arenas (measured at about 40 MiB; kept with room).
+pub const BASELINE: u64 = 96 << 20;
+/// One mounted scope with nothing open: its mount session, inode table and engine state (an idle
+/// mounted scope was measured at 60–100 KiB).
+pub const PER_MOUNTED_SCOPE: u64 = 128 << 10;
+/// The thread stack each FUSE worker and each blocking HTTP worker may touch.
+pub const WORKER_STACK: u64 = 2 << 20;
+/// One open scope database besides its page cache (the connection, its schema and statements).
+pub const PER_OPEN_DATABASE: u64 = 256 << 10;
+/// Route classes with a pool of `limits.workers_per_route_class` blocking workers each.
+const ROUTE_CLASSES: u64 = 4;
+
+/// One term of the bound: its bytes and how they follow from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    pub name: &'static str,
+    pub bytes: u64,
+    pub from: String,
+}
+
+/// The bound, term by term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryBound {
+    pub terms: Vec<Term>,
+}
+
+/// Bytes one HTTP connection may hold outside every budget: hyper's read and write buffers
+/// (`http::CONNECTION_BUFFER_BYTES` each) and a streamed download's or upload's buffers.
+pub fn per_connection_bytes() -> u64 {
+    2 * crate::http::CONNECTION_BUFFER_BYTES as u64 + crate::api::stream_buffer_bytes()
+}
+
+/// Bytes of a FUSE worker's work besides its stack: a request of `max_write_kib` (or an extended
+/// attribute, 64 KiB) and a read's answer (the kernel asks at most 1 MiB at a time).
+fn fuse_work_bytes(cfg: &Config) -> u64 {
+    (u64::from(cfg.fuse.max_write_kib).max(64) * 1024 + 8 * 1024) + (1 << 20)
+}
+
+impl MemoryBound {
+    /// The bound of `cfg` (without mounted scopes).
+    pub fn of(cfg: &Config) -> MemoryBound {
+        let l = &cfg.limits;
+        let fuse_threads = cfg.fuse.threads as u64;
+        let workers = l.workers_per_route_class as u64;
+        let file_limit = crate::api::tools_file_limit(cfg);
+        let exec_output = crate::api::exec_output_bytes(cfg);
+        let connections = l.http_max_connections as u64;
+        let per_connection = per_connection_bytes();
+        let mib = |b: u64| b >> 20;
+        let terms = vec![
+            Term { name: "baseline", bytes: BASELINE, from: "code, runtime, registry".into() },
+            Term {
+                name: "fuse_workers",
+                bytes: fuse_threads * (WORKER_STACK + fuse_work_bytes(cfg)),
+                from: format!("fuse.threads {fuse_threads} x (stack, a request of fuse.max_write_kib, a read)"),
+            },
+            Term { name: "dirty_memory", bytes: cfg.dirty_memory_max_bytes, from: "dirty_memory_max_bytes".into() },
+            Term { name: "block_fetches", bytes: cfg.fetch_memory_max_bytes, from: "fetch_memory_max_bytes".into() },
+            Term {
+                name: "uploads",
+                bytes: 2 * cfg.upload_parallelism as u64 * cfg.block_size,
+                from: format!("upload_parallelism {} x 2 x block_size", cfg.upload_parallelism),
+            },
+            Term {
+                name: "metadata",
+                bytes: cfg.metadata_cache_max_bytes + l.max_open_scope_databases as u64 * PER_OPEN_DATABASE,
+                from: format!(
+                    "metadata_cache_max_bytes + limits.max_open_scope_databases {} x {} KiB",
+                    l.max_open_scope_databases,
+                    PER_OPEN_DATABASE >> 10
+                ),
+            },
+            Term {
+                name: "listings",
+                bytes: 2 * l.listing_memory_max_bytes,
+                from: "limits.listing_memory_max_bytes x 2 (a listing and its answer)".into(),
+            },
+            Term {
+                name: "tools_bodies_and_answers",
+                bytes: l.tools_body_memory_bytes,
+                from: "limits.tools_body_memory_bytes".into(),
+            },
+            Term {
+                name: "http_workers",
+                bytes: ROUTE_CLASSES * workers * WORKER_STACK + workers * (3 * file_limit + exec_output),
+                from: format!(
+                    "limits.workers_per_route_class {workers} x (4 stacks, 3 files of the /tools limit \
+                     ({} MiB), a command's output ({} MiB): executor.max_output_bytes)",
+                    mib(file_limit),
+                    mib(exec_output)
+                ),
+            },
+            Term {
+                name: "http_connections",
+                bytes: connections * per_connection,
+                from: format!(
+                    "limits.http_max_connections {connections} x {} KiB (buffers, a stream's chunks)",
+                    per_connection >> 10
+                ),
+            },
+        ];
+        MemoryBound { terms }
+    }
+
+    /// Bytes of the bound without mounted scopes.
+    pub fn total(&self) -> u64 {
+        self.terms.iter().map(|t| t.bytes).sum()
+    }
+
+    /// Bytes of the bound with `mounted` scopes mounted.
+    pub fn with_mounts(&self, mounted: u64) -> u64 {
+        self.total().saturating_add(mounted.saturating_mul(PER_MOUNTED_SCOPE))
+    }
+
+    /// The bound as TOML comment lines (appended to `--print-config`): the total in MiB, the
+    /// per-scope rate and each term.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "\n# Memory bound: {} MiB, plus {} KiB per mounted scope (systemd: MemoryMax=).",
+            self.total().div_ceil(1 << 20),
+            PER_MOUNTED_SCOPE >> 10
+        );
+        for t in &self.terms {
+            let _ = writeln!(out, "#   {:<26} {:>7} MiB  {}", t.name, t.bytes.div_ceil(1 << 20), t.from);
+        }
+        out
+    }
+}
+
+/// The memory limit of the cgroup this process runs in (`memory.max` of cgroup v2), `None` when
+/// there is none (`max`) or it cannot be read.
+pub fn cgroup_memory_max() -> Option<u64> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let text = std::fs::read_to_string(format!("/sys/fs/cgroup{}/memory.max", path.trim())).ok()?;
+    text.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_budget_and_count_moves_the_bound() {
+        let base = Config::default();
+        let total = MemoryBound::of(&base).total();
+        type Grow = fn(&mut Config);
+        let bigger: [(&str, Grow); 10] = [
+            ("dirty_memory_max_bytes", |c| c.dirty_memory_max_bytes *= 2),
+            ("metadata_cache_max_bytes", |c| c.metadata_cache_max_bytes *= 2),
+            ("listing_memory_max_bytes", |c| c.limits.listing_memory_max_bytes *= 2),
+            ("tools_body_memory_bytes", |c| c.limits.tools_body_memory_bytes *= 2),
+            ("http_max_connections", |c| c.limits.http_max_connections *= 2),
+            ("workers_per_route_class", |c| c.limits.workers_per_route_class *= 2),
+            ("fuse.threads", |c| c.fuse.threads *= 2),
+            ("block_size", |c| c.block_size *= 2),
+            ("fetch_memory_max_bytes", |c| c.fetch_memory_max_bytes *= 2),
+            ("upload_parallelism", |c| c.upload_parallelism *= 2),
+        ];
+        for (key, grow) in bigger {
+            let mut cfg = base.clone();
+            grow(&mut cfg);
+            assert!(MemoryBound::of(&cfg).total() > total, "{key} does not move the bound");
+        }
+    }
+
+    #[test]
+    fn the_units_memory_max_holds_the_default_bound_with_every_kept_mount() {
+        let unit = include_str!("../../systemd/scopefs.service");
+        let value = |key: &str| {
+            let line = unit.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("{key} in the unit"));
+            line.trim().to_string()
+        };
+        let max = value("MemoryMax=");
+        let max: u64 = max.strip_suffix('G').expect("MemoryMax in G").parse::<u64>().unwrap() << 30;
+        let mounts: u64 = value("FileDescriptorStoreMax=").parse().unwrap();
+        let bound = MemoryBound::of(&Config::default()).with_mounts(mounts);
+        assert!(bound <= max, "the default bound {} MiB is over the unit's MemoryMax {} MiB", bound >> 20, max >> 20);
+        assert!(max - bound < 1 << 30, "MemoryMax is more than 1 GiB above the default bound: lower it");
+    }
+
+    #[test]
+    fn the_rendering_is_comments_naming_each_term_and_the_total() {
+        let bound = MemoryBound::of(&Config::default());
+        let text = bound.render();
+        assert!(text.lines().all(|l| l.is_empty() || l.starts_with('#')), "{text}");
+        assert!(text.contains(&format!("Memory bound: {} MiB", bound.total().div_ceil(1 << 20))), "{text}");
+        for t in &bound.terms {
+            assert!(text.contains(t.name), "{text}");
+        }
+        assert_eq!(bound.with_mounts(10), bound.total() + 10 * PER_MOUNTED_SCOPE);
+    }
+}
