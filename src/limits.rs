@@ -60,6 +60,9 @@ pub struct LimitsConfig {
     /// Time a request (headers, body and answer) may take before it is cancelled (seconds);
     /// `execute_command` and uploads have their own larger limits.
     pub http_request_timeout_secs: u64,
+    /// Time a client may take no bytes of an answer being sent before its connection is closed
+    /// (seconds): what the answer holds (a budget's charge, a stream's buffers) is given back.
+    pub http_send_timeout_secs: u64,
     /// `/tools/*` bodies read and verified at once, before authentication (the rest wait).
     pub tools_max_unauthenticated_bodies: usize,
     /// Bytes of `/tools` request bodies the daemon holds at once, from the first byte read until
@@ -147,6 +150,7 @@ impl Default for LimitsConfig {
             http_max_connections: 1024,
             http_header_timeout_secs: 10,
             http_request_timeout_secs: 120,
+            http_send_timeout_secs: 60,
             tools_max_unauthenticated_bodies: 16,
             tools_body_memory_bytes: 128 * 1024 * 1024,
             tools_max_json_values: 1_000_000,
@@ -179,7 +183,7 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 40] = [
+        let checks: [(&'static str, u64); 41] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.max_path_depth", u64::from(self.max_path_depth)),
             ("limits.max_path_bytes", u64::from(self.max_path_bytes)),
@@ -196,6 +200,7 @@ impl LimitsConfig {
             ("limits.http_max_connections", self.http_max_connections as u64),
             ("limits.http_header_timeout_secs", self.http_header_timeout_secs),
             ("limits.http_request_timeout_secs", self.http_request_timeout_secs),
+            ("limits.http_send_timeout_secs", self.http_send_timeout_secs),
             ("limits.tools_max_unauthenticated_bodies", self.tools_max_unauthenticated_bodies as u64),
             ("limits.tools_body_memory_bytes", self.tools_body_memory_bytes),
             ("limits.tools_max_json_values", self.tools_max_json_values),
@@ -263,11 +268,12 @@ pub enum Bound {
     ListingBytes,
     ListingMemory,
     ToolsBodyMemory,
+    SendTimeout,
 }
 
 impl Bound {
     /// Every bound, in metric order.
-    pub const ALL: [Bound; 32] = [
+    pub const ALL: [Bound; 33] = [
         Bound::StagingGlobal,
         Bound::StagingPerScope,
         Bound::PathDepth,
@@ -300,6 +306,7 @@ impl Bound {
         Bound::ListingBytes,
         Bound::ListingMemory,
         Bound::ToolsBodyMemory,
+        Bound::SendTimeout,
     ];
 
     /// The metric label of this bound.
@@ -337,6 +344,7 @@ impl Bound {
             Bound::ListingBytes => "listing_bytes",
             Bound::ListingMemory => "listing_memory",
             Bound::ToolsBodyMemory => "tools_body_memory",
+            Bound::SendTimeout => "send_timeout",
         }
     }
 

@@ -24,8 +24,8 @@ use serde_json::{json, Value};
 
 use super::attacks::{client, tool, Ans, Verdict};
 use super::{
-    fresh_nonce, now_secs, signed_body_with, Hostile, EDIT_DIFF, HMAC_SECRET, LINKS, MAX_UPLOAD, TOOLS_BODY_MEMORY,
-    XATTRS, XATTR_BYTES,
+    fresh_nonce, now_secs, signed_body_with, Hostile, EDIT_DIFF, HMAC_SECRET, LINKS, MAX_UPLOAD, SEND_TIMEOUT_SECS,
+    TOOLS_BODY_MEMORY, XATTRS, XATTR_BYTES,
 };
 
 /// `Err(what())` unless `ok`.
@@ -338,7 +338,9 @@ pub fn tools_body_memory(h: &Hostile) -> Verdict {
 /// `tools_body_memory_bytes` holds answers too, until they are sent: eight connections ask for a
 /// `read_file` whose answer is 36 MiB (6 MiB of control characters, six bytes each as JSON) and
 /// never read it. Without the charge every answer stayed in memory until its connection went; with
-/// it one is built, and the others wait for room and are refused (503 `busy`).
+/// it one is built, and the others wait for room and are refused (503 `busy`). Then, with those
+/// connections still open, the send timeout closes each one whose answer was built, and a fresh
+/// `read_file` of the same answer is served (without it, unread answers kept the budget forever).
 pub fn tools_answer_memory(h: &Hostile) -> Verdict {
     use std::io::Write;
     let what = "tools_body_memory_bytes (answers nobody reads)";
@@ -364,13 +366,35 @@ pub fn tools_answer_memory(h: &Hostile) -> Verdict {
             Err(e) => return (what, Err(format!("sending a request: {e}"))),
         }
     }
+    let timeouts_before = h.refusals("send_timeout");
     let refused = wait_for("six requests refused for want of room", || h.refusals("tools_body_memory") - before >= 6.0);
     let grown = h.peak_rss().saturating_sub(rss_before);
+    // Every request is refused or its answer was built; each built one's client takes nothing.
+    let closed = wait_for("every unread answer's connection closed by the send timeout", || {
+        (h.refusals("tools_body_memory") - before) + (h.refusals("send_timeout") - timeouts_before) >= 8.0
+    });
+    let fresh = closed.and_then(|()| {
+        let body = signed_body_with(HMAC_SECRET, path, thread, &json!({"path": "ctl.txt"}), now_secs(), &fresh_nonce());
+        let r = client().post(h.url(path)).header("content-type", "application/json").body(body).send();
+        match r.map(|r| r.status()) {
+            Ok(s) if s.is_success() => Ok(()),
+            other => Err(format!("a fresh read_file with the unread connections still open: {other:?}")),
+        }
+    });
     drop(held);
     let allowed = 2 * TOOLS_BODY_MEMORY + (64 << 20);
     let verdict = want(grown <= allowed, || {
         format!("resident memory grew {} MiB with the answers unread (allowed {} MiB)", grown >> 20, allowed >> 20)
     })
-    .and(refused);
-    (what, verdict.map(|()| format!("answers unread: resident memory grew {} MiB", grown >> 20)))
+    .and(refused)
+    .and(fresh);
+    (
+        what,
+        verdict.map(|()| {
+            format!(
+                "answers unread: resident memory grew {} MiB; their connections closed after {SEND_TIMEOUT_SECS} s",
+                grown >> 20
+            )
+        }),
+    )
 }

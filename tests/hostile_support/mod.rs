@@ -56,6 +56,11 @@ pub const ADDRESS_SPACE: u64 = 8 * 1024 * 1024 * 1024;
 /// memory bound derived from the configuration is closer to what the attacks can reach.
 pub const CONNECTIONS: u64 = 256;
 
+/// `[limits] http_send_timeout_secs`: longer than `http_header_timeout_secs` (10 s, how long a
+/// request waits for room in the body budget), so `bounds::tools_answer_memory` sees the requests
+/// waiting behind an unread answer refused before that answer's connection is closed.
+pub const SEND_TIMEOUT_SECS: u64 = 12;
+
 /// Peak resident memory of the daemon over a whole attack. The fixed bounds keep it to a few
 /// hundred MB (16 unauthenticated bodies, 64 directory snapshots, 10 MiB files); the review's
 /// attacks each push it to several GB.
@@ -94,7 +99,7 @@ impl Hostile {
              grep_max_regex_bytes = {GREP_REGEX}\nedit_max_diff_bytes = {EDIT_DIFF}\nmax_links_per_file = {LINKS}\n\
              max_xattrs_per_inode = {XATTRS}\nmax_xattr_bytes_per_inode = {XATTR_BYTES}\n\
              tools_body_memory_bytes = {TOOLS_BODY_MEMORY}\nhttp_max_connections = {CONNECTIONS}\n\
-             max_open_scope_databases = {CONNECTIONS}\n",
+             max_open_scope_databases = {CONNECTIONS}\nhttp_send_timeout_secs = {SEND_TIMEOUT_SECS}\n",
         );
         let config = write_config(dir.path(), port, &rest);
         let memory_bound = printed_memory_bound(&config);
