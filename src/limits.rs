@@ -66,10 +66,13 @@ pub struct LimitsConfig {
     /// `/tools/*` bodies read and verified at once, before authentication (the rest wait).
     pub tools_max_unauthenticated_bodies: usize,
     /// Bytes of `/tools` request bodies the daemon holds at once, from the first byte read until
-    /// the request is answered (waiting for a worker included), and of `read_file`/`download_file`
-    /// answers until sent; a request that finds no room within `http_header_timeout_secs` is 503
+    /// the request is answered (waiting for a worker included), and of the answers that can be
+    /// large until sent; a request that finds no room within `http_header_timeout_secs` is 503
     /// `busy`.
     pub tools_body_memory_bytes: u64,
+    /// Bytes of `tools_body_memory_bytes` one user's answers hold at once (past it: 429
+    /// `user_busy`), so one caller that does not read its answers cannot hold the whole budget.
+    pub tools_body_memory_per_user_bytes: u64,
     /// JSON values (objects, arrays, strings, numbers…) a signed body may contain.
     pub tools_max_json_values: u64,
     /// Nesting depth of a signed body's JSON.
@@ -153,6 +156,7 @@ impl Default for LimitsConfig {
             http_send_timeout_secs: 60,
             tools_max_unauthenticated_bodies: 16,
             tools_body_memory_bytes: 128 * 1024 * 1024,
+            tools_body_memory_per_user_bytes: 64 * 1024 * 1024,
             tools_max_json_values: 1_000_000,
             tools_max_json_depth: 64,
             workers_per_route_class: 64,
@@ -183,7 +187,7 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 41] = [
+        let checks: [(&'static str, u64); 42] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.max_path_depth", u64::from(self.max_path_depth)),
             ("limits.max_path_bytes", u64::from(self.max_path_bytes)),
@@ -203,6 +207,7 @@ impl LimitsConfig {
             ("limits.http_send_timeout_secs", self.http_send_timeout_secs),
             ("limits.tools_max_unauthenticated_bodies", self.tools_max_unauthenticated_bodies as u64),
             ("limits.tools_body_memory_bytes", self.tools_body_memory_bytes),
+            ("limits.tools_body_memory_per_user_bytes", self.tools_body_memory_per_user_bytes),
             ("limits.tools_max_json_values", self.tools_max_json_values),
             ("limits.tools_max_json_depth", u64::from(self.tools_max_json_depth)),
             ("limits.workers_per_route_class", self.workers_per_route_class as u64),
@@ -269,11 +274,12 @@ pub enum Bound {
     ListingMemory,
     ToolsBodyMemory,
     SendTimeout,
+    ToolsBodyMemoryPerUser,
 }
 
 impl Bound {
     /// Every bound, in metric order.
-    pub const ALL: [Bound; 33] = [
+    pub const ALL: [Bound; 34] = [
         Bound::StagingGlobal,
         Bound::StagingPerScope,
         Bound::PathDepth,
@@ -307,6 +313,7 @@ impl Bound {
         Bound::ListingMemory,
         Bound::ToolsBodyMemory,
         Bound::SendTimeout,
+        Bound::ToolsBodyMemoryPerUser,
     ];
 
     /// The metric label of this bound.
@@ -345,6 +352,7 @@ impl Bound {
             Bound::ListingMemory => "listing_memory",
             Bound::ToolsBodyMemory => "tools_body_memory",
             Bound::SendTimeout => "send_timeout",
+            Bound::ToolsBodyMemoryPerUser => "tools_body_memory_per_user",
         }
     }
 

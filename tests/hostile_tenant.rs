@@ -279,6 +279,7 @@ fn recent_bounds_refuse_before_the_work_while_the_bystander_works() {
             bounds::tmpfile_inodes(&mnt_a),
             bounds::tools_body_memory(&h),
             bounds::tools_answer_memory(&h),
+            bounds::tools_answer_share(&h),
         ]
     });
     let mut problems = problems_of(&h, &verdicts, &by);

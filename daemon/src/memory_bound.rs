@@ -51,6 +51,17 @@ fn fuse_work_bytes(cfg: &Config) -> u64 {
     (u64::from(cfg.fuse.max_write_kib).max(64) * 1024 + 8 * 1024) + (1 << 20)
 }
 
+/// Bytes answers hold beyond their charges: one larger than its user's share
+/// (`limits.tools_body_memory_per_user_bytes`) is charged the share, and as many such answers as
+/// shares fit in the budget may be held at once. The largest answer is a `read_file` of a file of
+/// the `/tools` limit (its content, then as JSON up to six bytes a byte) with its fields.
+fn capped_answers_beyond_charge(cfg: &Config) -> u64 {
+    let l = &cfg.limits;
+    let share = l.tools_body_memory_per_user_bytes.clamp(1, l.tools_body_memory_bytes.max(1));
+    let largest_answer = 7 * crate::api::tools_file_limit(cfg) + 1024;
+    l.tools_body_memory_bytes.div_ceil(share) * largest_answer.saturating_sub(share)
+}
+
 impl MemoryBound {
     /// The bound of `cfg` (without mounted scopes).
     pub fn of(cfg: &Config) -> MemoryBound {
@@ -92,8 +103,9 @@ impl MemoryBound {
             },
             Term {
                 name: "tools_bodies_and_answers",
-                bytes: l.tools_body_memory_bytes,
-                from: "limits.tools_body_memory_bytes".into(),
+                bytes: l.tools_body_memory_bytes + capped_answers_beyond_charge(cfg),
+                from: "limits.tools_body_memory_bytes (and what answers larger than a user's share hold beyond it)"
+                    .into(),
             },
             Term {
                 name: "http_workers",

@@ -24,8 +24,8 @@ use serde_json::{json, Value};
 
 use super::attacks::{client, tool, Ans, Verdict};
 use super::{
-    fresh_nonce, now_secs, signed_body_with, Hostile, EDIT_DIFF, HMAC_SECRET, LINKS, MAX_UPLOAD, SEND_TIMEOUT_SECS,
-    TOOLS_BODY_MEMORY, XATTRS, XATTR_BYTES,
+    fresh_nonce, now_secs, signed_body_as, signed_body_with, Hostile, EDIT_DIFF, HMAC_SECRET, LINKS, MAX_UPLOAD,
+    SEND_TIMEOUT_SECS, TOOLS_BODY_MEMORY, XATTRS, XATTR_BYTES,
 };
 
 /// `Err(what())` unless `ok`.
@@ -349,7 +349,7 @@ pub fn tools_answer_memory(h: &Hostile) -> Verdict {
     if let Err(e) = fs::write(h.mountpoint(&scope).join("ctl.txt"), vec![1u8; 6 << 20]) {
         return (what, Err(format!("writing the file: {e}")));
     }
-    let before = h.refusals("tools_body_memory");
+    let before = body_refusals(h);
     let rss_before = h.reset_peak_rss();
     let path = "/tools/read_file";
     let mut held = Vec::new();
@@ -367,11 +367,11 @@ pub fn tools_answer_memory(h: &Hostile) -> Verdict {
         }
     }
     let timeouts_before = h.refusals("send_timeout");
-    let refused = wait_for("six requests refused for want of room", || h.refusals("tools_body_memory") - before >= 6.0);
+    let refused = wait_for("six requests refused for want of room", || body_refusals(h) - before >= 6.0);
     let grown = h.peak_rss().saturating_sub(rss_before);
     // Every request is refused or its answer was built; each built one's client takes nothing.
     let closed = wait_for("every unread answer's connection closed by the send timeout", || {
-        (h.refusals("tools_body_memory") - before) + (h.refusals("send_timeout") - timeouts_before) >= 8.0
+        (body_refusals(h) - before) + (h.refusals("send_timeout") - timeouts_before) >= 8.0
     });
     let fresh = closed.and_then(|()| {
         let body = signed_body_with(HMAC_SECRET, path, thread, &json!({"path": "ctl.txt"}), now_secs(), &fresh_nonce());
@@ -396,5 +396,73 @@ pub fn tools_answer_memory(h: &Hostile) -> Verdict {
                 grown >> 20
             )
         }),
+    )
+}
+
+/// Requests refused for want of room in `tools_body_memory_bytes`, for the whole budget or for
+/// their user's share.
+fn body_refusals(h: &Hostile) -> f64 {
+    h.refusals("tools_body_memory") + h.refusals("tools_body_memory_per_user")
+}
+
+/// Raw `read_file` requests of `path` in `thread`'s scope whose answers are never read.
+fn unread_reads(h: &Hostile, thread: &str, path: &str, n: usize) -> Result<Vec<std::net::TcpStream>, String> {
+    use std::io::Write;
+    let route = "/tools/read_file";
+    (0..n)
+        .map(|_| {
+            let body = signed_body_with(HMAC_SECRET, route, thread, &json!({"path": path}), now_secs(), &fresh_nonce());
+            let head = format!(
+                "POST {route} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            let mut s = std::net::TcpStream::connect(h.addr).map_err(|e| format!("connecting: {e}"))?;
+            s.write_all(head.as_bytes())
+                .and_then(|()| s.write_all(body.as_bytes()))
+                .map_err(|e| format!("sending: {e}"))?;
+            Ok(s)
+        })
+        .collect()
+}
+
+/// `tools_body_memory_per_user_bytes`: one user asks for eight `read_file` answers of 21 MiB (3 MiB
+/// of control characters; more than the sockets' buffers take) and reads none. Two of them take its
+/// share, the rest are refused 429 `user_busy`, and another user's answer of the same size is
+/// served beside them. Without the share three are built, the budget is full, and the other user
+/// waits and gets 503.
+pub fn tools_answer_share(h: &Hostile) -> Verdict {
+    let what = "tools_body_memory_per_user_bytes (one user's unread answers)";
+    let (hog, other) = ("thr-share-hog", "thr-share-other");
+    for thread in [hog, other] {
+        let scope = h.provision(thread);
+        if let Err(e) = fs::write(h.mountpoint(&scope).join("ctl.txt"), vec![1u8; 3 << 20]) {
+            return (what, Err(format!("writing the file: {e}")));
+        }
+    }
+    let before = h.refusals("tools_body_memory_per_user");
+    let held = match unread_reads(h, hog, "ctl.txt", 8) {
+        Ok(held) => held,
+        Err(e) => return (what, Err(e)),
+    };
+    let refused = wait_for("six of one user's requests refused past its share", || {
+        h.refusals("tools_body_memory_per_user") - before >= 6.0
+    });
+    let route = "/tools/read_file";
+    let body =
+        signed_body_as(HMAC_SECRET, route, "user-3", other, &json!({"path": "ctl.txt"}), now_secs(), &fresh_nonce());
+    let start = Instant::now();
+    let r = client().post(h.url(route)).header("content-type", "application/json").body(body).send();
+    let served = match r.map(|r| (r.status(), r.json::<Value>())) {
+        Ok((s, Ok(v))) if s.is_success() && v["size_bytes"] == json!(3 << 20) => Ok(()),
+        Ok((s, v)) => {
+            Err(format!("another user's read_file beside them: {s} {:?}", v.ok().map(|v| v["error"].clone())))
+        }
+        Err(e) => Err(format!("another user's read_file beside them: {e}")),
+    };
+    let took = start.elapsed();
+    drop(held);
+    (
+        what,
+        refused.and(served).map(|()| format!("two answers held, six refused 429; another user's served in {took:.1?}")),
     )
 }

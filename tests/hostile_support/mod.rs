@@ -46,6 +46,10 @@ pub const XATTR_BYTES: u64 = 1024;
 /// `bounds::tools_body_memory` at once, and for one of the 42 MiB reads (a 6 MiB file and its
 /// 36 MiB answer) of `bounds::tools_answer_memory`.
 pub const TOOLS_BODY_MEMORY: u64 = 64 * 1024 * 1024;
+/// `[limits] tools_body_memory_per_user_bytes`: two of the 21 MiB answers of
+/// `bounds::tools_answer_share` (three fill the budget), and one of the 42 MiB ones of
+/// `bounds::tools_answer_memory`.
+pub const TOOLS_BODY_MEMORY_PER_USER: u64 = 48 * 1024 * 1024;
 /// The deployment's quota of every scope (`quota_bytes`, `quota_inodes`) for the fuzz and attacks.
 pub const QUOTA: (u64, u64) = (512 * 1024 * 1024, 1_000_000);
 /// The daemon's address-space cap: an unbounded allocation (H2, M1) aborts it quickly instead of
@@ -98,7 +102,7 @@ impl Hostile {
              [limits]\nstaging_max_bytes_per_scope = {STAGING_PER_SCOPE}\nmax_dir_handles_per_mount = {DIR_HANDLES}\n\
              grep_max_regex_bytes = {GREP_REGEX}\nedit_max_diff_bytes = {EDIT_DIFF}\nmax_links_per_file = {LINKS}\n\
              max_xattrs_per_inode = {XATTRS}\nmax_xattr_bytes_per_inode = {XATTR_BYTES}\n\
-             tools_body_memory_bytes = {TOOLS_BODY_MEMORY}\nhttp_max_connections = {CONNECTIONS}\n\
+             tools_body_memory_bytes = {TOOLS_BODY_MEMORY}\ntools_body_memory_per_user_bytes = {TOOLS_BODY_MEMORY_PER_USER}\nhttp_max_connections = {CONNECTIONS}\n\
              max_open_scope_databases = {CONNECTIONS}\nhttp_send_timeout_secs = {SEND_TIMEOUT_SECS}\n",
         );
         let config = write_config(dir.path(), port, &rest);

@@ -55,7 +55,7 @@ const MAX_USER_ID: usize = 256;
 
 use super::super::held_answer::HeldAnswer;
 use super::super::{ApiError, AppState};
-use super::body_memory::{BodyCharge, BodyMemory};
+use super::body_memory::{BodyCharge, BodyMemory, NoRoom};
 use super::object_scope::ObjectScope;
 use crate::tokens::Token;
 
@@ -85,7 +85,10 @@ impl ToolsAuth {
             window_secs,
             file_limit: TOOL_FILE_LIMIT.min(max_upload_bytes),
             unauthenticated: Arc::new(Semaphore::new(LimitsConfig::default().tools_max_unauthenticated_bodies)),
-            body_memory: BodyMemory::new(LimitsConfig::default().tools_body_memory_bytes),
+            body_memory: {
+                let l = LimitsConfig::default();
+                BodyMemory::new(l.tools_body_memory_bytes, l.tools_body_memory_per_user_bytes)
+            },
             limits: LimitsConfig::default(),
         }
     }
@@ -93,7 +96,7 @@ impl ToolsAuth {
     /// The same settings under the configured `[limits]`.
     pub fn with_limits(mut self, limits: &LimitsConfig) -> ToolsAuth {
         self.unauthenticated = Arc::new(Semaphore::new(limits.tools_max_unauthenticated_bodies));
-        self.body_memory = BodyMemory::new(limits.tools_body_memory_bytes);
+        self.body_memory = BodyMemory::new(limits.tools_body_memory_bytes, limits.tools_body_memory_per_user_bytes);
         self.limits = limits.clone();
         self
     }
@@ -175,41 +178,38 @@ impl ToolsAuth {
         }
     }
 
-    /// [`Self::charge_body`] from a blocking worker (the bytes of an answer about to be built).
-    pub fn charge_blocking(&self, bytes: u64) -> Result<BodyCharge, ApiError> {
-        tokio::runtime::Handle::current().block_on(self.charge_body(bytes))
+    /// A charge of `bytes` to `user`'s share, from a blocking worker (an answer about to be
+    /// built), waiting as [`Self::charge_body`] does.
+    pub fn charge_blocking(&self, user: &str, bytes: u64) -> Result<BodyCharge, ApiError> {
+        tokio::runtime::Handle::current().block_on(self.charge_body(Some(user), bytes))
     }
 
-    /// `value` as a JSON answer built on a blocking worker, then charged its bytes (waiting on the
-    /// worker, so answers waiting for room are bounded by the workers) and held under the charge
-    /// until the client has taken it. For answers whose bytes are bounded where they are built.
-    pub fn held_json<T: serde::Serialize>(&self, value: &T) -> Result<HeldAnswer, ApiError> {
+    /// `value` as `user`'s JSON answer built on a blocking worker, then charged its bytes (waiting
+    /// on the worker, so answers waiting for room are bounded by the workers) and held under the
+    /// charge until the client has taken it. For answers whose bytes are bounded where they are
+    /// built.
+    pub fn held_json<T: serde::Serialize>(&self, user: &str, value: &T) -> Result<HeldAnswer, ApiError> {
         let bytes = serde_json::to_vec(value).map_err(|e| ApiError::internal("answer_not_serialized", &e))?;
-        let charge = self.charge_blocking(bytes.len() as u64)?;
+        let charge = self.charge_blocking(user, bytes.len() as u64)?;
         Ok(HeldAnswer::new(bytes, charge))
     }
 
-    /// Adds `bytes` to `charge` if there is room now (never waiting while holding a charge, so
-    /// requests cannot each hold part of the budget and wait for the rest); one request holds at
-    /// most the whole budget. `false`: nothing was added.
-    pub fn try_charge_more(&self, charge: &mut BodyCharge, bytes: u64) -> bool {
-        let room = self.limits.tools_body_memory_bytes.saturating_sub(charge.bytes());
-        match self.body_memory.try_charge(bytes.min(room)) {
-            Some(more) => {
-                charge.absorb(more);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// A charge of `bytes` (at most the whole budget) against `tools_body_memory_bytes`, waiting at
-    /// most `http_header_timeout_secs`; no room by then is 503 `busy`.
-    async fn charge_body(&self, bytes: u64) -> Result<BodyCharge, ApiError> {
+    /// A charge of `bytes` (at most the whole budget, or `holder`'s share) against
+    /// `tools_body_memory_bytes`, waiting at most `http_header_timeout_secs`; no room by then is
+    /// 429 `user_busy` when the holder's share was what lacked, else 503 `busy`.
+    async fn charge_body(&self, holder: Option<&str>, bytes: u64) -> Result<BodyCharge, ApiError> {
         let wait = Duration::from_secs(self.limits.http_header_timeout_secs);
-        match self.body_memory.charge(bytes, wait).await {
-            Some(charge) => Ok(charge),
-            None => {
+        match self.body_memory.charge(holder, bytes, wait).await {
+            Ok(charge) => Ok(charge),
+            Err(NoRoom::Share) => {
+                limits::refuse(Bound::ToolsBodyMemoryPerUser);
+                Err(ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "user_busy",
+                    "this user's answers already hold their share of memory; read them, then retry",
+                ))
+            }
+            Err(NoRoom::Budget) => {
                 limits::refuse(Bound::ToolsBodyMemory);
                 Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -292,7 +292,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
         // Memory first: a body waiting for room holds no reading permit, so small bodies keep
         // being read while large ones wait (room is not handed out in arrival order).
         let declared = declared_length(req.headers()).unwrap_or(limit as u64);
-        let mut body_memory = auth.charge_body(declared.saturating_mul(VERIFY_COPIES)).await?;
+        let mut body_memory = auth.charge_body(None, declared.saturating_mul(VERIFY_COPIES)).await?;
         let permit = auth.admit().await?;
         let deadline = Duration::from_secs(auth.limits.http_request_timeout_secs);
         let bytes = tokio::time::timeout(deadline, read_body(req, limit)).await.map_err(|_| {

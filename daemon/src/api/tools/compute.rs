@@ -407,7 +407,7 @@ async fn execute_command(State(st): State<AppState>, req: SignedRequest<ExecPara
         // a retry would answer by running it again.
         let view = ExecView::of(b.environment_id.clone(), out);
         let bytes = serde_json::to_vec(&view).map_err(|e| ApiError::internal("answer_not_serialized", &e))?;
-        match tools.charge_blocking(bytes.len() as u64) {
+        match tools.charge_blocking(&req.user_id, bytes.len() as u64) {
             Ok(charge) => Ok(HeldAnswer::new(bytes, charge)),
             Err(_) => {
                 tracing::warn!(scope_id = %req.scope.scope_id, "no room for a command's output in tools_body_memory_bytes; answered without it");

@@ -488,7 +488,7 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
                 Ok(if grep_one(path, attr)? { Visit::Descend(()) } else { Visit::Stop })
             })?
         };
-        st.tools.held_json(&GrepView { matches, files_searched, truncated })
+        st.tools.held_json(&req.user_id, &GrepView { matches, files_searched, truncated })
     })
     .await
 }
@@ -537,7 +537,7 @@ async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) 
             Ok(if Glob::dead(&next) { Visit::Skip } else { Visit::Descend(next) })
         })?;
         found.sort();
-        st.tools.held_json(&GlobView { matches: found, truncated })
+        st.tools.held_json(&req.user_id, &GlobView { matches: found, truncated })
     })
     .await
 }

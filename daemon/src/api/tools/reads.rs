@@ -64,12 +64,12 @@ pub(super) async fn read_file(
         // that now, the content's charge is given back and the whole is waited for at once (no
         // request waits for answer room while holding a content charge), then the file is read
         // again.
-        let mut charge = st.tools.charge_blocking(size)?;
+        let mut charge = st.tools.charge_blocking(&req.user_id, size)?;
         let mut content = text(read_whole(&t.engine, &t.rel, limit)?)?;
         let answer = json_string_len(&content) + FIELDS;
-        if !st.tools.try_charge_more(&mut charge, answer) {
+        if !charge.try_grow(answer) {
             drop((content, charge));
-            charge = st.tools.charge_blocking(size + answer)?;
+            charge = st.tools.charge_blocking(&req.user_id, size + answer)?;
             content = text(read_whole(&t.engine, &t.rel, limit)?)?;
         }
         let view = ReadView { path: t.path(), size_bytes: content.len(), content };
@@ -102,7 +102,7 @@ pub(super) async fn download_file(
     blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         let (t, size) = readable(&st, &req, req.body.environment_id.as_deref(), &req.body.remote_path)?;
         // The content, its base64 and the answer that holds it.
-        let charge = st.tools.charge_blocking(size + 2 * (size.div_ceil(3) * 4) + FIELDS)?;
+        let charge = st.tools.charge_blocking(&req.user_id, size + 2 * (size.div_ceil(3) * 4) + FIELDS)?;
         let data = read_whole(&t.engine, &t.rel, limit)?;
         let view = DownloadView {
             path: t.path(),
