@@ -190,15 +190,15 @@ mod tests {
     #[tokio::test]
     async fn bodies_are_charged_their_bytes_until_dropped() {
         let budget = BodyMemory::new(100 * 1024, 100 * 1024);
-        let mut first = budget.charge(None, 60 * 1024, WAIT).await.ok().expect("room for the first body");
+        let mut first = budget.charge(None, 60 * 1024, WAIT).await.expect("room for the first body");
         assert!(budget.charge(None, 60 * 1024, WAIT).await.is_err(), "no room for a second 60 KiB");
         first.trim(10 * 1024);
         assert_eq!(budget.used(), 10 * 1024, "the charge is cut to the bytes read");
-        let second = budget.charge(None, 60 * 1024, WAIT).await.ok().expect("room once the first is trimmed");
+        let second = budget.charge(None, 60 * 1024, WAIT).await.expect("room once the first is trimmed");
         drop((first, second));
         assert_eq!(budget.used(), 0);
         let whole =
-            budget.charge(None, 1 << 30, WAIT).await.ok().expect("a body over the budget is charged the whole budget");
+            budget.charge(None, 1 << 30, WAIT).await.expect("a body over the budget is charged the whole budget");
         assert_eq!(whole.bytes(), 100 * 1024);
         assert!(budget.charge(None, 1, WAIT).await.is_err(), "nothing is left beside it");
     }
