@@ -156,13 +156,34 @@ impl MemoryBound {
     }
 }
 
-/// The memory limit of the cgroup this process runs in (`memory.max` of cgroup v2), `None` when
-/// there is none (`max`) or it cannot be read.
+/// The memory limit of the cgroup this process runs in, `None` when there is none or it cannot be
+/// read: `memory.max` under cgroup v2, `memory.limit_in_bytes` of the v1 memory controller.
 pub fn cgroup_memory_max() -> Option<u64> {
-    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let text = std::fs::read_to_string(format!("/sys/fs/cgroup{}/memory.max", path.trim())).ok()?;
-    text.trim().parse().ok()
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    memory_max_under(&cgroups, std::path::Path::new("/sys/fs/cgroup"))
+}
+
+/// [`cgroup_memory_max`] for the membership lines `cgroups` (`/proc/self/cgroup`) under `root`.
+fn memory_max_under(cgroups: &str, root: &std::path::Path) -> Option<u64> {
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let rel = path.trim_start_matches('/');
+        let file = if controllers.split(',').any(|c| c == "memory") {
+            root.join("memory").join(rel).join("memory.limit_in_bytes")
+        } else if controllers.is_empty() {
+            root.join(rel).join("memory.max")
+        } else {
+            continue;
+        };
+        if let Ok(text) = std::fs::read_to_string(file) {
+            // "max" (v2) and the page-rounded i64::MAX (v1) both mean no limit.
+            return text.trim().parse::<u64>().ok().filter(|&v| v < 1 << 62);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -206,6 +227,27 @@ mod tests {
         let bound = MemoryBound::of(&Config::default()).with_mounts(mounts);
         assert!(bound <= max, "the default bound {} MiB is over the unit's MemoryMax {} MiB", bound >> 20, max >> 20);
         assert!(max - bound < 1 << 30, "MemoryMax is more than 1 GiB above the default bound: lower it");
+    }
+
+    #[test]
+    fn the_cgroup_limit_is_read_from_either_hierarchy() {
+        let root = tempfile::tempdir().unwrap();
+        let at = |rel: &str, file: &str, text: &str| {
+            let dir = root.path().join(rel);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(file), text).unwrap();
+        };
+        at("system.slice/scopefs.service", "memory.max", "8589934592\n");
+        let v2 = "0::/system.slice/scopefs.service\n";
+        assert_eq!(memory_max_under(v2, root.path()), Some(8 << 30));
+        at("memory/job", "memory.limit_in_bytes", "1073741824\n");
+        let hybrid = "4:memory:/job\n1:cpu:/\n0::/\n";
+        assert_eq!(memory_max_under(hybrid, root.path()), Some(1 << 30));
+        at("unlimited", "memory.max", "max\n");
+        assert_eq!(memory_max_under("0::/unlimited\n", root.path()), None);
+        at("memory/free", "memory.limit_in_bytes", "9223372036854771712\n");
+        assert_eq!(memory_max_under("4:memory:/free\n", root.path()), None);
+        assert_eq!(memory_max_under("0::/missing\n", root.path()), None);
     }
 
     #[test]
