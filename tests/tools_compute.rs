@@ -636,3 +636,55 @@ fn one_users_commands_leave_other_users_their_file_tools() {
     });
     remove_containers(&deployment);
 }
+
+/// A command that has run and finds no room for its output in its user's share of the `/tools`
+/// body budget is answered with how it ended and its output cut (`truncated`), not with a 503
+/// that a retry would answer by running it again. The share is held by one of the user's own
+/// `read_file` answers that nobody reads (about 21 MiB as JSON: more than the sockets take).
+#[test]
+fn a_command_without_room_for_its_output_says_how_it_ended() {
+    use std::io::Write;
+    let setup = Setup::new("\n[limits]\ntools_body_memory_per_user_bytes = 8388608\nhttp_header_timeout_secs = 2\n");
+    let (d, deployment) = (setup.start(), setup.deployment.clone());
+    let t = format!("thread-o-{}", uid());
+    d.provision(&t);
+    let env = d.ok(&t, "create_environment", json!({}))["environment_id"].as_str().unwrap().to_string();
+    let fill = "head -c 3145728 /dev/zero | tr '\\000' '\\001' > /workspace/ctl.txt; echo small > /workspace/small.txt";
+    d.ok(&t, "execute_command", json!({"environment_id": env, "command": fill}));
+    let (path, body) = compute_support::signed_body(
+        compute_support::daemon::HMAC_SECRET,
+        ("user-1", &t),
+        "read_file",
+        json!({"path": "ctl.txt"}),
+        None,
+    );
+    let body = serde_json::to_vec(&body).unwrap();
+    let addr = d.serve.base.trim_start_matches("http://").to_string();
+    let mut unread = std::net::TcpStream::connect(&addr).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    unread.write_all(head.as_bytes()).and_then(|()| unread.write_all(&body)).unwrap();
+    wait_until("the unread answer to hold the user's share", || {
+        let (status, v) = d.tool(&t, "read_file", json!({"path": "small.txt"}));
+        status == StatusCode::TOO_MANY_REQUESTS && v["error"]["code"] == "user_busy"
+    });
+    let (status, out) = d.tool(
+        &t,
+        "execute_command",
+        json!({"environment_id": env, "command": "echo ran > /workspace/ran.txt; echo out; exit 3"}),
+    );
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(
+        (out["exit_code"].as_i64(), out["truncated"].as_bool(), out["stdout"].as_str()),
+        (Some(3), Some(true), Some("")),
+        "{out}"
+    );
+    drop(unread);
+    assert_eq!(d.ok(&t, "read_file", json!({"path": "ran.txt"}))["content"], "ran\n", "the command ran once");
+    let again = d.ok(&t, "execute_command", json!({"environment_id": env, "command": "echo out"}));
+    assert_eq!((again["stdout"].as_str(), again["truncated"].as_bool()), (Some("out\n"), Some(false)), "{again}");
+    d.ok(&t, "destroy_environment", json!({"environment_id": env}));
+    remove_containers(&deployment);
+}

@@ -96,6 +96,21 @@ pub fn signed_call(
     params: serde_json::Value,
     object_scope: Option<serde_json::Value>,
 ) -> (reqwest::StatusCode, serde_json::Value) {
+    let (path, body) = signed_body(hmac_secret, (user, thread), tool, params, object_scope);
+    let resp = client.post(format!("{base}{path}")).json(&body).send().expect("request failed");
+    let status = resp.status();
+    let text = resp.text().unwrap();
+    (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("non-JSON answer ({e}): {text}")))
+}
+
+/// The route and signed body of a `/tools/<tool>` call (see [`signed_call`]).
+pub fn signed_body(
+    hmac_secret: &str,
+    (user, thread): (&str, &str),
+    tool: &str,
+    params: serde_json::Value,
+    object_scope: Option<serde_json::Value>,
+) -> (String, serde_json::Value) {
     use serde_json::json;
     let path = format!("/tools/{tool}");
     let issued_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
@@ -109,8 +124,5 @@ pub fn signed_call(
     let hash = scopefs::signing::payload_hash(&canonical);
     let string = scopefs::signing::canonical_string("POST", &path, &issued_at.to_string(), &nonce, &hash);
     body["auth_context"]["token"] = json!(scopefs::signing::sign(hmac_secret.as_bytes(), &string));
-    let resp = client.post(format!("{base}{path}")).json(&body).send().expect("request failed");
-    let status = resp.status();
-    let text = resp.text().unwrap();
-    (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("non-JSON answer ({e}): {text}")))
+    (path, body)
 }
