@@ -229,18 +229,21 @@ fn handles_of_an_earlier_process_are_adopted_by_the_next() {
     assert_eq!(read_file(&e, "f").unwrap(), b"abcdefghi");
 }
 
-/// A store whose puts hold until `want` of them are in flight at once (or, bounded, until a
-/// deadline that only a sequential uploader reaches), recording the most ever in flight.
-struct PeakStore {
-    inner: scopefs::store::MemoryStore,
+/// Calls that hold until `want` of them are in flight at once (or, bounded, until a deadline that
+/// only calls made one at a time reach), recording the most ever in flight.
+struct PeakGate {
     want: usize,
+    deadline: Duration,
     in_flight: tokio::sync::watch::Sender<usize>,
     peak: std::sync::atomic::AtomicUsize,
 }
 
-#[async_trait::async_trait]
-impl ObjectStore for PeakStore {
-    async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), scopefs::store::StoreError> {
+impl PeakGate {
+    fn new(want: usize, deadline: Duration) -> PeakGate {
+        PeakGate { want, deadline, in_flight: tokio::sync::watch::Sender::new(0), peak: Default::default() }
+    }
+
+    async fn pass(&self) {
         use std::sync::atomic::Ordering;
         self.in_flight.send_modify(|n| {
             *n += 1;
@@ -249,11 +252,34 @@ impl ObjectStore for PeakStore {
         let mut rx = self.in_flight.subscribe();
         // Once the peak was reached the gate stays open; the deadline only bounds a failing run.
         let peak_reached = |_: &usize| self.peak.load(Ordering::SeqCst) >= self.want;
-        let _ = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(peak_reached)).await;
+        let _ = tokio::time::timeout(self.deadline, rx.wait_for(peak_reached)).await;
         self.in_flight.send_modify(|n| *n -= 1);
+    }
+
+    fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A memory store whose puts, or whose gets, pass a [`PeakGate`].
+struct PeakStore {
+    inner: Arc<scopefs::store::MemoryStore>,
+    gate: PeakGate,
+    gets: bool,
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for PeakStore {
+    async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), scopefs::store::StoreError> {
+        if !self.gets {
+            self.gate.pass().await;
+        }
         self.inner.put(key, data).await
     }
     async fn get(&self, key: &str) -> Result<bytes::Bytes, scopefs::store::StoreError> {
+        if self.gets {
+            self.gate.pass().await;
+        }
         self.inner.get(key).await
     }
     async fn head(&self, key: &str) -> Result<Option<u64>, scopefs::store::StoreError> {
@@ -279,12 +305,8 @@ fn fsync_uploads_a_files_blocks_concurrently_within_the_upload_slots() {
         store_attempts: 1,
         ..StorageSettings::default()
     });
-    let store = Arc::new(PeakStore {
-        inner: scopefs::store::MemoryStore::new(),
-        want: 2,
-        in_flight: tokio::sync::watch::Sender::new(0),
-        peak: Default::default(),
-    });
+    let store =
+        Arc::new(PeakStore { inner: Arc::default(), gate: PeakGate::new(2, Duration::from_secs(10)), gets: false });
     let dyn_store: Arc<dyn ObjectStore> = store.clone();
     let storage = Storage::new(dyn_store, h.settings.clone(), &h.data_dir(), h.rt.handle().clone()).unwrap();
     let e = new_scope(&storage);
@@ -295,8 +317,7 @@ fn fsync_uploads_a_files_blocks_concurrently_within_the_upload_slots() {
     e.fsync(attr.ino, Some(opened.fh)).unwrap();
     e.release(attr.ino, opened.fh).unwrap();
     assert_eq!(store.inner.put_count(), 4);
-    let peak = store.peak.load(std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(peak, 2, "uploads run at once, at most `upload_parallelism` of them");
+    assert_eq!(store.gate.peak(), 2, "uploads run at once, at most `upload_parallelism` of them");
 }
 
 /// A local object directory's large block is verified by its first read and read in place after
@@ -426,46 +447,6 @@ fn one_scopes_upload_backlog_leaves_another_scopes_fsync_its_turn() {
     assert_eq!(h.store.put_count(), 41, "every block of both scopes is stored once");
 }
 
-/// A store whose gets hold until `want` of them are in flight at once (or, bounded, until a
-/// deadline that only gets made one at a time reach), recording the most ever in flight.
-struct GetPeakStore {
-    inner: Arc<scopefs::store::MemoryStore>,
-    want: usize,
-    in_flight: tokio::sync::watch::Sender<usize>,
-    peak: std::sync::atomic::AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for GetPeakStore {
-    async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), scopefs::store::StoreError> {
-        self.inner.put(key, data).await
-    }
-    async fn get(&self, key: &str) -> Result<bytes::Bytes, scopefs::store::StoreError> {
-        use std::sync::atomic::Ordering;
-        self.in_flight.send_modify(|n| {
-            *n += 1;
-            self.peak.fetch_max(*n, Ordering::SeqCst);
-        });
-        let mut rx = self.in_flight.subscribe();
-        let peak_reached = |_: &usize| self.peak.load(Ordering::SeqCst) >= self.want;
-        let _ = tokio::time::timeout(Duration::from_secs(1), rx.wait_for(peak_reached)).await;
-        self.in_flight.send_modify(|n| *n -= 1);
-        self.inner.get(key).await
-    }
-    async fn head(&self, key: &str) -> Result<Option<u64>, scopefs::store::StoreError> {
-        self.inner.head(key).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), scopefs::store::StoreError> {
-        self.inner.delete(key).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<scopefs::store::ObjectInfo>, scopefs::store::StoreError> {
-        self.inner.list(prefix).await
-    }
-    fn describe(&self) -> String {
-        "get-peak-recording memory store".into()
-    }
-}
-
 #[test]
 fn uncached_reads_download_within_the_fetch_memory_budget() {
     // Room for one block's download (a fetch holds the block and its copy): readers of three
@@ -484,12 +465,8 @@ fn uncached_reads_download_within_the_fetch_memory_budget() {
         write_file(&e, &format!("f{i}"), &pattern(64, i)).unwrap();
     }
     assert!(e.wait_uploads(Duration::from_secs(5)));
-    let store = Arc::new(GetPeakStore {
-        inner: h.store.clone(),
-        want: 2,
-        in_flight: tokio::sync::watch::Sender::new(0),
-        peak: Default::default(),
-    });
+    let store =
+        Arc::new(PeakStore { inner: h.store.clone(), gate: PeakGate::new(2, Duration::from_secs(1)), gets: true });
     let dir = tempfile::tempdir().unwrap();
     let meta_dir = dir.path().join("scopes").join(e.scope_id().as_str());
     std::fs::create_dir_all(&meta_dir).unwrap();
@@ -513,9 +490,5 @@ fn uncached_reads_download_within_the_fetch_memory_budget() {
             assert_eq!(r.join().unwrap().unwrap(), pattern(64, i));
         }
     });
-    assert_eq!(
-        store.peak.load(std::sync::atomic::Ordering::SeqCst),
-        1,
-        "downloads beyond the fetch budget ran at once"
-    );
+    assert_eq!(store.gate.peak(), 1, "downloads beyond the fetch budget ran at once");
 }
