@@ -18,7 +18,7 @@ pub const BASELINE: u64 = 96 << 20;
 /// One mounted scope with nothing open: its mount session, inode table and engine state (an idle
 /// mounted scope was measured at 60–100 KiB).
 pub const PER_MOUNTED_SCOPE: u64 = 128 << 10;
-/// The thread stack each FUSE worker and each blocking HTTP worker may touch.
+/// The thread stack each blocking HTTP worker may touch (tokio's default for its blocking pool).
 pub const WORKER_STACK: u64 = 2 << 20;
 /// One open scope database besides its page cache (the connection, its schema and statements).
 pub const PER_OPEN_DATABASE: u64 = 256 << 10;
@@ -45,10 +45,11 @@ pub fn per_connection_bytes() -> u64 {
     2 * crate::http::CONNECTION_BUFFER_BYTES as u64 + crate::api::stream_buffer_bytes()
 }
 
-/// Bytes of a FUSE worker's work besides its stack: a request of `max_write_kib` (or an extended
-/// attribute, 64 KiB) and a read's answer (the kernel asks at most 1 MiB at a time).
-fn fuse_work_bytes(cfg: &Config) -> u64 {
-    (u64::from(cfg.fuse.max_write_kib).max(64) * 1024 + 8 * 1024) + (1 << 20)
+/// Bytes of a FUSE worker: its stack, its request buffer (a write of `max_write_kib` or an
+/// extended attribute) and a read's answer (the kernel asks at most 1 MiB at a time).
+fn fuse_worker_bytes(cfg: &Config) -> u64 {
+    let request = scopefs_fs::mount::resident_request_bytes(cfg.fuse.max_write_kib.saturating_mul(1024));
+    (scopefs_fs::mount::WORKER_STACK + request) as u64 + (1 << 20)
 }
 
 /// Bytes answers hold beyond their charges: one larger than its user's share
@@ -77,7 +78,7 @@ impl MemoryBound {
             Term { name: "baseline", bytes: BASELINE, from: "code, runtime, registry".into() },
             Term {
                 name: "fuse_workers",
-                bytes: fuse_threads * (WORKER_STACK + fuse_work_bytes(cfg)),
+                bytes: fuse_threads * fuse_worker_bytes(cfg),
                 from: format!("fuse.threads {fuse_threads} x (stack, a request of fuse.max_write_kib, a read)"),
             },
             Term { name: "dirty_memory", bytes: cfg.dirty_memory_max_bytes, from: "dirty_memory_max_bytes".into() },

@@ -35,14 +35,14 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Stack of each FUSE worker (the engine's callbacks run SQLite on it). Few workers serve every
 /// mount, so this is a per-daemon cost.
-const WORKER_STACK: usize = 2 << 20;
+pub const WORKER_STACK: usize = 2 << 20;
 
 /// Bytes of each FUSE worker's request buffer kept present (`fuser::SessionPool::new`): the
 /// largest request a mount of this process negotiates, a write of `max_write` or an extended
 /// attribute's value (at most 64 KiB), with room for headers and names. A mount resumed from a
 /// process that negotiated a larger `max_write` still works; its larger requests fault pages in.
-fn resident_request_bytes(opts: &MountOptions) -> usize {
-    (opts.fast_paths.max_write as usize).max(64 << 10) + (8 << 10)
+pub fn resident_request_bytes(max_write: u32) -> usize {
+    (max_write as usize).max(64 << 10) + (8 << 10)
 }
 
 /// Filesystem type the kernel records for our mounts (`fuse.<subtype>`).
@@ -201,7 +201,7 @@ impl MountManager {
         let pool = SessionPool::new(
             opts.threads.max(1),
             WORKER_STACK,
-            resident_request_bytes(&opts),
+            resident_request_bytes(opts.fast_paths.max_write),
             opts.max_workers_per_mount,
         )
         .map_err(MountError::MountRoot)?;

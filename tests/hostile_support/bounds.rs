@@ -342,7 +342,6 @@ pub fn tools_body_memory(h: &Hostile) -> Verdict {
 /// connections still open, the send timeout closes each one whose answer was built, and a fresh
 /// `read_file` of the same answer is served (without it, unread answers kept the budget forever).
 pub fn tools_answer_memory(h: &Hostile) -> Verdict {
-    use std::io::Write;
     let what = "tools_body_memory_bytes (answers nobody reads)";
     let thread = "thr-answers";
     let scope = h.provision(thread);
@@ -352,20 +351,10 @@ pub fn tools_answer_memory(h: &Hostile) -> Verdict {
     let before = body_refusals(h);
     let rss_before = h.reset_peak_rss();
     let path = "/tools/read_file";
-    let mut held = Vec::new();
-    for _ in 0..8 {
-        let body = signed_body_with(HMAC_SECRET, path, thread, &json!({"path": "ctl.txt"}), now_secs(), &fresh_nonce());
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        let sent = std::net::TcpStream::connect(h.addr)
-            .and_then(|mut s| s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes())).map(|()| s));
-        match sent {
-            Ok(s) => held.push(s),
-            Err(e) => return (what, Err(format!("sending a request: {e}"))),
-        }
-    }
+    let held = match unread_reads(h, thread, "ctl.txt", 8) {
+        Ok(held) => held,
+        Err(e) => return (what, Err(e)),
+    };
     let timeouts_before = h.refusals("send_timeout");
     let refused = wait_for("six requests refused for want of room", || body_refusals(h) - before >= 6.0);
     let grown = h.peak_rss().saturating_sub(rss_before);

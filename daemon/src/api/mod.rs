@@ -53,7 +53,7 @@ pub fn stream_buffer_bytes() -> u64 {
 
 /// Most bytes of a file one `/tools` request moves (the tools file limit of `cfg`).
 pub fn tools_file_limit(cfg: &scopefs::config::Config) -> u64 {
-    tools::TOOL_FILE_LIMIT.min(cfg.max_upload_bytes)
+    tools::file_limit(cfg.max_upload_bytes)
 }
 
 /// Most bytes a command's worker holds while it builds an `execute_command` answer: stdout and

@@ -63,6 +63,11 @@ use crate::tokens::Token;
 /// never more than the configured `max_upload_bytes`.
 pub const TOOL_FILE_LIMIT: u64 = 10 * 1024 * 1024;
 
+/// Most bytes of a file one `/tools` request moves under `max_upload_bytes`.
+pub fn file_limit(max_upload_bytes: u64) -> u64 {
+    TOOL_FILE_LIMIT.min(max_upload_bytes)
+}
+
 /// The signing settings of the `/tools/*` routes.
 #[derive(Debug)]
 pub struct ToolsAuth {
@@ -83,7 +88,7 @@ impl ToolsAuth {
         ToolsAuth {
             secret,
             window_secs,
-            file_limit: TOOL_FILE_LIMIT.min(max_upload_bytes),
+            file_limit: file_limit(max_upload_bytes),
             unauthenticated: Arc::new(Semaphore::new(LimitsConfig::default().tools_max_unauthenticated_bodies)),
             body_memory: {
                 let l = LimitsConfig::default();

@@ -263,8 +263,14 @@ struct ExecView {
 
 impl ExecView {
     /// The answer without its output (marked `truncated`).
-    fn without_output(self) -> ExecView {
-        ExecView { stdout: String::new(), stderr: String::new(), truncated: true, ..self }
+    fn without_output(&self) -> ExecView {
+        ExecView {
+            environment_id: self.environment_id.clone(),
+            stdout: String::new(),
+            stderr: String::new(),
+            truncated: true,
+            ..*self
+        }
     }
 
     fn of(environment_id: String, out: ExecOutput) -> ExecView {
@@ -406,14 +412,10 @@ async fn execute_command(State(st): State<AppState>, req: SignedRequest<ExecPara
         // the answer still says how it ended, its output cut (`truncated`), rather than a 503 that
         // a retry would answer by running it again.
         let view = ExecView::of(b.environment_id.clone(), out);
-        let bytes = serde_json::to_vec(&view).map_err(|e| ApiError::internal("answer_not_serialized", &e))?;
-        match tools.charge_blocking(&req.user_id, bytes.len() as u64) {
-            Ok(charge) => Ok(HeldAnswer::new(bytes, charge)),
-            Err(_) => {
-                tracing::warn!(scope_id = %req.scope.scope_id, "no room for a command's output in tools_body_memory_bytes; answered without it");
-                HeldAnswer::json(&view.without_output(), ())
-            }
-        }
+        tools.held_json(&req.user_id, &view).or_else(|_| {
+            tracing::warn!(scope_id = %req.scope.scope_id, "no room for a command's output in tools_body_memory_bytes; answered without it");
+            HeldAnswer::json(&view.without_output(), ())
+        })
     })
     .await
 }

@@ -10,7 +10,7 @@ mod reads;
 mod search;
 mod target;
 
-pub use auth::{SignedRequest, ToolsAuth, TOOL_FILE_LIMIT};
+pub use auth::{file_limit, SignedRequest, ToolsAuth};
 use scopefs::engine::EngineError;
 
 use super::routes::RouteTable;
