@@ -129,6 +129,9 @@ pub struct Config {
     /// How long a closed file's new blocks wait before their background upload (grouping a
     /// burst of closes into a few uploads); `fsync` never waits for it.
     pub upload_delay_ms: u64,
+    /// How long a file held open may keep changes uncommitted (in memory, in staging, in the
+    /// open-file log) before they are committed and its new blocks queued for upload.
+    pub dirty_writeback_secs: u64,
     pub store_timeout_ms: u64,
     pub store_attempts: u32,
     pub readahead_blocks: u64,
@@ -203,6 +206,7 @@ impl Default for Config {
             upload_parallelism: s.upload_parallelism,
             upload_parallelism_per_scope: s.upload_parallelism_per_scope,
             upload_delay_ms: s.upload_delay.as_millis() as u64,
+            dirty_writeback_secs: s.dirty_writeback.as_secs(),
             store_timeout_ms: s.store_timeout.as_millis() as u64,
             store_attempts: s.store_attempts,
             readahead_blocks: s.readahead_blocks,
@@ -278,6 +282,9 @@ impl Config {
         if self.maintenance_interval_secs == 0 {
             return invalid("maintenance_interval_secs", "must be at least 1");
         }
+        if self.dirty_writeback_secs == 0 {
+            return invalid("dirty_writeback_secs", "must be at least 1");
+        }
         if self.signature_window_secs == 0 || self.signature_window_secs > 86_400 {
             return invalid("signature_window_secs", "must be between 1 and 86400");
         }
@@ -332,6 +339,9 @@ impl Config {
             max_open_scope_databases: self.limits.max_open_scope_databases,
             inline_block_max_bytes: self.inline_block_max_bytes,
             dirty_memory_max_bytes: self.dirty_memory_max_bytes,
+            dirty_memory_per_scope_bytes: self.limits.dirty_memory_per_scope_bytes,
+            dirty_writeback: Duration::from_secs(self.dirty_writeback_secs),
+            open_log_max_bytes: self.limits.open_log_max_bytes_per_scope,
             metadata_cache_max_bytes: self.metadata_cache_max_bytes,
             fetch_memory_max_bytes: self.fetch_memory_max_bytes,
         }

@@ -22,10 +22,6 @@ fn fresh_daemon(h: &Harness, e: &ScopeEngine, rt: &tokio::runtime::Runtime) -> (
     (dir, storage)
 }
 
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
-}
-
 #[test]
 fn uncached_reads_fail_with_a_store_error_within_the_bound_when_the_store_is_down_or_stalls() {
     let h = Harness::small_blocks();

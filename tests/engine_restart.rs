@@ -29,35 +29,6 @@ fn harness() -> Harness {
     })
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
-/// The successor of a process killed now: a storage over a copy of the data directory (same store).
-fn killed_now(h: &Harness, to: &Path) -> Arc<Storage> {
-    copy_dir(&h.data_dir(), to);
-    let store: Arc<dyn ObjectStore> = h.store.clone();
-    Storage::new(store, h.settings.clone(), to, h.rt.handle().clone()).unwrap()
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
-}
-
-fn open_rw(e: &ScopeEngine, path: &str) -> (Ino, Fh) {
-    let ino = resolve(e, path).unwrap();
-    (ino, e.open(ino, OpenFlags { write: true, ..Default::default() }).unwrap().fh)
-}
-
 /// D7: every write a handle was answered for, into a block kept in memory, a block in a working file,
 /// over committed bytes, and a truncate and a punched hole, is in the file the successor serves
 /// through the same handle; closing it there commits it.

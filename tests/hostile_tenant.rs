@@ -267,6 +267,9 @@ fn recent_bounds_refuse_before_the_work_while_the_bystander_works() {
     let scope_a = h.provision(thread_a);
     let scope_b = h.provision(thread_b);
     let (mnt_a, mnt_b) = (h.mountpoint(&scope_a), h.mountpoint(&scope_b));
+    // A file held open and rewritten, in a scope of its own: A's quota is full by then.
+    let scope_c = h.provision("thr-bounds-open-log");
+    let mnt_c = h.mountpoint(&scope_c);
     let (verdicts, by) = beside_bystander(&h, thread_b, mnt_b, || {
         // The byte quota first: it reads the scope's usage, which later FUSE writes change only
         // once the kernel releases their files.
@@ -280,6 +283,7 @@ fn recent_bounds_refuse_before_the_work_while_the_bystander_works() {
             bounds::tools_body_memory(&h),
             bounds::tools_answer_memory(&h),
             bounds::tools_answer_share(&h),
+            bounds::open_log(&h, &scope_c, &mnt_c),
         ]
     });
     let mut problems = problems_of(&h, &verdicts, &by);

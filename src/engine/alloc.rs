@@ -66,7 +66,7 @@ impl ScopeEngine {
         }
         if !changes.is_empty() {
             self.mark_changed(&mut f);
-            self.log_changes(ino, &f, changes)?;
+            self.log_changes(ino, &mut f, changes)?;
             if self.commit_each_write.load(Ordering::SeqCst) {
                 self.commit_locked(ino, &mut f)?;
             }

@@ -1,9 +1,10 @@
 //! Dirty blocks of open files: a small block is kept in memory (bounded daemon-wide by
-//! `dirty_memory_max_bytes`) and journaled inline in the metadata database at commit; a larger one
-//! is a working file in staging, sealed as `blocks/<sha>`. Growth is charged before it happens:
-//! memory by length; a working file by the pages written into it while it is dirty (a hole costs
-//! no disk, so a sparse file held open holds only what it wrote: review N6), and by its whole
-//! length once it is sealed (what every later release of a staged block gives back).
+//! `dirty_memory_max_bytes`, of which one scope holds at most `dirty_memory_per_scope_bytes`) and
+//! journaled inline in the metadata database at commit; a larger one is a working file in staging,
+//! sealed as `blocks/<sha>`. Growth is charged before it happens: memory by length; a working file
+//! by the pages written into it while it is dirty (a hole costs no disk, so a sparse file held open
+//! holds only what it wrote: review N6), and by its whole length once it is sealed (what every later
+//! release of a staged block gives back).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -143,6 +144,29 @@ impl ScopeEngine {
         PAGE.min(self.storage.settings.block_size).max(1)
     }
 
+    /// Charges `n` bytes of an in-memory dirty block to this scope's share
+    /// (`dirty_memory_per_scope_bytes`) and the daemon's budget; `false` when either has no room
+    /// (the block then lives in a staging file).
+    fn dirty_memory_charge(&self, n: u64) -> bool {
+        let share = self.storage.settings.dirty_memory_per_scope_bytes;
+        let held = self
+            .dirty_memory
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| cur.checked_add(n).filter(|t| *t <= share));
+        if held.is_err() {
+            return false;
+        }
+        if !self.storage.dirty_memory_charge(n) {
+            self.dirty_memory.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    fn dirty_memory_release(&self, n: u64) {
+        let _ = self.dirty_memory.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| Some(cur.saturating_sub(n)));
+        self.storage.dirty_memory_release(n);
+    }
+
     fn inline_max(&self) -> u64 {
         self.storage.settings.inline_block_max_bytes.min(self.storage.settings.block_size)
     }
@@ -162,12 +186,12 @@ impl ScopeEngine {
         }
         let committed = f.blocks.get(&idx).filter(|b| !(cover_off == 0 && cover_len >= b.len)).cloned();
         let copy_len = committed.as_ref().map_or(0, |b| b.len);
-        if copy_len.max(cover_off + cover_len) <= self.inline_max() && self.storage.dirty_memory_charge(copy_len) {
+        if copy_len.max(cover_off + cover_len) <= self.inline_max() && self.dirty_memory_charge(copy_len) {
             let data = match &committed {
                 Some(b) => self.read_block(b),
                 None => Ok(Vec::new()),
             };
-            let data = data.inspect_err(|_| self.storage.dirty_memory_release(copy_len))?;
+            let data = data.inspect_err(|_| self.dirty_memory_release(copy_len))?;
             f.dirty.insert(idx, DirtyBlock { len: data.len() as u64, data: DirtyData::Mem(data), charged: 0 });
             return Ok(());
         }
@@ -241,11 +265,11 @@ impl ScopeEngine {
         if let DirtyData::Mem(v) = &mut d.data {
             if len < d.len {
                 v.truncate(len as usize);
-                self.storage.dirty_memory_release(d.len - len);
+                self.dirty_memory_release(d.len - len);
                 d.len = len;
                 return Ok(());
             }
-            if len <= self.inline_max() && self.storage.dirty_memory_charge(len - d.len) {
+            if len <= self.inline_max() && self.dirty_memory_charge(len - d.len) {
                 v.resize(len as usize, 0);
                 d.len = len;
                 return Ok(());
@@ -294,7 +318,7 @@ impl ScopeEngine {
             }
         });
         let (file, path) = written.inspect_err(|_| self.staging_sub(charge))?;
-        self.storage.dirty_memory_release(d.len);
+        self.dirty_memory_release(d.len);
         let mut pages = Pages::default();
         pages.mark(first, end);
         d.data = DirtyData::File { file, path, pages };
@@ -305,7 +329,7 @@ impl ScopeEngine {
     /// Drops a dirty block and gives back what it was charged.
     pub(crate) fn discard_dirty(&self, d: DirtyBlock) {
         match d.data {
-            DirtyData::Mem(_) => self.storage.dirty_memory_release(d.len),
+            DirtyData::Mem(_) => self.dirty_memory_release(d.len),
             DirtyData::File { path, .. } => {
                 if std::fs::remove_file(&path).is_ok() {
                     self.staging_sub(d.charged);
@@ -333,7 +357,7 @@ impl ScopeEngine {
     /// with it; a linked one's stay as the journal file); memory is given back.
     pub(crate) fn retire_dirty(&self, d: DirtyBlock, linked: bool) {
         match d.data {
-            DirtyData::Mem(_) => self.storage.dirty_memory_release(d.len),
+            DirtyData::Mem(_) => self.dirty_memory_release(d.len),
             DirtyData::File { path, .. } => {
                 if std::fs::remove_file(&path).is_ok() && !linked {
                     self.staging_sub(d.charged);

@@ -5,6 +5,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
@@ -21,6 +22,9 @@ pub(super) mod alloc;
 /// Open files across a restart: their uncommitted changes logged, and replayed after a crash.
 #[path = "reopen.rs"]
 mod reopen;
+/// Open files' changes committed while they stay open: after a bound, under pressure, at handover.
+#[path = "writeback.rs"]
+pub(super) mod writeback;
 
 /// Largest file size: sizes and usage are stored as SQLite integers (`i64`). Larger is `TooLarge`.
 pub(crate) const MAX_FILE_SIZE: u64 = i64::MAX as u64;
@@ -40,7 +44,8 @@ pub(crate) struct OpenFile {
     /// The committed block list, minus blocks cut away by a pending truncate.
     pub(super) blocks: BTreeMap<u64, BlockRef>,
     pub(super) dirty: BTreeMap<u64, DirtyBlock>,
-    changed: bool,
+    /// Since when the file has changes not committed yet (`None`: none).
+    changed: Option<Instant>,
     mtime_ns: i64,
     last_read_block: Option<u64>,
     /// The committed version the state builds on (what its logged changes name).
@@ -62,7 +67,7 @@ impl ScopeEngine {
     pub(crate) fn open_overlay(&self, ino: Ino) -> Option<(u64, Option<i64>)> {
         let file = self.open_files.lock().get(&ino).map(|e| e.file.clone())?;
         let f = file.lock();
-        Some((f.size, f.changed.then_some(f.mtime_ns)))
+        Some((f.size, f.changed.is_some().then_some(f.mtime_ns)))
     }
 
     pub(crate) fn override_open_mtime(&self, ino: Ino, mtime_ns: i64) {
@@ -100,7 +105,7 @@ impl ScopeEngine {
             committed_size: row.size,
             blocks,
             dirty: BTreeMap::new(),
-            changed: false,
+            changed: None,
             mtime_ns: row.mtime_ns,
             last_read_block: None,
             version: row.version,
@@ -172,28 +177,6 @@ impl ScopeEngine {
                 Ok(info)
             }
         }
-    }
-
-    /// Commits the written data of every open file, and from now on each write as it happens: the
-    /// process is about to hand its mounts to the next one, which knows the handles but not
-    /// their uncommitted state. Returns the first commit error (the others are still tried).
-    pub fn commit_open_files(&self) -> EngineResult<()> {
-        self.commit_each_write.store(true, Ordering::SeqCst);
-        let files: Vec<(Ino, Arc<Mutex<OpenFile>>)> =
-            self.open_files.lock().iter().map(|(ino, e)| (*ino, e.file.clone())).collect();
-        let mut result = Ok(());
-        for (ino, file) in files {
-            if let Err(e) = self.commit_locked(ino, &mut file.lock()) {
-                if result.is_ok() {
-                    result = Err(e);
-                }
-            }
-        }
-        // Everything committed: the next process need not replay (nor open the scope at once).
-        if let Err(e) = self.open_log.empty_if_settled() {
-            tracing::warn!(scope = %self.scope_id, error = %e, "emptying the open-file log failed");
-        }
-        result
     }
 
     pub fn open(&self, ino: Ino, flags: OpenFlags) -> EngineResult<Opened> {
@@ -342,12 +325,12 @@ impl ScopeEngine {
         if end > f.size {
             self.reserve_growth(end - f.size)?;
         }
-        let (reached, result) = self.write_blocks(&mut f, ino, offset, data);
+        let (reached, result) = self.write_with_room(&mut f, ino, offset, data);
         if reached > offset {
             self.mark_changed(&mut f);
             let written = &data[..(reached - offset) as usize];
             // A write that cannot be logged fails (its bytes stay in the open file, uncommitted).
-            self.log_write(ino, &f, offset, written)?;
+            self.log_write(ino, &mut f, offset, written)?;
         }
         result?;
         if self.commit_each_write.load(Ordering::SeqCst) {
@@ -454,7 +437,7 @@ impl ScopeEngine {
     /// Like `commit_locked`, but with `foreground` the new blocks are not queued: the caller
     /// uploads them (and queues them if that fails).
     fn commit_with(&self, ino: Ino, f: &mut OpenFile, foreground: bool) -> EngineResult<Vec<String>> {
-        if !f.changed {
+        if f.changed.is_none() {
             return Ok(Vec::new());
         }
         let bs = self.block_size();
@@ -491,7 +474,7 @@ impl ScopeEngine {
         }
         f.committed_size = f.size;
         f.blocks = blocks;
-        f.changed = false;
+        f.changed = None;
         f.version = version;
         self.open_log.settled(true);
         // Sealed copies of blocks the scope already had uploaded are redundant.
@@ -624,7 +607,7 @@ impl ScopeEngine {
         // A handle of an earlier process that this one never used: nothing of it to commit here.
         let Some(h) = known else { return Ok(()) };
         let result = match self.open_files.lock().get(&h.ino).map(|e| e.file.clone()) {
-            Some(file) if self.storage.settings.durability == Durability::Close && file.lock().changed => {
+            Some(file) if self.storage.settings.durability == Durability::Close && file.lock().changed.is_some() => {
                 self.commit_and_upload(ino, &file)
             }
             Some(file) => {
@@ -655,7 +638,7 @@ impl ScopeEngine {
         let mut f = entry.file.lock();
         // Uncommitted data of a failed commit is given up with the last handle.
         *self.pending_growth.lock() -= f.size as i64 - f.committed_size as i64;
-        if std::mem::take(&mut f.changed) {
+        if f.changed.take().is_some() {
             self.open_log.settled(true);
         }
         for (_, d) in std::mem::take(&mut f.dirty) {

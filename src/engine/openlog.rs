@@ -170,6 +170,16 @@ impl OpenLog {
 
     /// An open file's changes were committed, or given up (`was_dirty`: it had any); with none
     /// left anywhere, the next change starts a new generation.
+    /// Open files with changes not committed yet (each `dirtied` and not yet `settled`).
+    pub fn dirty_files(&self) -> usize {
+        self.inner.lock().dirty
+    }
+
+    /// Bytes of the current generation.
+    pub fn generation_bytes(&self) -> u64 {
+        self.inner.lock().log.as_ref().map_or(0, LogFile::len)
+    }
+
     pub fn settled(&self, was_dirty: bool) {
         if !was_dirty {
             return;

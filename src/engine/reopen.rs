@@ -19,15 +19,16 @@ impl ScopeEngine {
     /// open-file log's generation until it commits (`OpenLog::settled`).
     pub(super) fn mark_changed(&self, f: &mut OpenFile) {
         f.mtime_ns = now_ns();
-        if !f.changed {
-            f.changed = true;
+        if f.changed.is_none() {
+            f.changed = Some(std::time::Instant::now());
             self.open_log.dirtied();
+            self.arm_writeback();
         }
     }
 
     /// Logs `data`, just written at `offset`: per block, its bytes (a block kept in memory) or the
     /// name of the working file that holds them.
-    pub(super) fn log_write(&self, ino: Ino, f: &OpenFile, offset: u64, data: &[u8]) -> EngineResult<()> {
+    pub(super) fn log_write(&self, ino: Ino, f: &mut OpenFile, offset: u64, data: &[u8]) -> EngineResult<()> {
         let bs = self.block_size();
         let end = offset + data.len() as u64;
         let mut pos = offset;
@@ -48,8 +49,12 @@ impl ScopeEngine {
     }
 
     /// Logs the changes one request made to an open file (marked changed), with the version they
-    /// build on, as one record.
-    pub(super) fn log_changes(&self, ino: Ino, f: &OpenFile, changes: Vec<Change<'_>>) -> EngineResult<()> {
+    /// build on, as one record; with the log at its bound, commits the file instead (as durable
+    /// against a killed process, and nothing of it left for the log to carry).
+    pub(super) fn log_changes(&self, ino: Ino, f: &mut OpenFile, changes: Vec<Change<'_>>) -> EngineResult<()> {
+        if self.open_log_full() {
+            return self.commit_locked(ino, f).map(drop);
+        }
         let entries: Vec<Entry<'_>> =
             changes.into_iter().map(|change| Entry { ino, version: f.version, mtime_ns: f.mtime_ns, change }).collect();
         self.open_log.append(self.staging_dir(), &entries)?;

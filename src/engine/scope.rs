@@ -42,6 +42,9 @@ pub struct ScopeEngine {
     pub(crate) pending_growth: Mutex<i64>,
     /// Bytes this scope holds in staging (its share of `Storage::staging_bytes`).
     pub(crate) staged_bytes: AtomicU64,
+    /// Bytes of in-memory dirty blocks this scope holds (its share of `Storage::dirty_memory`).
+    pub(crate) dirty_memory: AtomicU64,
+    pub(crate) writeback: super::fileio::writeback::WriteBack,
     pub(crate) open_files: Mutex<HashMap<Ino, OpenEntry>>,
     pub(crate) handles: Mutex<HashMap<Fh, HandleInfo>>,
     /// Open `O_TMPFILE` inodes that have no name yet: the only unnamed inodes `link` may name.
@@ -145,6 +148,8 @@ impl ScopeEngine {
             quota: Mutex::new(quota),
             pending_growth: Mutex::new(0),
             staged_bytes,
+            dirty_memory: AtomicU64::new(0),
+            writeback: Default::default(),
             open_files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             tmpfiles: Mutex::new(std::collections::HashSet::new()),

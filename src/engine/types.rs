@@ -225,6 +225,14 @@ pub struct StorageSettings {
     pub inline_block_max_bytes: u64,
     /// Bytes of in-memory dirty blocks across all scopes; past it, blocks go to staging files.
     pub dirty_memory_max_bytes: u64,
+    /// Bytes of in-memory dirty blocks one scope may hold (`limits.dirty_memory_per_scope_bytes`).
+    pub dirty_memory_per_scope_bytes: u64,
+    /// How long a file held open may keep uncommitted changes before they are committed and its
+    /// new blocks queued for upload (`dirty_writeback_secs`).
+    pub dirty_writeback: Duration,
+    /// Bytes of a scope's open-file log past which each change of an open file is committed at
+    /// once instead of logged (`limits.open_log_max_bytes_per_scope`).
+    pub open_log_max_bytes: u64,
     /// SQLite's heap across the process (every metadata database's page cache, the registry's):
     /// past it page caches recycle their pages instead of growing (a soft limit; 0: none).
     pub metadata_cache_max_bytes: u64,
@@ -260,6 +268,9 @@ impl Default for StorageSettings {
             max_open_scope_databases: limits.max_open_scope_databases,
             inline_block_max_bytes: 64 * 1024,
             dirty_memory_max_bytes: 64 * 1024 * 1024,
+            dirty_memory_per_scope_bytes: limits.dirty_memory_per_scope_bytes,
+            dirty_writeback: Duration::from_secs(30),
+            open_log_max_bytes: limits.open_log_max_bytes_per_scope,
             metadata_cache_max_bytes: 256 * 1024 * 1024,
             fetch_memory_max_bytes: 256 * 1024 * 1024,
         }

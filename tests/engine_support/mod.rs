@@ -98,3 +98,35 @@ pub fn read_file(e: &ScopeEngine, path: &str) -> EngineResult<Vec<u8>> {
     e.release(ino, opened.fh)?;
     r.map(|_| out)
 }
+
+/// Copies a directory tree (a killed process leaves its files as the page cache has them).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// The successor of a process killed now: a storage over a copy of the data directory (same store).
+pub fn killed_now(h: &Harness, to: &std::path::Path) -> Arc<Storage> {
+    copy_dir(&h.data_dir(), to);
+    let store: Arc<dyn ObjectStore> = h.store.clone();
+    Storage::new(store, h.settings.clone(), to, h.rt.handle().clone()).unwrap()
+}
+
+/// `len` bytes that differ with `seed` and along the way.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// Opens `path` for writing: its inode and handle.
+pub fn open_rw(e: &ScopeEngine, path: &str) -> (Ino, Fh) {
+    let ino = resolve(e, path).unwrap();
+    (ino, e.open(ino, OpenFlags { write: true, ..Default::default() }).unwrap().fh)
+}

@@ -5,6 +5,8 @@
 //! the inode quota taken by `O_TMPFILE`). Each refusal has the documented status or errno, comes
 //! before the work (no file read, no name or attribute created, the size and usage unchanged) and
 //! is counted once under its bound in `scopefs_limit_refused_total` (all but the inode quota).
+//! `open_log_max_bytes_per_scope` is pushed by a file held open and rewritten (not a refusal: the
+//! changes are committed instead of logged), and checked by the log's size on the host's disk.
 //! `tools_body_memory_bytes` is pushed by a flood of fat signed bodies and by answers nobody reads,
 //! and checked by the daemon's resident growth (its peak reset by `clear_refs` first).
 //!
@@ -25,7 +27,7 @@ use serde_json::{json, Value};
 use super::attacks::{client, tool, Ans, Verdict};
 use super::{
     fresh_nonce, now_secs, signed_body_as, signed_body_with, Hostile, EDIT_DIFF, HMAC_SECRET, LINKS, MAX_UPLOAD,
-    SEND_TIMEOUT_SECS, TOOLS_BODY_MEMORY, XATTRS, XATTR_BYTES,
+    OPEN_LOG, SEND_TIMEOUT_SECS, TOOLS_BODY_MEMORY, XATTRS, XATTR_BYTES,
 };
 
 /// `Err(what())` unless `ok`.
@@ -454,4 +456,42 @@ pub fn tools_answer_share(h: &Hostile) -> Verdict {
         what,
         refused.and(served).map(|()| format!("two answers held, six refused 429; another user's served in {took:.1?}")),
     )
+}
+
+/// `open_log_max_bytes_per_scope`: a scope holds a file open and rewrites its first 16 KiB (a block
+/// kept in memory, so each change is logged whole) in 8 KiB writes: 64 MiB of changes, sixteen
+/// times the bound. Every write is accepted, the scope's open-file log on the host's disk never
+/// passes the bound by more than a write, and the file reads back its last bytes.
+pub fn open_log(h: &Hostile, scope: &str, mnt: &Path) -> Verdict {
+    use std::os::unix::fs::FileExt;
+    let name = "open_log_max_bytes_per_scope";
+    let log = h.dir.path().join("data/staging").join(scope).join("open-log");
+    let check = || -> Result<String, String> {
+        let path = mnt.join("rewritten-while-open");
+        let file = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path);
+        let file = file.map_err(|e| format!("creating: {e}"))?;
+        let (write, writes) = (8 * 1024usize, 8 * 1024u64);
+        let mut largest = 0;
+        for i in 0..writes {
+            let data = vec![(i % 251) as u8; write];
+            file.write_all_at(&data, (i % 2) * write as u64).map_err(|e| format!("write {i}: {e}"))?;
+            largest = largest.max(fs::metadata(&log).map_or(0, |m| m.len()));
+        }
+        want(largest <= OPEN_LOG + (1 << 20), || {
+            format!("the open-file log reached {largest} bytes (bound {OPEN_LOG})")
+        })?;
+        let mut back = vec![0u8; 2 * write];
+        file.read_exact_at(&mut back, 0).map_err(|e| format!("reading back: {e}"))?;
+        let last = |i: u64| vec![(i % 251) as u8; write];
+        want(back[..write] == last(writes - 2)[..] && back[write..] == last(writes - 1)[..], || {
+            "the file does not read back its last writes".into()
+        })?;
+        drop(file);
+        fs::remove_file(&path).map_err(|e| format!("removing: {e}"))?;
+        Ok(format!(
+            "{} MiB of changes to a file held open; the log peaked at {largest} bytes",
+            (writes * write as u64) >> 20
+        ))
+    };
+    (name, check())
 }

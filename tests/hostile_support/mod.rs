@@ -29,6 +29,9 @@ pub const BLOCK: u64 = 64 * 1024;
 pub const STAGING: u64 = 64 * 1024 * 1024;
 /// `[limits] staging_max_bytes_per_scope`: one scope may never hold all of the global budget.
 pub const STAGING_PER_SCOPE: u64 = 24 * 1024 * 1024;
+/// `[limits] open_log_max_bytes_per_scope`: a file held open and rewritten passes it in a few
+/// hundred writes (`bounds::open_log`).
+pub const OPEN_LOG: u64 = 4 * 1024 * 1024;
 /// `[limits] max_dir_handles_per_mount` (H3).
 pub const DIR_HANDLES: u64 = 64;
 /// `[limits] grep_max_regex_bytes`: `\w+` compiles smaller; `\w{10}` larger (but within the
@@ -103,7 +106,8 @@ impl Hostile {
              grep_max_regex_bytes = {GREP_REGEX}\nedit_max_diff_bytes = {EDIT_DIFF}\nmax_links_per_file = {LINKS}\n\
              max_xattrs_per_inode = {XATTRS}\nmax_xattr_bytes_per_inode = {XATTR_BYTES}\n\
              tools_body_memory_bytes = {TOOLS_BODY_MEMORY}\ntools_body_memory_per_user_bytes = {TOOLS_BODY_MEMORY_PER_USER}\nhttp_max_connections = {CONNECTIONS}\n\
-             max_open_scope_databases = {CONNECTIONS}\nhttp_send_timeout_secs = {SEND_TIMEOUT_SECS}\n",
+             max_open_scope_databases = {CONNECTIONS}\nhttp_send_timeout_secs = {SEND_TIMEOUT_SECS}\n\
+             open_log_max_bytes_per_scope = {OPEN_LOG}\n",
         );
         let config = write_config(dir.path(), port, &rest);
         let memory_bound = printed_memory_bound(&config);
