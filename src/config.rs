@@ -344,6 +344,7 @@ impl Config {
             open_log_max_bytes: self.limits.open_log_max_bytes_per_scope,
             metadata_cache_max_bytes: self.metadata_cache_max_bytes,
             fetch_memory_max_bytes: self.fetch_memory_max_bytes,
+            fetch_memory_per_scope_bytes: self.limits.fetch_memory_per_scope_bytes,
         }
     }
 

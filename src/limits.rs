@@ -29,6 +29,9 @@ pub struct LimitsConfig {
     /// committed); past it each change of an open file is committed at once instead of logged,
     /// and every open file's changes are committed so the log starts over.
     pub open_log_max_bytes_per_scope: u64,
+    /// Bytes of `fetch_memory_max_bytes` (blocks being downloaded) one scope may hold; past it its
+    /// readers wait for its own downloads and its readahead is skipped (at least one download).
+    pub fetch_memory_per_scope_bytes: u64,
     /// Components of a path from the scope root (mkdir, rename, symlink and API paths).
     pub max_path_depth: u32,
     /// Bytes of a path from the scope root.
@@ -147,6 +150,7 @@ impl Default for LimitsConfig {
             staging_max_bytes_per_scope: 2 * 1024 * 1024 * 1024,
             dirty_memory_per_scope_bytes: 16 * 1024 * 1024,
             open_log_max_bytes_per_scope: 64 * 1024 * 1024,
+            fetch_memory_per_scope_bytes: 64 * 1024 * 1024,
             max_path_depth: 512,
             max_path_bytes: 16 * 1024,
             max_walk_entries: 200_000,
@@ -196,10 +200,11 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 44] = [
+        let checks: [(&'static str, u64); 45] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.dirty_memory_per_scope_bytes", self.dirty_memory_per_scope_bytes),
             ("limits.open_log_max_bytes_per_scope", self.open_log_max_bytes_per_scope),
+            ("limits.fetch_memory_per_scope_bytes", self.fetch_memory_per_scope_bytes),
             ("limits.max_path_depth", u64::from(self.max_path_depth)),
             ("limits.max_path_bytes", u64::from(self.max_path_bytes)),
             ("limits.max_walk_entries", self.max_walk_entries),

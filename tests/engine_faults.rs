@@ -488,3 +488,114 @@ fn uncached_reads_download_within_the_fetch_memory_budget() {
     });
     assert_eq!(store.gate.peak(), 1, "downloads beyond the fetch budget ran at once");
 }
+
+/// A memory store whose gets of keys under `held` wait until `release` (bounded), counting how
+/// many wait at once.
+struct HeldGets {
+    inner: Arc<scopefs::store::MemoryStore>,
+    held: String,
+    in_flight: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+    released: tokio::sync::watch::Sender<bool>,
+}
+
+impl HeldGets {
+    fn in_flight(&self) -> usize {
+        self.in_flight.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for HeldGets {
+    async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), scopefs::store::StoreError> {
+        self.inner.put(key, data).await
+    }
+    async fn get(&self, key: &str) -> Result<bytes::Bytes, scopefs::store::StoreError> {
+        use std::sync::atomic::Ordering;
+        if key.starts_with(&self.held) {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(now, Ordering::SeqCst);
+            let mut rx = self.released.subscribe();
+            let _ = tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|r| *r)).await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.inner.get(key).await
+    }
+    async fn head(&self, key: &str) -> Result<Option<u64>, scopefs::store::StoreError> {
+        self.inner.head(key).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), scopefs::store::StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<scopefs::store::ObjectInfo>, scopefs::store::StoreError> {
+        self.inner.list(prefix).await
+    }
+    fn describe(&self) -> String {
+        "memory store holding one scope's gets".into()
+    }
+}
+
+/// One scope's downloads hold at most its share of the fetch budget (`fetch_memory_per_scope_bytes`):
+/// while scope A's readers of eight uncached blocks wait on a slow store, scope B's uncached read
+/// still finds room and is answered (it used to wait behind A's downloads, first come, first
+/// served), and A never has more downloads in flight than its share holds.
+#[test]
+fn one_scopes_slow_downloads_leave_the_other_scopes_room_to_download() {
+    let h = Harness::new(StorageSettings {
+        block_size: 64,
+        fetch_memory_max_bytes: 8 * 2 * 64,
+        fetch_memory_per_scope_bytes: 2 * 2 * 64,
+        readahead_blocks: 0,
+        store_timeout: Duration::from_secs(60),
+        store_attempts: 1,
+        ..StorageSettings::default()
+    });
+    let storage = h.storage();
+    let (a, b) = (new_scope(&storage), new_scope(&storage));
+    for i in 0..8u8 {
+        write_file(&a, &format!("f{i}"), &pattern(64, i)).unwrap();
+    }
+    write_file(&b, "g", &pattern(64, 99)).unwrap();
+    assert!(a.wait_uploads(Duration::from_secs(5)) && b.wait_uploads(Duration::from_secs(5)));
+    let store = Arc::new(HeldGets {
+        inner: h.store.clone(),
+        held: block_key(a.scope_id().as_str(), ""),
+        in_flight: Default::default(),
+        peak: Default::default(),
+        released: tokio::sync::watch::Sender::new(false),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    for e in [&a, &b] {
+        let meta_dir = dir.path().join("scopes").join(e.scope_id().as_str());
+        std::fs::create_dir_all(&meta_dir).unwrap();
+        e.copy_metadata_to(&meta_dir.join("meta.sqlite3")).unwrap();
+    }
+    let dyn_store: Arc<dyn ObjectStore> = store.clone();
+    let fresh = Storage::new(dyn_store, h.settings.clone(), dir.path(), h.rt.handle().clone()).unwrap();
+    let (a2, b2) =
+        (fresh.open_scope(a.scope_id(), big_quota()).unwrap(), fresh.open_scope(b.scope_id(), big_quota()).unwrap());
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..8u8)
+            .map(|i| {
+                let a2 = &a2;
+                (i, s.spawn(move || read_file(a2, &format!("f{i}"))))
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while store.in_flight() < 2 {
+            assert!(Instant::now() < deadline, "A's downloads never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let b2 = &b2;
+        s.spawn(move || tx.send(read_file(b2, "g")).unwrap());
+        let got = rx.recv_timeout(Duration::from_secs(10));
+        store.released.send_replace(true);
+        let got = got.expect("B's uncached read waited for A's downloads");
+        assert_eq!(got.unwrap(), pattern(64, 99));
+        for (i, r) in readers {
+            assert_eq!(r.join().unwrap().unwrap(), pattern(64, i));
+        }
+    });
+    assert_eq!(store.peak.load(std::sync::atomic::Ordering::SeqCst), 2, "A's downloads in flight at once");
+}

@@ -238,7 +238,7 @@ impl ScopeEngine {
             }
         }
         if !ahead.is_empty() {
-            self.storage.prefetch(self.scope_id.as_str(), ahead);
+            self.storage.prefetch(self.scope_id.as_str(), &self.shares.fetch, ahead);
         }
         let mut out = Vec::with_capacity(size as usize);
         for p in pieces {
@@ -279,7 +279,7 @@ impl ScopeEngine {
         if self.read_inline(&b.sha256, offset, buf, false)? {
             return Ok(());
         }
-        let data = self.storage.fetch_block(scope, &b.sha256)?;
+        let data = self.storage.fetch_block(scope, &self.shares.fetch, &b.sha256)?;
         if (data.len() as u64) < offset + avail as u64 {
             return Err(EngineError::Corrupt { sha256: b.sha256.clone() });
         }

@@ -59,7 +59,7 @@ pub struct ScopeEngine {
     pub(crate) uploads: UploadQueue,
     /// This scope's share of the storage's upload slots (`upload_parallelism_per_scope`): taken
     /// before a slot, so its backlog waits here and not in the slots' queue.
-    pub(crate) upload_share: tokio::sync::Semaphore,
+    pub(crate) shares: super::storage::StoreShares,
     /// Small staged blocks journaled in the metadata database.
     pub(crate) inline: super::journal::InlineJournal,
     pub(crate) observer: Mutex<Option<super::paths::ChangeObserver>>,
@@ -102,8 +102,7 @@ impl ScopeEngine {
     ) -> EngineResult<Arc<ScopeEngine>> {
         let id = scope_id.as_str().to_string();
         let meta_dir = storage.scope_meta_dir(&id);
-        let s = &storage.settings;
-        let upload_share = s.upload_parallelism_per_scope.clamp(1, s.upload_parallelism.max(1));
+        let shares = super::storage::StoreShares::of(&storage);
         let staging = storage.scope_staging_dir(&id);
         let blocks_dir = staging.join("blocks");
         let open_dir = staging.join("open");
@@ -157,7 +156,7 @@ impl ScopeEngine {
             next_fh: AtomicU64::new(first_handle()),
             commit_each_write: AtomicBool::new(false),
             uploads: UploadQueue::default(),
-            upload_share: tokio::sync::Semaphore::new(upload_share),
+            shares,
             inline: Default::default(),
             observer: Mutex::new(None),
             kernel_unknown: AtomicBool::new(resumed),

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::cache::BlockCache;
 use super::census::StagingCensus;
@@ -317,9 +318,9 @@ impl Storage {
     /// local directory answers on this thread and its blocks are not copied into the cache: a
     /// large one, once verified, is read in place (`read_local_range`); a small one is cheaper to
     /// read and hash again.
-    pub(crate) fn fetch_block(&self, scope: &str, sha: &str) -> EngineResult<Vec<u8>> {
+    pub(crate) fn fetch_block(&self, scope: &str, share: &Semaphore, sha: &str) -> EngineResult<Vec<u8>> {
         let key = crate::store::block_key(scope, sha);
-        let _room = self.fetch_room()?;
+        let _room = self.fetch_room(share)?;
         let data = match self.store.get_now(&key) {
             Some(read) => read?,
             None => self.rt.block_on(self.with_retry(self.settings.store_attempts, || self.store.get(&key)))?,
@@ -372,11 +373,15 @@ impl Storage {
         }
     }
 
-    /// Room in `fetch_memory_max_bytes` for one block's download and its copy, waited for (in
-    /// arrival order) on this blocking thread while other downloads hold the budget.
-    pub(crate) fn fetch_room(&self) -> EngineResult<tokio::sync::SemaphorePermit<'_>> {
-        let acquired = self.rt.block_on(self.fetch_memory.acquire_many(self.fetch_charge()));
-        acquired.map_err(|_| EngineError::Io(std::io::Error::other("the fetch budget is closed")))
+    /// Room for one block's download and its copy in the scope's `share`, then in
+    /// `fetch_memory_max_bytes`, each waited for (in arrival order) on this blocking thread while
+    /// other downloads hold it.
+    pub(crate) fn fetch_room<'a>(&'a self, share: &'a Semaphore) -> EngineResult<[SemaphorePermit<'a>; 2]> {
+        let closed = |_| EngineError::Io(std::io::Error::other("the fetch budget is closed"));
+        let charge = self.fetch_charge();
+        let own = self.rt.block_on(share.acquire_many(charge)).map_err(closed)?;
+        let all = self.rt.block_on(self.fetch_memory.acquire_many(charge)).map_err(closed)?;
+        Ok([own, all])
     }
 
     /// Permits one fetch holds: two blocks (the store's bytes and the copy handed to the reader),
@@ -387,7 +392,7 @@ impl Storage {
     }
 
     /// Starts background downloads of blocks a sequential reader will want next.
-    pub(crate) fn prefetch(self: &Arc<Self>, scope: &str, shas: Vec<String>) {
+    pub(crate) fn prefetch(self: &Arc<Self>, scope: &str, share: &Arc<Semaphore>, shas: Vec<String>) {
         for sha in shas {
             let obj = crate::store::block_key(scope, &sha);
             let kept = self.cache.size_of(scope, &sha).is_some() || self.verified_local.lock().contains(&obj);
@@ -397,14 +402,14 @@ impl Storage {
                 continue;
             }
             // Readahead only uses room nobody waits for: without it, the block is read when asked.
-            let Ok(room) = self.fetch_memory.clone().try_acquire_many_owned(self.fetch_charge()) else {
-                return;
-            };
+            let charge = self.fetch_charge();
+            let Ok(own) = share.clone().try_acquire_many_owned(charge) else { return };
+            let Ok(room) = self.fetch_memory.clone().try_acquire_many_owned(charge) else { return };
             prefetching.insert(key.clone());
             drop(prefetching);
             let this = self.clone();
             self.rt.spawn(async move {
-                let _room = room;
+                let _room = (own, room);
                 if let Ok(data) = this.with_retry(1, || this.store.get(&obj)).await {
                     if hex::encode(Sha256::digest(&data)) == key.1 {
                         let _ = this.keep_fetched(&key.0, &key.1, &data);
@@ -428,6 +433,26 @@ pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
 /// Bytes of the files below `dir`.
 pub(crate) fn dir_size(dir: &Path) -> u64 {
     super::census::tree_size(dir).0
+}
+
+/// A scope's shares of the storage's upload slots and download memory: taken before the storage's
+/// own, so one scope's backlog waits here and other scopes take turns at the rest.
+pub(crate) struct StoreShares {
+    /// Upload slots (`upload_parallelism_per_scope`, at most `upload_parallelism`).
+    pub upload: Semaphore,
+    /// Bytes of downloads (`fetch_memory_per_scope_bytes`, at least one download's).
+    pub fetch: Arc<Semaphore>,
+}
+
+impl StoreShares {
+    pub(crate) fn of(storage: &Storage) -> StoreShares {
+        let s = &storage.settings;
+        let fetch = usize::try_from(s.fetch_memory_per_scope_bytes).unwrap_or(usize::MAX);
+        StoreShares {
+            upload: Semaphore::new(s.upload_parallelism_per_scope.clamp(1, s.upload_parallelism.max(1))),
+            fetch: Arc::new(Semaphore::new(fetch.max(storage.fetch_charge() as usize).min(Semaphore::MAX_PERMITS))),
+        }
+    }
 }
 
 impl ScopeEngine {

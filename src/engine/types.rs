@@ -239,6 +239,9 @@ pub struct StorageSettings {
     /// Bytes of blocks being downloaded from the object store at once (a fetch holds two copies
     /// of its block until it is cached); a reader waits for room, a readahead is skipped.
     pub fetch_memory_max_bytes: u64,
+    /// Bytes of those one scope's downloads may hold (`limits.fetch_memory_per_scope_bytes`; at
+    /// least one download's): its further readers wait for its own, its readahead is skipped.
+    pub fetch_memory_per_scope_bytes: u64,
 }
 
 impl Default for StorageSettings {
@@ -273,6 +276,7 @@ impl Default for StorageSettings {
             open_log_max_bytes: limits.open_log_max_bytes_per_scope,
             metadata_cache_max_bytes: 256 * 1024 * 1024,
             fetch_memory_max_bytes: 256 * 1024 * 1024,
+            fetch_memory_per_scope_bytes: limits.fetch_memory_per_scope_bytes,
         }
     }
 }

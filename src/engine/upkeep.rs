@@ -123,7 +123,7 @@ impl ScopeEngine {
     fn stored_intact(&self, sha: &str) -> EngineResult<bool> {
         let st = &self.storage;
         let key = crate::store::block_key(self.scope_id.as_str(), sha);
-        let _room = st.fetch_room()?;
+        let _room = st.fetch_room(&self.shares.fetch)?;
         match st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.get(&key))) {
             Ok(data) => {
                 use sha2::Digest;

@@ -181,7 +181,7 @@ impl ScopeEngine {
 
     async fn upload_chunked(&self, shas: &[String]) -> Vec<Result<(), StoreError>> {
         let mut outcomes: Vec<Result<(), StoreError>> = shas.iter().map(|_| Ok(())).collect();
-        let _share = self.upload_share.acquire().await;
+        let _share = self.shares.upload.acquire().await;
         let _slot = self.storage.upload_slots.acquire().await;
         let mut chunk: Vec<(usize, StagedBlock)> = Vec::new();
         let mut bytes = 0;
@@ -214,7 +214,7 @@ impl ScopeEngine {
     async fn upload_each(&self, shas: &[String]) -> Vec<Result<(), StoreError>> {
         let mut outcomes: Vec<Result<(), StoreError>> = shas.iter().map(|_| Ok(())).collect();
         let puts = shas.iter().enumerate().map(|(i, sha)| async move {
-            let _share = self.upload_share.acquire().await;
+            let _share = self.shares.upload.acquire().await;
             let _slot = self.storage.upload_slots.acquire().await;
             let Some(block) = self.staged_block(sha).await? else { return Ok(None) };
             let timeout = self.storage.settings.store_timeout;
