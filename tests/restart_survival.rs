@@ -182,7 +182,9 @@ fn collect_store(
 /// The systemd path, emulated: the daemon is the main process (`NOTIFY_SOCKET` set, a descriptor
 /// store announced), hands its mount's connection and HTTP socket over with `FDSTORE=1`, and a
 /// daemon started with them (`LISTEN_FDS`) resumes the mount, after `kill -9` and after SIGTERM
-/// (which, under systemd, keeps the mounts: `systemctl restart`).
+/// (which, under systemd, keeps the mounts: `systemctl restart`). The unit's `ExecStop=`
+/// (`scopefs service-stop`) leaves it serving for a restart job and stops it for real for a stop
+/// job (issue 22 d: no container left on a dead mount once the store is closed).
 #[test]
 fn under_systemd_the_fd_store_keeps_the_mount_across_restarts() {
     let tmp = tempfile::tempdir().unwrap();
@@ -224,11 +226,40 @@ fn under_systemd_the_fd_store_keeps_the_mount_across_restarts() {
     let errors = std::fs::read_to_string(tmp.path().join("writer.err")).unwrap();
     assert!(status.success() && errors.is_empty(), "the writer saw errors: {errors}");
     assert_complete("log", &lines(&log));
-    assert_eq!(mount_id(&real), Some(real_id), "the real mount was replaced");
-    // Tearing down for good: the store is dropped (systemctl clean --what=fdstore) and the
-    // harness detaches the mounts.
+    assert_eq!(mount_id(&real), Some(real_id.clone()), "the real mount was replaced");
+
+    // The unit's ExecStop= before systemd's SIGTERM: a restart job leaves the daemon serving.
+    let pid = daemon.supervisor_pid();
+    let hook = service_stop(tmp.path(), pid, "restart");
+    assert!(hook.status.success(), "{hook:?}");
+    assert_eq!(mount_id(&real), Some(real_id), "ExecStop of a restart must keep the mount");
+    assert!(http.get(format!("{}/ready", daemon.base)).send().is_ok_and(|r| r.status().is_success()));
+    // A stop job: the daemon gets SIGINT, stops for real (unmounts), and has exited when the
+    // hook returns, before systemd would close the store and send SIGTERM.
+    let hook = service_stop(tmp.path(), pid, "stop");
+    assert!(hook.status.success(), "{hook:?}");
+    let status = daemon.wait_exit(Duration::ZERO);
+    assert!(status.success(), "exit status {status}; log:\n{}", daemon.log_text());
+    assert_eq!(mount_id(&real), None, "a stop must unmount the scope");
     drop(store);
-    daemon.stop(Duration::from_secs(60));
+}
+
+/// Runs `scopefs service-stop --unit scopefs.service` as systemd runs the unit's `ExecStop=`: with
+/// `$MAINPID`, and a `systemctl` on `PATH` whose `list-jobs` shows one job of type `job` on the unit.
+fn service_stop(dir: &Path, main_pid: u32, job: &str) -> std::process::Output {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join(format!("systemctl-{job}"));
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = format!("#!/bin/sh\n[ \"$1\" = list-jobs ] || exit 3\necho '  80 scopefs.service {job} running'\n");
+    std::fs::write(bin.join("systemctl"), script).unwrap();
+    std::fs::set_permissions(bin.join("systemctl"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    Command::new(serve_process::BIN)
+        .args(["service-stop", "--unit", "scopefs.service"])
+        .env("MAINPID", main_pid.to_string())
+        .env("PATH", path)
+        .output()
+        .unwrap()
 }
 
 /// A request the killed worker had read but not answered (here a lookup the test hook stalls) is

@@ -20,6 +20,7 @@ pub mod pools;
 pub mod rlimit;
 pub mod scope_cmd;
 pub mod serve;
+pub mod service_stop;
 pub mod services;
 pub mod setup;
 pub mod supervisor;

@@ -1,7 +1,7 @@
 //! `scopefs`: the host daemon and its command-line interface (argument parsing and dispatch).
 
 use scopefs_daemon::datadir_lock::{DataDirLock, Holder};
-use scopefs_daemon::{bench, doctor, ops_cmd, scope_cmd, serve, setup, supervisor};
+use scopefs_daemon::{bench, doctor, ops_cmd, scope_cmd, serve, service_stop, setup, supervisor};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,6 +74,14 @@ enum Command {
         /// Primary thread id of the target scope.
         #[arg(long, value_name = "ID")]
         thread: String,
+    },
+    /// The systemd unit's `ExecStop=`: when systemd stops the unit (not a restart), asks the
+    /// daemon (`$MAINPID`) to end its environments and unmount its scopes, and waits for it to exit;
+    /// otherwise does nothing, and the `SIGTERM` that follows keeps the mounts for the next process.
+    ServiceStop {
+        /// The unit's name (`%n`).
+        #[arg(long)]
+        unit: String,
     },
     /// Show or rotate the generated secrets in <data_dir>/control.
     Token {
@@ -161,6 +169,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 TokenCommand::Show { kind } => ops_cmd::token_show(&cfg, kind)?,
                 TokenCommand::Rotate { kind } => ops_cmd::token_rotate(&cfg, kind)?,
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ServiceStop { unit } => {
+            setup::init_logging("info");
+            service_stop::run(&unit)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => {
