@@ -181,6 +181,52 @@ fn fsyncs_waiting_on_the_store_in_one_scope_leave_the_other_scopes_their_workers
     });
 }
 
+/// Issue 22 item 1: fsyncs wait for their uploads off the FUSE workers (the reply goes out when
+/// the upload is done). Scope A's eight fsyncs (its share of the workers) wait on an object store
+/// that does not answer; A's own stat, read, write and listing are answered meanwhile. Before, each
+/// waiting fsync held one of A's workers, and A's every other request waited until the store gave
+/// up (the assertion on their order fails).
+#[test]
+fn a_scopes_own_requests_are_answered_while_its_fsyncs_wait_on_the_store() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let store = Arc::new(scopefs::store::MemoryStore::new());
+    let settings =
+        StorageSettings { store_timeout: Duration::from_secs(5), store_attempts: 1, ..StorageSettings::default() };
+    let opts = MountOptions::default();
+    let share = opts.max_workers_per_mount;
+    let h = Harness::with_store(settings, opts, Some(store.clone()));
+    let (_a, mnt_a) = h.scope(big_quota());
+    fs::write(mnt_a.join("kept"), b"written before the store stalled").expect("write in scope A");
+    let waiting_in_a = kernel_waiting(&mnt_a);
+    store.set_stall(Some(Duration::from_secs(600)));
+    let fsyncs_returned = AtomicUsize::new(0);
+    let written = std::sync::Barrier::new(share);
+    std::thread::scope(|s| {
+        for i in 0..share as u64 {
+            let (mnt_a, returned, written) = (&mnt_a, &fsyncs_returned, &written);
+            s.spawn(move || {
+                let mut f = fs::File::create(mnt_a.join(format!("f{i}"))).expect("create in scope A");
+                f.write_all(&pattern(64 << 10, i)).expect("write in scope A");
+                written.wait();
+                // Fails once the store request gives up (the store never answers): not the point.
+                let _ = f.sync_all();
+                returned.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        wait_until("scope A's fsyncs to wait", || waiting_in_a() >= share as u64);
+        assert_eq!(fs::read(mnt_a.join("kept")).expect("read in scope A"), b"written before the store stalled");
+        fs::write(mnt_a.join("new"), b"while fsyncs wait").expect("write in scope A");
+        assert_eq!(fs::metadata(mnt_a.join("new")).expect("stat in scope A").len(), 17);
+        assert_eq!(fs::read_dir(&mnt_a).expect("list scope A").count(), share + 2);
+        assert_eq!(
+            fsyncs_returned.load(Ordering::SeqCst),
+            0,
+            "scope A's requests were answered only after its fsyncs gave up: the fsyncs held its workers"
+        );
+        store.set_stall(None);
+    });
+}
+
 /// Requests the kernel holds for the FUSE connection mounted at `mnt`, queued or being served
 /// (`/sys/fs/fuse/connections/<id>/waiting`), read anew at each call.
 fn kernel_waiting(mnt: &std::path::Path) -> impl Fn() -> u64 {

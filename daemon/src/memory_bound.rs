@@ -81,6 +81,11 @@ impl MemoryBound {
                 bytes: fuse_threads * fuse_worker_bytes(cfg),
                 from: format!("fuse.threads {fuse_threads} x (stack, a request of fuse.max_write_kib, a read)"),
             },
+            Term {
+                name: "fsync_threads",
+                bytes: fuse_threads * scopefs_fs::mount::WORKER_STACK as u64,
+                from: format!("fuse.threads {fuse_threads} x a stack (fsyncs waiting off the workers)"),
+            },
             Term { name: "dirty_memory", bytes: cfg.dirty_memory_max_bytes, from: "dirty_memory_max_bytes".into() },
             Term { name: "block_fetches", bytes: cfg.fetch_memory_max_bytes, from: "fetch_memory_max_bytes".into() },
             Term {

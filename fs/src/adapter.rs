@@ -110,12 +110,28 @@ pub struct ScopeFs {
     open_dirs: AtomicU64,
     max_dir_handles: u64,
     fast: FastPaths,
+    /// This mount's share of the threads that answer fsyncs off the workers.
+    offload: crate::offload::Offload,
 }
 
 impl ScopeFs {
     /// `max_dir_handles` bounds the open directory handles of this mount (`limits.max_dir_handles_per_mount`).
     pub fn new(engine: Arc<ScopeEngine>, ttl: Duration, max_dir_handles: u64) -> ScopeFs {
-        ScopeFs { engine, ttl, open_dirs: AtomicU64::new(0), max_dir_handles, fast: FastPaths::default() }
+        ScopeFs {
+            engine,
+            ttl,
+            open_dirs: AtomicU64::new(0),
+            max_dir_handles,
+            fast: FastPaths::default(),
+            offload: crate::offload::Offload::new(0),
+        }
+    }
+
+    /// Lets up to `n` of this mount's fsyncs at once wait for their uploads off the FUSE workers
+    /// (`offload.rs`; 0: every fsync runs on its worker).
+    pub fn with_fsync_threads(mut self, n: usize) -> ScopeFs {
+        self.offload = crate::offload::Offload::new(n);
+        self
     }
 
     /// The kernel fast paths this mount asks for at `init` and in its open replies.
@@ -406,7 +422,8 @@ impl Filesystem for ScopeFs {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        reply_empty(reply, call("fsync", || self.engine.fsync(ino.0, Some(fh.0))));
+        let engine = self.engine.clone();
+        self.offload.run(move || reply_empty(reply, call("fsync", || engine.fsync(ino.0, Some(fh.0)))));
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {

@@ -6,6 +6,7 @@ pub mod keep;
 pub mod layout;
 pub mod metrics;
 pub mod mount;
+mod offload;
 pub mod pause;
 
 pub use adapter::{FastPaths, ScopeFs};

@@ -206,6 +206,7 @@ impl MountManager {
         )
         .map_err(MountError::MountRoot)?;
         crate::metrics::set_pool(pool.counters());
+        crate::offload::set_max(opts.threads.max(1));
         Ok(MountManager {
             pool,
             live_views,
@@ -258,7 +259,8 @@ impl MountManager {
             return Ok(path);
         }
         let fs = ScopeFs::new(engine.clone(), self.opts.attr_ttl, self.opts.max_dir_handles)
-            .with_fast_paths(self.opts.fast_paths);
+            .with_fast_paths(self.opts.fast_paths)
+            .with_fsync_threads(self.opts.max_workers_per_mount);
         if let Some(fd) = self.inherited.lock().remove(&scope) {
             let mounted = self.resume(&scope, fs, fd, &engine)?;
             engine.set_observer(Some(observer(scope.clone(), mounted.session.notifier())));
