@@ -246,23 +246,36 @@ impl PoolInner {
 
     /// Counts the request just read against its session's share: the descriptor is re-armed at
     /// once (another worker may take the session's next request) unless the session now has its
-    /// whole share of workers, in which case it stays disarmed until one of them is done.
+    /// whole share of workers, in which case it stays disarmed until one of them is done. The
+    /// re-arm (a system call) is made after the count's lock is released: the other workers of the
+    /// session take and give back their share meanwhile (a disarmed descriptor is re-armed exactly
+    /// once: by the worker that disarmed it being under the share, or by the one that unparks it).
     fn take_share(&self, entry: &dyn Served, token: u64, fd: RawFd) {
-        let mut busy = entry.busy().lock();
-        busy.serving += 1;
-        if busy.serving >= self.max_busy_per_session {
-            busy.parked = true;
-            self.counters.share_waits.fetch_add(1, Ordering::Relaxed);
-        } else {
+        let rearm = {
+            let mut busy = entry.busy().lock();
+            busy.serving += 1;
+            if busy.serving >= self.max_busy_per_session {
+                busy.parked = true;
+                self.counters.share_waits.fetch_add(1, Ordering::Relaxed);
+                false
+            } else {
+                true
+            }
+        };
+        if rearm {
             self.rearm(token, fd);
         }
     }
 
-    /// A request of the session was served: a descriptor left disarmed is re-armed.
+    /// A request of the session was served: a descriptor left disarmed is re-armed (after the
+    /// count's lock is released).
     fn give_share(&self, entry: &dyn Served, token: u64, fd: RawFd) {
-        let mut busy = entry.busy().lock();
-        busy.serving -= 1;
-        if std::mem::take(&mut busy.parked) {
+        let parked = {
+            let mut busy = entry.busy().lock();
+            busy.serving -= 1;
+            std::mem::take(&mut busy.parked)
+        };
+        if parked {
             self.rearm(token, fd);
         }
     }
