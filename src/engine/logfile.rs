@@ -4,7 +4,8 @@
 //! it (keyed BLAKE3 under the generation's key, truncated to 8 bytes; as SQLite's WAL chains its
 //! checksums from a salt). The last byte of the header's magic names the MAC: 1 keyed BLAKE3 (what
 //! is written), 0 HMAC-SHA-256 (what daemons before it wrote; still read, so an upgrade replays the
-//! log a killed older daemon left). Keyed BLAKE3 costs 0.85 µs a 4 KiB record here, HMAC 2.2 µs. A reader takes records from the start up to the first one whose length
+//! log a killed older daemon left). Keyed BLAKE3 costs 1.05 µs a 4 KiB record here (its payload first, so
+//! its chunks start aligned: 2.7 µs the other way round), HMAC-SHA-256 2.2 µs. A reader takes records from the start up to the first one whose length
 //! or MAC does not hold: a record a killed process left torn, bytes of an earlier generation (another
 //! key), or bytes nobody wrote as a record (a tenant's file content copied into a record's payload is
 //! never read as a record: forging one needs the key, which never leaves the host's log file). Whose
@@ -99,6 +100,15 @@ fn mac8(keyed: &Keyed, parts: &[&[u8]]) -> [u8; 8] {
     out
 }
 
+/// A record's MAC, chained from the one before: over the chain, the length and the payload
+/// (BLAKE3 takes the payload first, so its chunks start aligned and are hashed in parallel).
+fn record_mac(keyed: &Keyed, chain: &[u8], len: &[u8], payload: &[u8]) -> [u8; 8] {
+    match keyed {
+        Keyed::HmacSha256(_) => mac8(keyed, &[chain, len, payload]),
+        Keyed::Blake3(_) => mac8(keyed, &[payload, chain, len]),
+    }
+}
+
 fn header_mac(keyed: &Keyed, magic: &[u8; 8], parent: u64) -> [u8; 8] {
     mac8(keyed, &[b"scopefs log header", magic, &parent.to_le_bytes()])
 }
@@ -125,7 +135,7 @@ pub(crate) fn parse(all: &[u8], magic: &[u8; 8]) -> Found {
             break;
         }
         let payload = &all[at + 4..at + 4 + len];
-        let mac = mac8(&k, &[&chain, &all[at..at + 4], payload]);
+        let mac = record_mac(&k, &chain, &all[at..at + 4], payload);
         if all[at + 4 + len..at + FRAME + len] != mac {
             break;
         }
@@ -199,7 +209,7 @@ impl LogFile {
             self.end
         };
         let len = (payload.len() as u32).to_le_bytes();
-        let mac = mac8(&self.keyed, &[&self.chain, &len, payload]);
+        let mac = record_mac(&self.keyed, &self.chain, &len, payload);
         self.buf.extend_from_slice(&len);
         self.buf.extend_from_slice(payload);
         self.buf.extend_from_slice(&mac);
@@ -347,7 +357,7 @@ mod tests {
         let mut out = [&magic[..], &parent.to_le_bytes(), &key, &chain].concat();
         for r in records {
             let len = (r.len() as u32).to_le_bytes();
-            chain = mac8(&k, &[&chain, &len, r]);
+            chain = record_mac(&k, &chain, &len, r);
             out.extend_from_slice(&[&len[..], r, &chain].concat());
         }
         out
