@@ -4,12 +4,13 @@
 //! it (keyed BLAKE3 under the generation's key, truncated to 8 bytes; as SQLite's WAL chains its
 //! checksums from a salt). The last byte of the header's magic names the MAC: 1 keyed BLAKE3 (what
 //! is written), 0 HMAC-SHA-256 (what daemons before it wrote; still read, so an upgrade replays the
-//! log a killed older daemon left). Keyed BLAKE3 costs 1.05 µs a 4 KiB record here (its payload first, so
-//! its chunks start aligned: 2.7 µs the other way round), HMAC-SHA-256 2.2 µs. A reader takes records from the start up to the first one whose length
-//! or MAC does not hold: a record a killed process left torn, bytes of an earlier generation (another
-//! key), or bytes nobody wrote as a record (a tenant's file content copied into a record's payload is
-//! never read as a record: forging one needs the key, which never leaves the host's log file). Whose
-//! generation the file holds (`parent`) is for the caller to check against its own state.
+//! log a killed older daemon left). Keyed BLAKE3 costs 1.05 µs a 4 KiB record here (payload first,
+//! so its chunks start aligned: 2.7 µs the other way round), HMAC-SHA-256 2.2 µs. A reader takes
+//! records from the start up to the first one whose length or MAC does not hold: a record a killed
+//! process left torn, bytes of an earlier generation (another key), or bytes nobody wrote as a record
+//! (a tenant's file content copied into a record's payload is never read as a record: forging one
+//! needs the key, which never leaves the host's log file). Whose generation the file holds
+//! (`parent`) is for the caller to check against its own state.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
