@@ -239,6 +239,13 @@ impl PeakGate {
         PeakGate { want, deadline, in_flight: tokio::sync::watch::Sender::new(0), peak: Default::default() }
     }
 
+    fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl Gate for PeakGate {
     async fn pass(&self) {
         use std::sync::atomic::Ordering;
         self.in_flight.send_modify(|n| {
@@ -251,29 +258,38 @@ impl PeakGate {
         let _ = tokio::time::timeout(self.deadline, rx.wait_for(peak_reached)).await;
         self.in_flight.send_modify(|n| *n -= 1);
     }
+}
 
-    fn peak(&self) -> usize {
-        self.peak.load(std::sync::atomic::Ordering::SeqCst)
+/// What the calls of a [`GatedStore`] pass before they reach its memory store.
+#[async_trait::async_trait]
+trait Gate: Send + Sync {
+    async fn pass(&self);
+}
+
+/// A memory store whose puts, or whose gets, of keys starting with `only` pass a [`Gate`] first.
+struct GatedStore<G> {
+    inner: Arc<scopefs::store::MemoryStore>,
+    gate: G,
+    gets: bool,
+    only: String,
+}
+
+impl<G> GatedStore<G> {
+    fn new(inner: Arc<scopefs::store::MemoryStore>, gate: G, gets: bool) -> GatedStore<G> {
+        GatedStore { inner, gate, gets, only: String::new() }
     }
 }
 
-/// A memory store whose puts, or whose gets, pass a [`PeakGate`].
-struct PeakStore {
-    inner: Arc<scopefs::store::MemoryStore>,
-    gate: PeakGate,
-    gets: bool,
-}
-
 #[async_trait::async_trait]
-impl ObjectStore for PeakStore {
+impl<G: Gate + 'static> ObjectStore for GatedStore<G> {
     async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), scopefs::store::StoreError> {
-        if !self.gets {
+        if !self.gets && key.starts_with(&self.only) {
             self.gate.pass().await;
         }
         self.inner.put(key, data).await
     }
     async fn get(&self, key: &str) -> Result<bytes::Bytes, scopefs::store::StoreError> {
-        if self.gets {
+        if self.gets && key.starts_with(&self.only) {
             self.gate.pass().await;
         }
         self.inner.get(key).await
@@ -288,7 +304,7 @@ impl ObjectStore for PeakStore {
         self.inner.list(prefix).await
     }
     fn describe(&self) -> String {
-        "peak-recording memory store".into()
+        "gated memory store".into()
     }
 }
 
@@ -301,8 +317,7 @@ fn fsync_uploads_a_files_blocks_concurrently_within_the_upload_slots() {
         store_attempts: 1,
         ..StorageSettings::default()
     });
-    let store =
-        Arc::new(PeakStore { inner: Arc::default(), gate: PeakGate::new(2, Duration::from_secs(10)), gets: false });
+    let store = Arc::new(GatedStore::new(Arc::default(), PeakGate::new(2, Duration::from_secs(10)), false));
     let dyn_store: Arc<dyn ObjectStore> = store.clone();
     let storage = Storage::new(dyn_store, h.settings.clone(), &h.data_dir(), h.rt.handle().clone()).unwrap();
     let e = new_scope(&storage);
@@ -461,8 +476,7 @@ fn uncached_reads_download_within_the_fetch_memory_budget() {
         write_file(&e, &format!("f{i}"), &pattern(64, i)).unwrap();
     }
     assert!(e.wait_uploads(Duration::from_secs(5)));
-    let store =
-        Arc::new(PeakStore { inner: h.store.clone(), gate: PeakGate::new(2, Duration::from_secs(1)), gets: true });
+    let store = Arc::new(GatedStore::new(h.store.clone(), PeakGate::new(2, Duration::from_secs(1)), true));
     let dir = tempfile::tempdir().unwrap();
     let meta_dir = dir.path().join("scopes").join(e.scope_id().as_str());
     std::fs::create_dir_all(&meta_dir).unwrap();
@@ -489,49 +503,29 @@ fn uncached_reads_download_within_the_fetch_memory_budget() {
     assert_eq!(store.gate.peak(), 1, "downloads beyond the fetch budget ran at once");
 }
 
-/// A memory store whose gets of keys under `held` wait until `release` (bounded), counting how
-/// many wait at once.
-struct HeldGets {
-    inner: Arc<scopefs::store::MemoryStore>,
-    held: String,
+/// Calls that wait until `released` (bounded), counting how many wait at once.
+#[derive(Default)]
+struct HeldGate {
     in_flight: std::sync::atomic::AtomicUsize,
     peak: std::sync::atomic::AtomicUsize,
     released: tokio::sync::watch::Sender<bool>,
 }
 
-impl HeldGets {
+impl HeldGate {
     fn in_flight(&self) -> usize {
         self.in_flight.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
 #[async_trait::async_trait]
-impl ObjectStore for HeldGets {
-    async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), scopefs::store::StoreError> {
-        self.inner.put(key, data).await
-    }
-    async fn get(&self, key: &str) -> Result<bytes::Bytes, scopefs::store::StoreError> {
+impl Gate for HeldGate {
+    async fn pass(&self) {
         use std::sync::atomic::Ordering;
-        if key.starts_with(&self.held) {
-            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            self.peak.fetch_max(now, Ordering::SeqCst);
-            let mut rx = self.released.subscribe();
-            let _ = tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|r| *r)).await;
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        }
-        self.inner.get(key).await
-    }
-    async fn head(&self, key: &str) -> Result<Option<u64>, scopefs::store::StoreError> {
-        self.inner.head(key).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), scopefs::store::StoreError> {
-        self.inner.delete(key).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<scopefs::store::ObjectInfo>, scopefs::store::StoreError> {
-        self.inner.list(prefix).await
-    }
-    fn describe(&self) -> String {
-        "memory store holding one scope's gets".into()
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        let mut rx = self.released.subscribe();
+        let _ = tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|r| *r)).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -557,12 +551,9 @@ fn one_scopes_slow_downloads_leave_the_other_scopes_room_to_download() {
     }
     write_file(&b, "g", &pattern(64, 99)).unwrap();
     assert!(a.wait_uploads(Duration::from_secs(5)) && b.wait_uploads(Duration::from_secs(5)));
-    let store = Arc::new(HeldGets {
-        inner: h.store.clone(),
-        held: block_key(a.scope_id().as_str(), ""),
-        in_flight: Default::default(),
-        peak: Default::default(),
-        released: tokio::sync::watch::Sender::new(false),
+    let store = Arc::new(GatedStore {
+        only: block_key(a.scope_id().as_str(), ""),
+        ..GatedStore::new(h.store.clone(), HeldGate::default(), true)
     });
     let dir = tempfile::tempdir().unwrap();
     for e in [&a, &b] {
@@ -582,7 +573,7 @@ fn one_scopes_slow_downloads_leave_the_other_scopes_room_to_download() {
             })
             .collect();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while store.in_flight() < 2 {
+        while store.gate.in_flight() < 2 {
             assert!(Instant::now() < deadline, "A's downloads never started");
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -590,12 +581,12 @@ fn one_scopes_slow_downloads_leave_the_other_scopes_room_to_download() {
         let b2 = &b2;
         s.spawn(move || tx.send(read_file(b2, "g")).unwrap());
         let got = rx.recv_timeout(Duration::from_secs(10));
-        store.released.send_replace(true);
+        store.gate.released.send_replace(true);
         let got = got.expect("B's uncached read waited for A's downloads");
         assert_eq!(got.unwrap(), pattern(64, 99));
         for (i, r) in readers {
             assert_eq!(r.join().unwrap().unwrap(), pattern(64, i));
         }
     });
-    assert_eq!(store.peak.load(std::sync::atomic::Ordering::SeqCst), 2, "A's downloads in flight at once");
+    assert_eq!(store.gate.peak.load(std::sync::atomic::Ordering::SeqCst), 2, "A's downloads in flight at once");
 }

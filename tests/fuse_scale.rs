@@ -135,14 +135,7 @@ fn scopes_mount_in_parallel_and_one_scope_mounts_once() {
 #[test]
 fn fsyncs_waiting_on_the_store_in_one_scope_leave_the_other_scopes_their_workers() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let store = Arc::new(scopefs::store::MemoryStore::new());
-    // A store request gives up after 5 s, once: the fsyncs end (with EIO) soon after the test.
-    let settings =
-        StorageSettings { store_timeout: Duration::from_secs(5), store_attempts: 1, ..StorageSettings::default() };
-    let opts = MountOptions::default();
-    let share = opts.max_workers_per_mount;
-    assert!(share < opts.threads, "the default share leaves workers to the other mounts");
-    let h = Harness::with_store(settings, opts, Some(store.clone()));
+    let (store, h, share) = over_a_store_to_stall();
     let (_a, mnt_a) = h.scope(big_quota());
     let (_b, mnt_b) = h.scope(big_quota());
     let waiting_in_a = kernel_waiting(&mnt_a);
@@ -152,17 +145,7 @@ fn fsyncs_waiting_on_the_store_in_one_scope_leave_the_other_scopes_their_workers
     // the kernel, so that all sixteen fsyncs are asked for at once.
     let written = std::sync::Barrier::new(16);
     std::thread::scope(|s| {
-        for i in 0..16u64 {
-            let (mnt_a, returned, written) = (&mnt_a, &fsyncs_returned, &written);
-            s.spawn(move || {
-                let mut f = fs::File::create(mnt_a.join(format!("f{i}"))).expect("create in scope A");
-                f.write_all(&pattern(64 << 10, i)).expect("write in scope A");
-                written.wait();
-                // Fails once the store request gives up (the store never answers): not the point.
-                let _ = f.sync_all();
-                returned.fetch_add(1, Ordering::SeqCst);
-            });
-        }
+        fsync_writers(s, &mnt_a, 16, &fsyncs_returned, &written);
         // All sixteen fsyncs are in the daemon or its queue, and A's share of workers is busy.
         wait_until("scope A's sixteen fsyncs to wait", || waiting_in_a() >= 16);
         wait_until("scope A's fsyncs to hold its share of the workers", || h.mounts.busy_workers() >= share);
@@ -189,12 +172,7 @@ fn fsyncs_waiting_on_the_store_in_one_scope_leave_the_other_scopes_their_workers
 #[test]
 fn a_scopes_own_requests_are_answered_while_its_fsyncs_wait_on_the_store() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let store = Arc::new(scopefs::store::MemoryStore::new());
-    let settings =
-        StorageSettings { store_timeout: Duration::from_secs(5), store_attempts: 1, ..StorageSettings::default() };
-    let opts = MountOptions::default();
-    let share = opts.max_workers_per_mount;
-    let h = Harness::with_store(settings, opts, Some(store.clone()));
+    let (store, h, share) = over_a_store_to_stall();
     let (_a, mnt_a) = h.scope(big_quota());
     fs::write(mnt_a.join("kept"), b"written before the store stalled").expect("write in scope A");
     let waiting_in_a = kernel_waiting(&mnt_a);
@@ -202,17 +180,7 @@ fn a_scopes_own_requests_are_answered_while_its_fsyncs_wait_on_the_store() {
     let fsyncs_returned = AtomicUsize::new(0);
     let written = std::sync::Barrier::new(share);
     std::thread::scope(|s| {
-        for i in 0..share as u64 {
-            let (mnt_a, returned, written) = (&mnt_a, &fsyncs_returned, &written);
-            s.spawn(move || {
-                let mut f = fs::File::create(mnt_a.join(format!("f{i}"))).expect("create in scope A");
-                f.write_all(&pattern(64 << 10, i)).expect("write in scope A");
-                written.wait();
-                // Fails once the store request gives up (the store never answers): not the point.
-                let _ = f.sync_all();
-                returned.fetch_add(1, Ordering::SeqCst);
-            });
-        }
+        fsync_writers(s, &mnt_a, share, &fsyncs_returned, &written);
         wait_until("scope A's fsyncs to wait", || waiting_in_a() >= share as u64);
         assert_eq!(fs::read(mnt_a.join("kept")).expect("read in scope A"), b"written before the store stalled");
         fs::write(mnt_a.join("new"), b"while fsyncs wait").expect("write in scope A");
@@ -225,6 +193,41 @@ fn a_scopes_own_requests_are_answered_while_its_fsyncs_wait_on_the_store() {
         );
         store.set_stall(None);
     });
+}
+
+/// Starts `n` threads in `s`, each creating `f<i>` in `mnt` and writing 64 KiB into it, then (once
+/// all have written) fsyncing it; `returned` counts the fsyncs that have returned.
+fn fsync_writers<'scope, 'env>(
+    s: &'scope std::thread::Scope<'scope, 'env>,
+    mnt: &'env std::path::Path,
+    n: usize,
+    returned: &'env AtomicUsize,
+    written: &'env std::sync::Barrier,
+) {
+    for i in 0..n as u64 {
+        s.spawn(move || {
+            let mut f = fs::File::create(mnt.join(format!("f{i}"))).expect("create in scope A");
+            f.write_all(&pattern(64 << 10, i)).expect("write in scope A");
+            written.wait();
+            // Fails once the store request gives up (the store never answers): not the point.
+            let _ = f.sync_all();
+            returned.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+}
+
+/// Mounts with the default options over a memory store the test stalls, whose requests give up
+/// after 5 s, once (fsyncs waiting on it end with EIO soon after the test); and a mount's share of
+/// the workers.
+fn over_a_store_to_stall() -> (Arc<scopefs::store::MemoryStore>, Harness, usize) {
+    let store = Arc::new(scopefs::store::MemoryStore::new());
+    let settings =
+        StorageSettings { store_timeout: Duration::from_secs(5), store_attempts: 1, ..StorageSettings::default() };
+    let opts = MountOptions::default();
+    let share = opts.max_workers_per_mount;
+    assert!(share < opts.threads, "the default share leaves workers to the other mounts");
+    let h = Harness::with_store(settings, opts, Some(store.clone()));
+    (store, h, share)
 }
 
 /// Requests the kernel holds for the FUSE connection mounted at `mnt`, queued or being served
