@@ -156,9 +156,13 @@ fn a_file_larger_than_the_staging_share_is_written_through_one_open_handle() {
     let e = new_scope(&storage);
     let (ino, fh) = create_open(&e, "big");
     let data = pattern(4 << 20, 3);
-    for (i, piece) in data.chunks(32 * 1024).enumerate() {
-        let written = e.write(ino, fh, (i * 32 * 1024) as u64, piece);
-        assert_eq!(written.unwrap_or_else(|err| panic!("write at {} KiB: {err}", i * 32)), piece.len() as u32);
+    // One write of twice the share into the file with no change yet, then pieces of 32 KiB.
+    let first = 2 * SHARE as usize;
+    assert_eq!(e.write(ino, fh, 0, &data[..first]).expect("a first write of twice the share"), first as u32);
+    for (i, piece) in data[first..].chunks(32 * 1024).enumerate() {
+        let at = first + i * 32 * 1024;
+        let written = e.write(ino, fh, at as u64, piece);
+        assert_eq!(written.unwrap_or_else(|err| panic!("write at {} KiB: {err}", at >> 10)), piece.len() as u32);
         assert!(e.staging_bytes() <= SHARE, "staging holds {} bytes, past the share", e.staging_bytes());
     }
     let got = e.read(ino, fh, 0, data.len() as u32).unwrap();

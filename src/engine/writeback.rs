@@ -91,6 +91,10 @@ impl ScopeEngine {
         if !matches!(result, Err(EngineError::NoSpace)) || self.staging_bytes() == 0 {
             return (reached, result);
         }
+        if reached > offset {
+            // What got written is committed with the rest (a file with no change yet commits nothing).
+            self.mark_changed(f);
+        }
         if let Err(e) = self.make_staging_room(ino, f) {
             tracing::debug!(scope = %self.scope_id, error = %e, "writing back to make staging room failed");
             return (reached, result);
