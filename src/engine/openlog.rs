@@ -168,8 +168,6 @@ impl OpenLog {
         written
     }
 
-    /// An open file's changes were committed, or given up (`was_dirty`: it had any); with none
-    /// left anywhere, the next change starts a new generation.
     /// Open files with changes not committed yet (each `dirtied` and not yet `settled`).
     pub fn dirty_files(&self) -> usize {
         self.inner.lock().dirty
@@ -180,6 +178,8 @@ impl OpenLog {
         self.inner.lock().log.as_ref().map_or(0, LogFile::len)
     }
 
+    /// An open file's changes were committed, or given up (`was_dirty`: it had any); with none
+    /// left anywhere, the next change starts a new generation.
     pub fn settled(&self, was_dirty: bool) {
         if !was_dirty {
             return;

@@ -21,11 +21,12 @@ use crate::engine::{EngineError, EngineResult, Ino, ScopeEngine};
 const TICK_MIN: Duration = Duration::from_millis(50);
 const TICK_MAX: Duration = Duration::from_secs(5);
 
-/// A scope's write-back task: whether it runs, and what wakes it before its next look.
+/// A scope's write-back task: whether it runs, and what wakes it before its next look (shared with
+/// the task, which holds the engine only while it looks).
 #[derive(Default)]
 pub(crate) struct WriteBack {
     running: Mutex<bool>,
-    wake: tokio::sync::Notify,
+    wake: Arc<tokio::sync::Notify>,
 }
 
 impl ScopeEngine {
@@ -38,8 +39,14 @@ impl ScopeEngine {
         }
         *running = true;
         drop(running);
-        let me = self.self_ref.clone();
-        self.storage.rt.spawn(run_writeback(me));
+        let tick = (self.storage.settings.dirty_writeback / 4).clamp(TICK_MIN, TICK_MAX);
+        let (me, wake) = (self.self_ref.clone(), self.writeback.wake.clone());
+        self.storage.rt.spawn(run_writeback(me, wake, tick));
+    }
+
+    /// Every open file's state, taken out of the map (its lock is not held while they are locked).
+    fn open_file_states(&self) -> Vec<(Ino, Arc<Mutex<OpenFile>>)> {
+        self.open_files.lock().iter().map(|(ino, e)| (*ino, e.file.clone())).collect()
     }
 
     /// Commits every open file whose changes are older than `dirty_writeback` (`all`: every open
@@ -47,8 +54,7 @@ impl ScopeEngine {
     /// open-file log): the file's close or fsync commits them or reports the error.
     fn write_back(&self, all: bool) {
         let due = Instant::now().checked_sub(self.storage.settings.dirty_writeback);
-        let files: Vec<(Ino, Arc<Mutex<OpenFile>>)> =
-            self.open_files.lock().iter().map(|(ino, e)| (*ino, e.file.clone())).collect();
+        let files = self.open_file_states();
         for (ino, file) in files {
             let mut f = file.lock();
             let Some(since) = f.changed else { continue };
@@ -127,8 +133,7 @@ impl ScopeEngine {
     /// their uncommitted state. Returns the first commit error (the others are still tried).
     pub fn commit_open_files(&self) -> EngineResult<()> {
         self.commit_each_write.store(true, Ordering::SeqCst);
-        let files: Vec<(Ino, Arc<Mutex<OpenFile>>)> =
-            self.open_files.lock().iter().map(|(ino, e)| (*ino, e.file.clone())).collect();
+        let files = self.open_file_states();
         let mut result = Ok(());
         for (ino, file) in files {
             if let Err(e) = self.commit_locked(ino, &mut file.lock()) {
@@ -145,16 +150,16 @@ impl ScopeEngine {
     }
 }
 
-/// The write-back task of a scope: looks at its open files every quarter of `dirty_writeback` (or
-/// at once when woken) until none has uncommitted changes, or the scope is gone.
-async fn run_writeback(engine: Weak<ScopeEngine>) {
+/// The write-back task of a scope: looks at its open files every `tick` (a quarter of
+/// `dirty_writeback`, within bounds) or at once when woken, until none has uncommitted changes, or
+/// the scope is gone. It holds the engine only while it looks, never while it waits.
+async fn run_writeback(engine: Weak<ScopeEngine>, wake: Arc<tokio::sync::Notify>, tick: Duration) {
     loop {
-        let Some(e) = engine.upgrade() else { return };
-        let tick = (e.storage.settings.dirty_writeback / 4).clamp(TICK_MIN, TICK_MAX);
         let woken = tokio::select! {
             _ = tokio::time::sleep(tick) => false,
-            _ = e.writeback.wake.notified() => true,
+            _ = wake.notified() => true,
         };
+        let Some(e) = engine.upgrade() else { return };
         let worker = e.clone();
         if let Err(err) = tokio::task::spawn_blocking(move || worker.write_back(woken)).await {
             tracing::error!(scope = %e.scope_id, error = %err, "open-file write-back panicked");
