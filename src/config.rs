@@ -132,6 +132,12 @@ pub struct Config {
     /// How long a file held open may keep changes uncommitted (in memory, in staging, in the
     /// open-file log) before they are committed and its new blocks queued for upload.
     pub dirty_writeback_secs: u64,
+    /// Whether each scope's committed metadata (and the registry) is shipped to the object store,
+    /// so the bucket alone restores them (`scopefs restore`).
+    pub metadata_shipping: bool,
+    /// How long a committed metadata batch may wait before it is shipped (the bound on what a lost
+    /// host loses of names and versions not `fsync`ed); `fsync` ships at once.
+    pub metadata_sync_interval_ms: u64,
     pub store_timeout_ms: u64,
     pub store_attempts: u32,
     pub readahead_blocks: u64,
@@ -207,6 +213,8 @@ impl Default for Config {
             upload_parallelism_per_scope: s.upload_parallelism_per_scope,
             upload_delay_ms: s.upload_delay.as_millis() as u64,
             dirty_writeback_secs: s.dirty_writeback.as_secs(),
+            metadata_shipping: true,
+            metadata_sync_interval_ms: 1000,
             store_timeout_ms: s.store_timeout.as_millis() as u64,
             store_attempts: s.store_attempts,
             readahead_blocks: s.readahead_blocks,
@@ -285,6 +293,9 @@ impl Config {
         if self.dirty_writeback_secs == 0 {
             return invalid("dirty_writeback_secs", "must be at least 1");
         }
+        if !(10..=600_000).contains(&self.metadata_sync_interval_ms) {
+            return invalid("metadata_sync_interval_ms", "must be between 10 and 600000");
+        }
         if self.signature_window_secs == 0 || self.signature_window_secs > 86_400 {
             return invalid("signature_window_secs", "must be between 1 and 86400");
         }
@@ -341,6 +352,9 @@ impl Config {
             dirty_memory_max_bytes: self.dirty_memory_max_bytes,
             dirty_memory_per_scope_bytes: self.limits.dirty_memory_per_scope_bytes,
             dirty_writeback: Duration::from_secs(self.dirty_writeback_secs),
+            metadata_sync: self.metadata_shipping.then(|| Duration::from_millis(self.metadata_sync_interval_ms)),
+            metadata_queue_per_scope_bytes: self.limits.metadata_queue_per_scope_bytes,
+            metadata_queue_max_bytes: self.limits.metadata_queue_max_bytes,
             open_log_max_bytes: self.limits.open_log_max_bytes_per_scope,
             metadata_cache_max_bytes: self.metadata_cache_max_bytes,
             fetch_memory_max_bytes: self.fetch_memory_max_bytes,

@@ -32,6 +32,11 @@ pub struct LimitsConfig {
     /// Bytes of `fetch_memory_max_bytes` (blocks being downloaded) one scope may hold; past it its
     /// readers wait for its own downloads and its readahead is skipped (at least one download).
     pub fetch_memory_per_scope_bytes: u64,
+    /// Bytes of committed metadata batches one scope may hold waiting to be shipped to the object
+    /// store; past it they are dropped for a snapshot of the scope's database (which covers them).
+    pub metadata_queue_per_scope_bytes: u64,
+    /// The same, for every scope of the daemon together.
+    pub metadata_queue_max_bytes: u64,
     /// Components of a path from the scope root (mkdir, rename, symlink and API paths).
     pub max_path_depth: u32,
     /// Bytes of a path from the scope root.
@@ -151,6 +156,8 @@ impl Default for LimitsConfig {
             dirty_memory_per_scope_bytes: 16 * 1024 * 1024,
             open_log_max_bytes_per_scope: 64 * 1024 * 1024,
             fetch_memory_per_scope_bytes: 64 * 1024 * 1024,
+            metadata_queue_per_scope_bytes: 16 * 1024 * 1024,
+            metadata_queue_max_bytes: 64 * 1024 * 1024,
             max_path_depth: 512,
             max_path_bytes: 16 * 1024,
             max_walk_entries: 200_000,
@@ -200,8 +207,10 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 45] = [
+        let checks: [(&'static str, u64); 47] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
+            ("limits.metadata_queue_per_scope_bytes", self.metadata_queue_per_scope_bytes),
+            ("limits.metadata_queue_max_bytes", self.metadata_queue_max_bytes),
             ("limits.dirty_memory_per_scope_bytes", self.dirty_memory_per_scope_bytes),
             ("limits.open_log_max_bytes_per_scope", self.open_log_max_bytes_per_scope),
             ("limits.fetch_memory_per_scope_bytes", self.fetch_memory_per_scope_bytes),

@@ -42,6 +42,7 @@ pub const SCOPE_META: &[Migration] = &[
     Migration { version: 7, sql: include_str!("../migrations/scope/0007_subdir_counts.sql") },
     Migration { version: 8, sql: include_str!("../migrations/scope/0008_redo_state.sql") },
     Migration { version: 9, sql: include_str!("../migrations/scope/0009_redo_v2.sql") },
+    Migration { version: 10, sql: include_str!("../migrations/scope/0010_ship_seq.sql") },
 ];
 
 /// The pack database of a local object directory (its small objects), from `migrations/store/`.

@@ -17,6 +17,8 @@ pub mod metrics;
 pub mod notify;
 pub mod ops_cmd;
 pub mod pools;
+pub mod registry_ship;
+pub mod restore_cmd;
 pub mod rlimit;
 pub mod scope_cmd;
 pub mod serve;

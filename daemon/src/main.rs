@@ -1,7 +1,7 @@
 //! `scopefs`: the host daemon and its command-line interface (argument parsing and dispatch).
 
 use scopefs_daemon::datadir_lock::{DataDirLock, Holder};
-use scopefs_daemon::{bench, doctor, ops_cmd, scope_cmd, serve, service_stop, setup, supervisor};
+use scopefs_daemon::{bench, doctor, ops_cmd, restore_cmd, scope_cmd, serve, service_stop, setup, supervisor};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -65,6 +65,17 @@ enum Command {
         /// Only blocks unreferenced for at least this many seconds.
         #[arg(long, default_value_t = 0)]
         grace_secs: u64,
+    },
+    /// Rebuild the data directory from the object store alone: the registry when there is none on
+    /// disk, then each named scope's metadata from its shipped snapshot and logs (a scope with a
+    /// local database is left as it is). Refuses while a daemon runs on the data directory.
+    Restore {
+        /// One scope's id.
+        #[arg(long, value_name = "ID", conflicts_with = "all", required_unless_present = "all")]
+        scope: Option<String>,
+        /// Every draft and active scope of the deployment (as the registry lists them).
+        #[arg(long)]
+        all: bool,
     },
     /// Copy a local directory tree into a thread's scope (created if needed), with a progress bar.
     /// Refuses while a daemon runs on the data directory (stop it first).
@@ -154,6 +165,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             setup::init_logging("warn");
             let cfg = setup::load_config(cli.config.as_deref())?;
             ops_cmd::gc(&cfg, &scope, std::time::Duration::from_secs(grace_secs))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Restore { scope, all } => {
+            setup::init_logging("warn");
+            let cfg = setup::load_config(cli.config.as_deref())?;
+            restore_cmd::run(&cfg, scope.as_deref(), all)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Import { dir, thread } => {

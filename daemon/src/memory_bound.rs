@@ -103,6 +103,13 @@ impl MemoryBound {
                 ),
             },
             Term {
+                name: "metadata_shipping",
+                bytes: 2 * l.metadata_queue_max_bytes + cfg.metadata_cache_max_bytes,
+                from: "limits.metadata_queue_max_bytes x 2 (queued, being put) + a snapshot (one at a time; \
+                       about metadata_cache_max_bytes)"
+                    .into(),
+            },
+            Term {
                 name: "listings",
                 bytes: 2 * l.listing_memory_max_bytes,
                 from: "limits.listing_memory_max_bytes x 2 (a listing and its answer)".into(),
@@ -201,8 +208,9 @@ mod tests {
         let base = Config::default();
         let total = MemoryBound::of(&base).total();
         type Grow = fn(&mut Config);
-        let bigger: [(&str, Grow); 10] = [
+        let bigger: [(&str, Grow); 11] = [
             ("dirty_memory_max_bytes", |c| c.dirty_memory_max_bytes *= 2),
+            ("metadata_queue_max_bytes", |c| c.limits.metadata_queue_max_bytes *= 2),
             ("metadata_cache_max_bytes", |c| c.metadata_cache_max_bytes *= 2),
             ("listing_memory_max_bytes", |c| c.limits.listing_memory_max_bytes *= 2),
             ("tools_body_memory_bytes", |c| c.limits.tools_body_memory_bytes *= 2),

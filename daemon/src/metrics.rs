@@ -224,12 +224,14 @@ fn scope_families(t: &mut Text, scopes: &[ScopeRecord], engines: &[Arc<ScopeEngi
     let engines: Vec<_> = engines.iter().map(|e| (e.scope_id().clone(), e.clone())).collect();
     let mut usages = Vec::new();
     let mut upload_queue = 0usize;
+    let mut metadata_queue = 0u64;
     for (id, engine) in &engines {
         // An idle scope's database is not opened for a scrape.
         if let Ok(Some(u)) = engine.usage_if_open() {
             usages.push((id.as_str().to_owned(), u));
         }
         upload_queue += engine.pending_uploads();
+        metadata_queue += engine.pending_metadata_batches();
     }
     usages.sort_by(|a, b| a.0.cmp(&b.0));
     t.family(
@@ -248,6 +250,27 @@ fn scope_families(t: &mut Text, scopes: &[ScopeRecord], engines: &[Arc<ScopeEngi
     }
     t.family("scopefs_upload_queue_blocks", "gauge", "Blocks written but not yet uploaded.");
     t.sample("scopefs_upload_queue_blocks", &[], upload_queue);
+    t.family(
+        "scopefs_metadata_unshipped_batches",
+        "gauge",
+        "Committed metadata batches of open scopes not yet in the object store (metadata_sync_interval_ms).",
+    );
+    t.sample("scopefs_metadata_unshipped_batches", &[], metadata_queue);
+    let (objects, bytes) = scopefs::engine::shipped_totals();
+    t.family(
+        "scopefs_metadata_shipped_objects_total",
+        "counter",
+        "Metadata objects (logs, snapshots) put in the object store.",
+    );
+    t.sample("scopefs_metadata_shipped_objects_total", &[], objects);
+    t.family("scopefs_metadata_shipped_bytes_total", "counter", "Bytes of metadata objects put in the object store.");
+    t.sample("scopefs_metadata_shipped_bytes_total", &[], bytes);
+    t.family(
+        "scopefs_registry_unshipped_changes",
+        "gauge",
+        "Registry changes not yet in the object store (0: its newest copy is shipped).",
+    );
+    t.sample("scopefs_registry_unshipped_changes", &[], crate::registry_ship::unshipped_changes());
 }
 
 /// FUSE operations: counts, errors and latency histograms.

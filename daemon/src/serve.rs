@@ -95,12 +95,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let executor = crate::executor::build(&cfg, rt.handle().clone()).context("sandbox executor")?;
 
     let storage = open_storage(&cfg, &rt)?;
-    let mut registry = Registry::open(&setup::registry_path(&cfg)).context("opening the registry")?;
-    // `SCOPEFS_TEST_CLOCK_FILE`, honoured only by test builds (feature `test-hooks`).
-    if let Some(clock) = scopefs::testhooks::test_clock() {
-        registry = registry.with_clock(clock);
-    }
-    let registry = Arc::new(registry);
+    let registry = open_registry(&cfg, &rt, &storage)?;
     let billing = Arc::new(crate::billing_loop::BillingService::new(registry.clone(), cfg.pricing.clone()));
     tracing::info!(schema_version = registry.schema_version(), "registry open");
     if !inherited.mounts.is_empty() {
@@ -130,6 +125,29 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let result = rt.block_on(serve(listener, state, signals));
     rt.shutdown_timeout(Duration::from_secs(5));
     result
+}
+
+/// The registry: put back from the bucket first when the data directory has none (a lost disk),
+/// and shipped there from now on (`metadata_shipping`).
+fn open_registry(cfg: &Config, rt: &tokio::runtime::Runtime, storage: &Storage) -> anyhow::Result<Arc<Registry>> {
+    let path = setup::registry_path(cfg);
+    if cfg.metadata_shipping {
+        rt.block_on(crate::registry_ship::restore_if_missing(storage.store().as_ref(), &path))
+            .context("restoring the registry from the object store")?;
+    }
+    let mut registry = Registry::open(&path).context("opening the registry")?;
+    // `SCOPEFS_TEST_CLOCK_FILE`, honoured only by test builds (feature `test-hooks`).
+    if let Some(clock) = scopefs::testhooks::test_clock() {
+        registry = registry.with_clock(clock);
+    }
+    let registry = Arc::new(registry);
+    if cfg.metadata_shipping {
+        let _in_runtime = rt.enter();
+        let every = Duration::from_millis(cfg.metadata_sync_interval_ms);
+        let copy = path.with_extension("sqlite3-ship");
+        crate::registry_ship::start(registry.clone(), storage.store().clone(), copy, every);
+    }
+    Ok(registry)
 }
 
 /// The object store (counted for `/metrics`, probed with a put/get/delete) under local storage.

@@ -15,6 +15,7 @@ use super::error::EngineResult;
 use super::meta::MetaDb;
 use super::note::{self, Note};
 use super::requests::Answers;
+use super::ship::MetaShip;
 use super::types::ROOT_INO;
 
 /// Scope metadata databases open in this process (for `/metrics` and the scale benchmark).
@@ -101,6 +102,8 @@ struct Slot {
     collect_detached: AtomicBool,
     /// Answers of requests, shared with the engine (`requests.rs`).
     answers: Arc<Answers>,
+    /// Where committed batches are shipped (`None`: not shipped).
+    ship: Option<Arc<MetaShip>>,
 }
 
 impl Slot {
@@ -135,7 +138,16 @@ pub(crate) struct LazyMeta {
 impl LazyMeta {
     /// A database opened on first use; `open` is an already open one (a scope recovered at once,
     /// e.g. to replay its upload journal), sharing `answers`.
-    pub fn new(path: PathBuf, budget: Arc<MetaBudget>, open: Option<MetaDb>, answers: Arc<Answers>) -> LazyMeta {
+    pub fn new(
+        path: PathBuf,
+        budget: Arc<MetaBudget>,
+        mut open: Option<MetaDb>,
+        answers: Arc<Answers>,
+        ship: Option<Arc<MetaShip>>,
+    ) -> LazyMeta {
+        if let (Some(db), Some(ship)) = (open.as_mut(), &ship) {
+            db.attach_ship(ship.clone());
+        }
         let is_open = open.is_some();
         let slot = Arc::new(Slot {
             path,
@@ -143,6 +155,7 @@ impl LazyMeta {
             is_open: AtomicBool::new(is_open),
             collect_detached: AtomicBool::new(false),
             answers,
+            ship,
         });
         if is_open {
             OPEN_DATABASES.fetch_add(1, Ordering::Relaxed);
@@ -213,6 +226,9 @@ impl LazyMeta {
         }
         if guard.is_none() {
             let mut db = MetaDb::open_with(&self.slot.path, 0, 0, self.slot.answers.clone())?;
+            if let Some(ship) = &self.slot.ship {
+                db.attach_ship(ship.clone());
+            }
             note::forget(&self.slot.path)?;
             if self.slot.collect_detached.swap(false, Ordering::Relaxed) {
                 delete_detached(&mut db)?;
@@ -262,7 +278,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let budget = MetaBudget::new(2, 0);
         let metas: Vec<LazyMeta> = (0..3)
-            .map(|i| LazyMeta::new(dir.path().join(format!("{i}.sqlite3")), budget.clone(), None, Arc::default()))
+            .map(|i| LazyMeta::new(dir.path().join(format!("{i}.sqlite3")), budget.clone(), None, Arc::default(), None))
             .collect();
         let opened = |m: &LazyMeta| m.slot.is_open.load(Ordering::Relaxed);
         drop(metas[0].lock().unwrap());
@@ -288,8 +304,8 @@ mod tests {
             std::fs::create_dir(dir.path().join(d)).unwrap();
         }
         let path = dir.path().join("a/meta.sqlite3");
-        let meta = LazyMeta::new(path.clone(), budget.clone(), None, Arc::default());
-        let other = LazyMeta::new(dir.path().join("b/meta.sqlite3"), budget, None, Arc::default());
+        let meta = LazyMeta::new(path.clone(), budget.clone(), None, Arc::default(), None);
+        let other = LazyMeta::new(dir.path().join("b/meta.sqlite3"), budget, None, Arc::default(), None);
         assert!(meta.noted().is_none(), "never opened: nothing noted");
         let node = NewNode::plain(FileKind::File, 0o644);
         meta.lock().unwrap().insert(ROOT_INO, b"f", node, Owner { uid: 0, gid: 0 }, 100).unwrap();

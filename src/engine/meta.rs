@@ -12,6 +12,7 @@ use super::types::{FileKind, Ino, Owner, RenameMode, TimeSet, Usage, ROOT_INO};
 pub(crate) mod batch;
 mod open;
 pub(crate) mod redo;
+pub(crate) mod shipped;
 pub(crate) mod statements;
 use batch::Op;
 use rows::{inode_cols, link_cols, row_to_inode};
@@ -156,6 +157,8 @@ pub(crate) struct MetaDb {
     /// Places of directories met by `place` (creates ask for their parent's on every call);
     /// emptied by every rename and rmdir, bounded by `tree::PLACES_KEPT`.
     places: std::cell::RefCell<std::collections::HashMap<Ino, tree::Place>>,
+    /// Migrations ran at this open (the shipped chain does not know the schema it is at now).
+    migrated: bool,
 }
 
 impl MetaDb {

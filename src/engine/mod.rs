@@ -10,6 +10,7 @@
 
 mod cache;
 mod census;
+mod dirs;
 mod dirty;
 mod error;
 mod errseq;
@@ -23,7 +24,9 @@ mod note;
 mod openlog;
 mod paths;
 mod requests;
+pub mod restore;
 mod scope;
+pub(crate) mod ship;
 mod storage;
 mod types;
 mod upkeep;
@@ -37,6 +40,7 @@ pub use listing::{Listing, ListingMemory};
 pub use paths::{Change, ChangeObserver, PathEntry, WriteMode, WRITE_FILL_BYTES};
 pub use requests::RequestScope;
 pub use scope::{KernelProbe, ScopeEngine};
+pub use ship::shipped_totals;
 pub use storage::Storage;
 pub use types::*;
 pub use upkeep::{FsckReport, GcReport};

@@ -79,6 +79,8 @@ pub struct ScopeEngine {
     pub(crate) durability_failed: AtomicBool,
     /// Errors that may have lost data of open files, each reported to each handle once.
     pub(crate) errors: super::errseq::ErrSeq,
+    /// Ships the scope's committed metadata to the object store (`None`: not shipped).
+    pub(crate) ship: Option<Arc<super::ship::MetaShip>>,
 }
 
 /// Whether the kernel still holds inode `ino` (a mount's probe; see `ScopeEngine::set_kernel_probe`).
@@ -102,12 +104,12 @@ impl ScopeEngine {
     ) -> EngineResult<Arc<ScopeEngine>> {
         let id = scope_id.as_str().to_string();
         let meta_dir = storage.scope_meta_dir(&id);
-        let shares = super::storage::StoreShares::of(&storage);
         let staging = storage.scope_staging_dir(&id);
         let blocks_dir = staging.join("blocks");
         let open_dir = staging.join("open");
         let db_path = meta_dir.join("meta.sqlite3");
-        let db_exists = db_path.exists();
+        let mut db_exists = db_path.exists();
+        let ship = super::ship::MetaShip::for_scope(&storage, &id);
         // One walk of the staging directory (taken at startup for every scope at once).
         let census = storage.staging_census(&id);
         let dirs = [
@@ -121,7 +123,8 @@ impl ScopeEngine {
                 super::storage::private_dir(d)?;
             }
         }
-        let staged_bytes = AtomicU64::new(census.bytes);
+        // No local database: the bucket may hold the scope's (a lost disk, another host's).
+        db_exists = db_exists || ship.is_some() && storage.restore_scope_now(&id, &db_path)?;
         // Staging left behind (an upload journal to replay, write buffers to drop) is recovered
         // now; a scope with none opens its database on first use.
         let eager = census.has_work() || !db_exists;
@@ -131,12 +134,13 @@ impl ScopeEngine {
             // Open from now on: the usage a close noted is no longer the database's.
             super::note::forget(&db_path)?;
         }
-        let meta = LazyMeta::new(db_path, storage.meta_budget.clone(), db, answers.clone());
+        let meta = LazyMeta::new(db_path, storage.meta_budget.clone(), db, answers.clone(), ship.clone());
         if !resumed {
             // A fresh mount: no kernel holds an inode without a name any more.
             meta.collect_detached()?;
         }
         let engine = Arc::new_cyclic(|me| ScopeEngine {
+            shares: super::storage::StoreShares::of(&storage),
             scope_id,
             storage,
             meta,
@@ -146,7 +150,7 @@ impl ScopeEngine {
             read_only: AtomicBool::new(false),
             quota: Mutex::new(quota),
             pending_growth: Mutex::new(0),
-            staged_bytes,
+            staged_bytes: AtomicU64::new(census.bytes),
             dirty_memory: AtomicU64::new(0),
             writeback: Default::default(),
             open_files: Mutex::new(HashMap::new()),
@@ -156,7 +160,6 @@ impl ScopeEngine {
             next_fh: AtomicU64::new(first_handle()),
             commit_each_write: AtomicBool::new(false),
             uploads: UploadQueue::default(),
-            shares,
             inline: Default::default(),
             observer: Mutex::new(None),
             kernel_unknown: AtomicBool::new(resumed),
@@ -165,7 +168,9 @@ impl ScopeEngine {
             open_log: super::openlog::OpenLog::new(),
             durability_failed: AtomicBool::new(false),
             errors: Default::default(),
+            ship,
         });
+        super::ship::MetaShip::start_for(&engine);
         if eager {
             engine.recover()?;
         }
@@ -611,79 +616,6 @@ impl ScopeEngine {
                 tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");
             }
         }
-    }
-
-    /// Children of a directory (without `.` and `..`).
-    pub fn readdir(&self, ino: Ino) -> EngineResult<Vec<DirEntry>> {
-        let rows = {
-            let meta = self.meta.lock()?;
-            if meta.inode(ino)?.kind != FileKind::Dir {
-                return Err(EngineError::NotDir);
-            }
-            meta.children(ino)?
-        };
-        Ok(self.entries(rows))
-    }
-
-    /// One page of a directory's names: at most `limit` entries after cursor `after` (0 starts; then
-    /// the `cursor` of the last entry returned). A listing paged this way needs no snapshot: every
-    /// name present for the whole walk is returned exactly once, names added or removed meanwhile at
-    /// most once.
-    pub fn readdir_page(&self, ino: Ino, after: u64, limit: usize) -> EngineResult<Vec<DirEntry>> {
-        let rows = {
-            let meta = self.meta.lock()?;
-            if meta.inode(ino)?.kind != FileKind::Dir {
-                return Err(EngineError::NotDir);
-            }
-            meta.children_after(ino, after, limit)?
-        };
-        Ok(self.entries(rows))
-    }
-
-    /// Directory entries of metadata rows.
-    fn entries(&self, rows: Vec<InodeRow>) -> Vec<DirEntry> {
-        rows.into_iter()
-            .map(|row| {
-                let attr = self.attr_of(&row);
-                let cursor = super::meta::cursor_of(&row);
-                DirEntry { name: row.name.unwrap_or_default(), attr, cursor }
-            })
-            .collect()
-    }
-
-    /// The parent directory of a directory (root is its own parent).
-    pub fn parent_of(&self, ino: Ino) -> EngineResult<Ino> {
-        if ino == ROOT_INO {
-            return Ok(ROOT_INO);
-        }
-        self.meta.lock()?.inode(ino)?.parent.ok_or(EngineError::NotFound)
-    }
-
-    /// The virtual path of an inode, if it still has a name.
-    pub fn path_of(&self, ino: Ino) -> EngineResult<Option<String>> {
-        self.meta.lock()?.path_of(ino)
-    }
-
-    pub fn statfs(&self) -> EngineResult<StatFs> {
-        const BSIZE: u64 = 4096;
-        let q = self.quota();
-        let (used, pending) = match self.meta.noted() {
-            // An idle scope: its database holds exactly the noted usage (nothing is opened).
-            Some(noted) => (noted.usage, (*self.pending_growth.lock()).max(0) as u64),
-            None => {
-                let meta = self.meta.lock()?;
-                (meta.usage()?, (*self.pending_growth.lock()).max(0) as u64)
-            }
-        };
-        let used_bytes = used.bytes + pending;
-        Ok(StatFs {
-            block_size: BSIZE as u32,
-            total_blocks: q.bytes / BSIZE,
-            free_blocks: q.bytes.saturating_sub(used_bytes) / BSIZE,
-            total_inodes: q.inodes,
-            free_inodes: q.inodes.saturating_sub(used.inodes + used.links),
-            max_name_len: names::MAX_NAME_LEN as u32,
-        })
     }
 }
 

@@ -248,6 +248,22 @@ impl Storage {
         (self.cache.stats.hits.load(Ordering::Relaxed), self.cache.stats.misses.load(Ordering::Relaxed))
     }
 
+    /// Restores a scope's metadata database at `db_path` from the bucket (`restore.rs`); `false`
+    /// when the bucket holds none of it.
+    pub(crate) fn restore_scope_now(&self, scope: &str, db_path: &Path) -> EngineResult<bool> {
+        let restored = self.rt.block_on(super::restore::restore_scope(&*self.store, scope, db_path))?;
+        if let Some(r) = &restored {
+            tracing::info!(
+                scope,
+                seq = r.seq,
+                objects = r.objects,
+                blocks_missing = r.blocks_missing,
+                "restored a scope's metadata from the object store"
+            );
+        }
+        Ok(restored.is_some())
+    }
+
     pub(crate) fn scope_meta_dir(&self, scope: &str) -> PathBuf {
         self.data_dir.join("scopes").join(scope)
     }
@@ -292,26 +308,12 @@ impl Storage {
     }
 
     /// Runs one store request with the configured timeout, retrying transient failures `attempts` times.
-    pub(crate) async fn with_retry<T, F, Fut>(&self, attempts: u32, mut op: F) -> Result<T, StoreError>
+    pub(crate) async fn with_retry<T, F, Fut>(&self, attempts: u32, op: F) -> Result<T, StoreError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        let timeout = self.settings.store_timeout;
-        let mut last = StoreError::Timeout(timeout);
-        for attempt in 0..attempts.max(1) {
-            if attempt > 0 {
-                let backoff = Duration::from_millis(100u64 << attempt.min(5)).min(Duration::from_secs(2));
-                tokio::time::sleep(backoff).await;
-            }
-            match tokio::time::timeout(timeout, op()).await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if !e.is_transient() => return Err(e),
-                Ok(Err(e)) => last = e,
-                Err(_) => last = StoreError::Timeout(timeout),
-            }
-        }
-        Err(last)
+        retry_store(self.settings.store_timeout, attempts, op).await
     }
 
     /// Downloads one block, verifies its SHA-256 and caches it; foreground (bounded attempts). A
@@ -494,6 +496,29 @@ impl ScopeEngine {
     pub fn staging_bytes(&self) -> u64 {
         self.staged_bytes.load(Ordering::Relaxed)
     }
+}
+
+/// Runs a store request up to `attempts` times, each bounded by `timeout`, backing off between
+/// attempts (100 ms doubling, at most 2 s); an error that is not transient ends it at once.
+pub(crate) async fn retry_store<T, F, Fut>(timeout: Duration, attempts: u32, mut op: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let mut last = StoreError::Timeout(timeout);
+    for attempt in 0..attempts.max(1) {
+        if attempt > 0 {
+            let backoff = Duration::from_millis(100u64 << attempt.min(5)).min(Duration::from_secs(2));
+            tokio::time::sleep(backoff).await;
+        }
+        match tokio::time::timeout(timeout, op()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if !e.is_transient() => return Err(e),
+            Ok(Err(e)) => last = e,
+            Err(_) => last = StoreError::Timeout(timeout),
+        }
+    }
+    Err(last)
 }
 
 #[cfg(test)]

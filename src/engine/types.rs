@@ -242,6 +242,14 @@ pub struct StorageSettings {
     /// Bytes of those one scope's downloads may hold (`limits.fetch_memory_per_scope_bytes`; at
     /// least one download's): its further readers wait for its own, its readahead is skipped.
     pub fetch_memory_per_scope_bytes: u64,
+    /// How long a committed metadata batch may wait before it is shipped to the object store
+    /// (`metadata_sync_interval_ms`; `None`: metadata is not shipped, see `ship.rs`).
+    pub metadata_sync: Option<Duration>,
+    /// Bytes of committed metadata batches one scope, and the whole daemon, may hold waiting to be
+    /// shipped (`limits.metadata_queue_per_scope_bytes`, `limits.metadata_queue_max_bytes`); past
+    /// either, the scope's queue is dropped for a snapshot.
+    pub metadata_queue_per_scope_bytes: u64,
+    pub metadata_queue_max_bytes: u64,
 }
 
 impl Default for StorageSettings {
@@ -277,6 +285,9 @@ impl Default for StorageSettings {
             metadata_cache_max_bytes: 256 * 1024 * 1024,
             fetch_memory_max_bytes: 256 * 1024 * 1024,
             fetch_memory_per_scope_bytes: limits.fetch_memory_per_scope_bytes,
+            metadata_sync: None,
+            metadata_queue_per_scope_bytes: limits.metadata_queue_per_scope_bytes,
+            metadata_queue_max_bytes: limits.metadata_queue_max_bytes,
         }
     }
 }

@@ -479,7 +479,14 @@ impl ScopeEngine {
         let files = self.sync_journal_files(&shas).and_then(|()| self.sync_inline_marker());
         let synced = files.map_err(|e| (true, e)).and_then(|()| {
             let mut meta = self.meta.lock().map_err(|e| (false, e))?;
-            meta.make_durable().map_err(|e| (failed_flush(&e), e))
+            meta.make_durable().map_err(|e| (failed_flush(&e), e))?;
+            Ok(meta.committed_seq())
+        });
+        // Every batch committed so far is in the object store too (names and versions as durable
+        // as blocks): what the shipper lacks it ships now.
+        let synced = synced.and_then(|seq| match &self.ship {
+            Some(ship) => ship.wait_shipped(seq).map_err(|e| (false, e)),
+            None => Ok(()),
         });
         if let Err((lost, e)) = synced {
             self.uploads.unsynced.lock().extend(shas);
@@ -580,6 +587,11 @@ impl ScopeEngine {
     /// Blocks queued or in flight.
     pub fn pending_uploads(&self) -> usize {
         self.uploads.pending.lock().len()
+    }
+
+    /// Committed metadata batches not yet shipped to the object store (0 when not shipped).
+    pub fn pending_metadata_batches(&self) -> u64 {
+        self.ship.as_ref().map_or(0, |s| s.pending())
     }
 }
 

@@ -271,6 +271,25 @@ impl Registry {
         self.clock.now_ms()
     }
 
+    /// Rows changed through this handle since it opened (a cheap "anything new?" for shipping).
+    pub fn changes(&self) -> u64 {
+        let conn = self.conn.lock();
+        // SAFETY: reads a counter of this open connection; no pointer is kept.
+        unsafe { rusqlite::ffi::sqlite3_total_changes64(conn.handle()) as u64 }
+    }
+
+    /// Writes a consistent copy of the registry to `to` (SQLite's online backup), replacing any
+    /// file there.
+    pub fn snapshot_to(&self, to: &Path) -> Result<(), RegistryError> {
+        match std::fs::remove_file(to) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(RegistryError::Io(e)),
+            _ => {}
+        }
+        let conn = self.conn.lock();
+        conn.backup(rusqlite::MAIN_DB, to, None::<fn(rusqlite::backup::Progress)>)?;
+        Ok(())
+    }
+
     /// The schema version the database is at (after migrations).
     pub fn schema_version(&self) -> i64 {
         self.schema_version

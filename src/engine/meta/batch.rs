@@ -101,6 +101,7 @@ impl Op<'_> {
             redo::finish_record(rec, request, self.answer.get());
             // On failure `drop` sees the unlogged statements and undoes them.
             self.redo.log.append(rec)?;
+            self.redo.keep_for_shipping(rec);
             self.redo.ops += 1;
             self.answers.logged(request, self.answer.get());
         }
@@ -152,14 +153,17 @@ fn commit_batch(conn: &Connection, redo: &mut Redo, answers: &Answers, poisoned:
         return Ok(());
     }
     let state = fresh_id();
+    let seq = redo.seq + 1;
     let committed = conn
-        .prepare_cached("UPDATE redo_state SET epoch = epoch + 1, state = ?1, answered = ?2 WHERE id = 1")
-        .and_then(|mut st| st.execute(rusqlite::params![state as i64, answers.for_commit()]))
+        .prepare_cached(
+            "UPDATE redo_state SET epoch = epoch + 1, state = ?1, answered = ?2, ship_seq = ?3 WHERE id = 1",
+        )
+        .and_then(|mut st| st.execute(rusqlite::params![state as i64, answers.for_commit(), seq as i64]))
         .and_then(|_| faults::inject(faults::Point::Commit))
         .and_then(|()| conn.execute_batch("COMMIT"));
     match committed {
         Ok(()) => {
-            redo.committed(state);
+            redo.committed_batch(state, seq);
             Ok(())
         }
         Err(e) => {
@@ -192,6 +196,7 @@ fn restore_batch(conn: &Connection, redo: &mut Redo) -> EngineResult<()> {
         return Err(e);
     }
     redo.ops = records.len() as u32;
+    redo.kept_again(&records);
     redo.started = Some(Instant::now());
     Ok(())
 }
@@ -273,6 +278,30 @@ impl MetaDb {
         // SQLite's online backup (no `ATTACH`, which the connection's authorizer refuses).
         self.conn.backup(rusqlite::MAIN_DB, to, None::<fn(rusqlite::backup::Progress)>)?;
         Ok(())
+    }
+
+    /// Commits the open batch, then writes a consistent copy of the database to `to` (replacing
+    /// any file there); returns the batch number and state id the copy is at (for shipping).
+    pub fn snapshot_to(&mut self, to: &std::path::Path) -> EngineResult<(u64, u64)> {
+        match std::fs::remove_file(to) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+        self.copy_to(to)?;
+        Ok((self.redo.seq, self.redo.base))
+    }
+
+    /// Hands every batch committed from now on to `ship`, telling it where the database stands (a
+    /// database migrated at this open counts as a state it has not seen: the next object shipped
+    /// is a snapshot).
+    pub(crate) fn attach_ship(&mut self, ship: std::sync::Arc<crate::engine::ship::MetaShip>) {
+        ship.opened(self.redo.seq, if self.migrated { 0 } else { self.redo.base });
+        self.redo.ship = Some(ship);
+    }
+
+    /// The number of the newest committed batch.
+    pub fn committed_seq(&self) -> u64 {
+        self.redo.seq
     }
 
     /// Mutations in the open batch (in the redo log, not yet committed).

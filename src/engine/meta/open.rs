@@ -131,16 +131,18 @@ impl MetaDb {
             replay_legacy(&conn, path)?;
         }
         mode.store(MODE_OPEN, Ordering::Relaxed);
-        if migrate::SCOPE_META.last().is_some_and(|m| m.version != version) {
+        let migrated = migrate::SCOPE_META.last().is_some_and(|m| m.version != version);
+        if migrated {
             migrate::apply(&mut conn, migrate::SCOPE_META)?;
         }
         ensure_root(&conn, root_uid, root_gid)?;
-        let redo = match redo {
+        let mut redo = match redo {
             Some(redo) => redo,
             None => replay(&conn, path, &answers)?,
         };
+        redo.seq = conn.query_row("SELECT ship_seq FROM redo_state WHERE id = 1", [], |r| r.get::<_, i64>(0))? as u64;
         mode.store(MODE_LIVE, Ordering::Relaxed);
-        Ok(MetaDb { conn, redo, answers, poisoned: false, places: Default::default() })
+        Ok(MetaDb { conn, redo, answers, poisoned: false, places: Default::default(), migrated })
     }
 }
 

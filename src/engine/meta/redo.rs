@@ -10,12 +10,14 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rusqlite::types::{Value, ValueRef};
 
 use super::statements::{self, Stmt};
 use crate::engine::logfile::{self, Found, LogFile};
+use crate::engine::ship::MetaShip;
 
 /// First bytes of a redo log's header (format 2).
 pub(crate) const MAGIC: [u8; 8] = *b"SFREDO\x02\x00";
@@ -36,6 +38,13 @@ pub(crate) struct Redo {
     pub(super) ops: u32,
     /// When the open batch began (`None`: no batch open).
     pub(super) started: Option<Instant>,
+    /// The committed state's number in order (`redo_state.ship_seq`).
+    pub(super) seq: u64,
+    /// Where committed batches go to be shipped to the object store (`None`: not shipped).
+    pub(super) ship: Option<Arc<MetaShip>>,
+    /// A copy of the open batch's records, for the shipper (kept only while shipping: reading
+    /// them back from the log would check every MAC again).
+    kept: Vec<Vec<u8>>,
 }
 
 impl Redo {
@@ -49,7 +58,7 @@ impl Redo {
             _ => Vec::new(),
         };
         log.begin(base);
-        Ok((Redo { log, base, ops: 0, started: None }, records))
+        Ok((Redo { log, base, ops: 0, started: None, seq: 0, ship: None, kept: Vec::new() }, records))
     }
 
     /// The records of the open batch as the file holds them now (to put a rolled-back batch back).
@@ -62,11 +71,45 @@ impl Redo {
         Ok(if found.parent == Some(self.base) { found.records } else { Vec::new() })
     }
 
+    /// The open batch committed as state `state`, number `seq`: its records are handed to the
+    /// shipper (read back before the next generation starts over them; one that cannot be read
+    /// makes the shipper take a snapshot instead), and the next batch goes into a new generation.
+    pub fn committed_batch(&mut self, state: u64, seq: u64) {
+        if let Some(ship) = &self.ship {
+            let kept = std::mem::take(&mut self.kept);
+            if kept.len() == self.ops as usize {
+                ship.batch(seq, state, kept);
+            } else {
+                match self.reread() {
+                    Ok(records) => ship.batch(seq, state, records),
+                    Err(e) => ship.lost_batch(seq, state, &e),
+                }
+            }
+        }
+        self.seq = seq;
+        self.committed(state);
+    }
+
+    /// A record appended to the open batch: kept for the shipper, when shipping.
+    pub fn keep_for_shipping(&mut self, record: &[u8]) {
+        if self.ship.is_some() {
+            self.kept.push(record.to_vec());
+        }
+    }
+
+    /// The open batch was put back from the log: what it now holds is what is kept.
+    pub fn kept_again(&mut self, records: &[Vec<u8>]) {
+        if self.ship.is_some() {
+            self.kept = records.to_vec();
+        }
+    }
+
     /// The batch committed as state `state`: the next batch's records go into a new generation.
     pub fn committed(&mut self, state: u64) {
         self.base = state;
         self.ops = 0;
         self.started = None;
+        self.kept.clear();
         self.log.begin(state);
     }
 }

@@ -1,0 +1,77 @@
+//! A scope's database rebuilt from what was shipped to the bucket (`engine/restore.rs`): a
+//! snapshot's copy, with the batches of its generation's logs run onto it in order (the typed
+//! statements of `statements.rs`, as a replay runs them), and the staged blocks the copy names.
+
+use std::path::Path;
+
+use rusqlite::{params, Connection};
+
+use super::batch;
+use super::statements as st;
+use crate::engine::ship::Batch;
+use crate::engine::{EngineError, EngineResult};
+
+/// A snapshot's copy being rebuilt.
+pub(crate) struct Rebuild {
+    conn: Connection,
+}
+
+impl Rebuild {
+    /// Opens the copy at `path` (a snapshot's bytes); `Invalid` when SQLite finds it damaged.
+    pub fn open(path: &Path) -> EngineResult<Rebuild> {
+        let conn = Connection::open(path)?;
+        let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        if check != "ok" {
+            return Err(EngineError::Invalid("a shipped metadata snapshot is damaged"));
+        }
+        Ok(Rebuild { conn })
+    }
+
+    /// The batch number and state id the copy is at.
+    pub fn head(&self) -> EngineResult<(u64, u64)> {
+        let (seq, state): (i64, i64) =
+            self.conn
+                .query_row("SELECT ship_seq, state FROM redo_state WHERE id = 1", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok((seq as u64, state as u64))
+    }
+
+    /// Runs one shipped batch as one transaction, leaving the copy at its number and state.
+    pub fn apply(&self, b: &Batch) -> EngineResult<()> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        let applied = batch::apply(&self.conn, &b.records).and_then(|_| {
+            self.conn.execute(
+                "UPDATE redo_state SET epoch = epoch + 1, state = ?1, ship_seq = ?2 WHERE id = 1",
+                params![b.state as i64, b.seq as i64],
+            )?;
+            Ok(self.conn.execute_batch("COMMIT")?)
+        });
+        if applied.is_err() && !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        applied
+    }
+
+    /// Blocks the copy names as not yet uploaded: each one's digest, and its bytes when the
+    /// database holds them (inline).
+    pub fn staged_blocks(&self) -> EngineResult<Vec<(String, Option<Vec<u8>>)>> {
+        let mut q = self.conn.prepare(
+            "SELECT b.sha256, i.data FROM blocks b LEFT JOIN staged_inline i ON i.sha256 = b.sha256
+             WHERE b.state = 'staged'",
+        )?;
+        let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// A staged block found (or put) in the store: marked uploaded, its inline copy dropped.
+    pub fn mark_uploaded(&self, sha: &str) -> EngineResult<()> {
+        batch::run(&self.conn, &st::MARK_UPLOADED, &[sha.to_string().into()])?;
+        batch::run(&self.conn, &st::DELETE_INLINE, &[sha.to_string().into()])?;
+        Ok(())
+    }
+
+    /// Ends the rebuild: the copy's WAL folded into its file.
+    pub fn finish(self) -> EngineResult<()> {
+        self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        self.conn.close().map_err(|(_, e)| EngineError::from(e))
+    }
+}

@@ -1,0 +1,161 @@
+//! A scope's metadata database restored from the bucket alone (issue 23): the newest generation's
+//! newest snapshot (`ship.rs`), the log objects that follow it without a gap run onto it in order,
+//! and the blocks it names checked against the store. Used by `scopefs restore` and by a daemon
+//! asked to serve a scope it has no local database of.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::meta::shipped::Rebuild;
+use super::ship::{self, Shipped};
+use super::{EngineError, EngineResult};
+use crate::store::{block_key, ObjectStore, StoreError};
+
+/// What a restore found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoredScope {
+    /// The batch number the database was restored to.
+    pub seq: u64,
+    /// Objects read: the snapshot and the logs after it.
+    pub objects: usize,
+    /// Batches run onto the snapshot.
+    pub batches: u64,
+    /// Staged blocks the store does not hold (their files read as damaged).
+    pub blocks_missing: u64,
+}
+
+/// Attempts of each store request of a restore.
+const ATTEMPTS: u32 = 4;
+/// Bound on each store request of a restore.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn retried<T, F, Fut>(op: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    super::storage::retry_store(REQUEST_TIMEOUT, ATTEMPTS, op).await
+}
+
+/// Whether the bucket holds any shipped metadata of `scope`.
+pub async fn has_shipped(store: &dyn ObjectStore, scope: &str) -> EngineResult<bool> {
+    let prefix = ship::prefix(scope);
+    let listed = retried(|| store.list(&prefix)).await?;
+    Ok(listed.iter().any(|o| Shipped::parse(scope, &o.key).is_some()))
+}
+
+/// Restores the database of `scope` at `db_path` from the bucket; `None` when the bucket holds no
+/// metadata of it (nothing is written then). Whatever was at `db_path` (and its WAL and redo log)
+/// is replaced once the rebuilt copy is complete.
+pub async fn restore_scope(
+    store: &dyn ObjectStore,
+    scope: &str,
+    db_path: &Path,
+) -> EngineResult<Option<RestoredScope>> {
+    let prefix = ship::prefix(scope);
+    let listed = retried(|| store.list(&prefix)).await?;
+    let found: Vec<Shipped> = listed.iter().filter_map(|o| Shipped::parse(scope, &o.key)).collect();
+    // The newest generation with a snapshot (a generation's first object is its snapshot).
+    let Some((gen, seq, state)) = found
+        .iter()
+        .filter_map(|o| match *o {
+            Shipped::Snapshot { gen, seq, state } => Some((gen, seq, state)),
+            Shipped::Log { .. } => None,
+        })
+        .max()
+    else {
+        return Ok(None);
+    };
+    let logs: BTreeMap<u64, Shipped> = found
+        .iter()
+        .filter_map(|o| match *o {
+            Shipped::Log { gen: g, first, .. } if g == gen && first > seq => Some((first, *o)),
+            _ => None,
+        })
+        .collect();
+    let tmp = sibling(db_path, "-restore");
+    let snapshot = Shipped::Snapshot { gen, seq, state }.key(scope);
+    let bytes = retried(|| store.get(&snapshot)).await?;
+    write_private(&tmp, &bytes)?;
+    let rebuilt = rebuild(store, scope, &tmp, &logs, seq).await;
+    let restored = match rebuilt {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    for suffix in ["-wal", "-shm", "-redo"] {
+        match std::fs::remove_file(sibling(db_path, suffix)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+    }
+    std::fs::rename(&tmp, db_path)?;
+    if let Some(dir) = db_path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(Some(restored))
+}
+
+/// Runs the chain of logs after the snapshot (batch `seq`) onto the copy at `tmp`, then settles
+/// the staged blocks it names.
+async fn rebuild(
+    store: &dyn ObjectStore,
+    scope: &str,
+    tmp: &Path,
+    logs: &BTreeMap<u64, Shipped>,
+    seq: u64,
+) -> EngineResult<RestoredScope> {
+    let db = Rebuild::open(tmp)?;
+    let mut out = RestoredScope { seq: db.head()?.0, objects: 1, ..Default::default() };
+    if out.seq != seq {
+        return Err(EngineError::Invalid("a shipped metadata snapshot is not at the batch its name says"));
+    }
+    while let Some(log) = logs.get(&(out.seq + 1)) {
+        let key = log.key(scope);
+        let body = retried(|| store.get(&key)).await?;
+        let batches = ship::decode_log(&body).ok_or(EngineError::Invalid("a shipped metadata log is damaged"))?;
+        for b in &batches {
+            if b.seq != out.seq + 1 {
+                return Err(EngineError::Invalid("a shipped metadata log does not follow its snapshot"));
+            }
+            db.apply(b)?;
+            out.seq = b.seq;
+            out.batches += 1;
+        }
+        out.objects += 1;
+    }
+    for (sha, inline) in db.staged_blocks()? {
+        let key = block_key(scope, &sha);
+        let present = match inline {
+            // The database holds its bytes: put them where they belong.
+            Some(data) => retried(|| store.put(&key, bytes::Bytes::from(data.clone()))).await.map(|()| true)?,
+            None => retried(|| store.head(&key)).await?.is_some(),
+        };
+        if present {
+            db.mark_uploaded(&sha)?;
+        } else {
+            out.blocks_missing += 1;
+        }
+    }
+    db.finish()?;
+    std::fs::File::open(tmp)?.sync_all()?;
+    Ok(out)
+}
+
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> EngineResult<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    Ok(())
+}

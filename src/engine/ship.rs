@@ -1,0 +1,528 @@
+//! Metadata in the bucket (issue 23): a scope's committed metadata batches shipped to the object
+//! store as immutable objects under `scopes/<id>/meta/`, so a scope whose host disk is lost comes
+//! back from the bucket alone (`restore.rs`).
+//!
+//! Every batch commit of the scope's database numbers its state in order (`redo_state.ship_seq`)
+//! and hands its redo records (typed statements, `meta/redo.rs`) to this scope's shipper, which
+//! puts them, grouped, as a **log object** within `metadata_sync_interval` (at once when an
+//! `fsync` waits for them). A **snapshot** (a consistent copy of the database) starts each
+//! generation and compacts it once its logs outweigh twice the last snapshot; objects it supersedes are
+//! deleted after it is in the store. Keys (hex, fixed width, so they sort):
+//!
+//! - `scopes/<id>/meta/g<gen>/s<seq>-<state>`: the database at batch `seq` (its state id `state`);
+//! - `scopes/<id>/meta/g<gen>/l<first>-<last>-<state>`: batches `first..=last`, `state` the last's.
+//!
+//! A **generation** is one unbroken chain of batches. A process continues the newest generation
+//! in the bucket only when that generation ends exactly at the state its database opened at;
+//! otherwise (batches committed and never shipped before a crash, a power loss that rolled the
+//! database back behind the bucket, a restore elsewhere) it starts generation `newest + 1` with a
+//! snapshot, so no object is ever written twice and a restore follows one chain. Nothing on the
+//! create/write/close path waits for the network: a commit only queues its records (a scope's queue
+//! past `limits.metadata_queue_per_scope_bytes`, or one that would take the daemon's queues past
+//! `limits.metadata_queue_max_bytes`, is dropped for a snapshot, which covers it).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+
+use super::error::{EngineError, EngineResult};
+use super::scope::ScopeEngine;
+use super::storage::Storage;
+use crate::store::StoreError;
+
+/// Bytes of batches queued in this process, every scope's (`metadata_queue_max_bytes`).
+static QUEUED_BYTES: AtomicU64 = AtomicU64::new(0);
+/// One snapshot is copied and put at a time in this process (it is held in memory while put).
+static SNAPSHOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+/// Log bytes of a generation, past its last snapshot, that never trigger a compaction on their own.
+const COMPACT_MIN_BYTES: u64 = 4 << 20;
+/// Metadata objects put by this process, and their bytes (for `/metrics` and the cost benchmark).
+static OBJECTS_SHIPPED: AtomicU64 = AtomicU64::new(0);
+static BYTES_SHIPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Metadata objects this process put in the object store, and their bytes.
+pub fn shipped_totals() -> (u64, u64) {
+    (OBJECTS_SHIPPED.load(Ordering::Relaxed), BYTES_SHIPPED.load(Ordering::Relaxed))
+}
+
+/// First bytes of a log object.
+const LOG_MAGIC: [u8; 8] = *b"SFSHIP\x01\x00";
+
+/// One committed batch: its number, its state id and its redo records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Batch {
+    pub seq: u64,
+    pub state: u64,
+    pub records: Vec<Vec<u8>>,
+}
+
+impl Batch {
+    fn bytes(&self) -> u64 {
+        self.records.iter().map(|r| r.len() as u64 + 4).sum::<u64>() + 20
+    }
+}
+
+/// What one shipped object is, from its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shipped {
+    Snapshot { gen: u64, seq: u64, state: u64 },
+    Log { gen: u64, first: u64, last: u64, state: u64 },
+}
+
+impl Shipped {
+    pub fn gen(&self) -> u64 {
+        match *self {
+            Shipped::Snapshot { gen, .. } | Shipped::Log { gen, .. } => gen,
+        }
+    }
+
+    /// The batch the object ends at, and its state.
+    pub fn head(&self) -> (u64, u64) {
+        match *self {
+            Shipped::Snapshot { seq, state, .. } => (seq, state),
+            Shipped::Log { last, state, .. } => (last, state),
+        }
+    }
+
+    pub fn key(&self, scope: &str) -> String {
+        match *self {
+            Shipped::Snapshot { gen, seq, state } => format!("{}g{gen:016x}/s{seq:016x}-{state:016x}", prefix(scope)),
+            Shipped::Log { gen, first, last, state } => {
+                format!("{}g{gen:016x}/l{first:016x}-{last:016x}-{state:016x}", prefix(scope))
+            }
+        }
+    }
+
+    /// The object a key names (`None`: not a key this module writes).
+    pub fn parse(scope: &str, key: &str) -> Option<Shipped> {
+        let rest = key.strip_prefix(&prefix(scope))?;
+        let (g, name) = rest.split_once('/')?;
+        let hex = |s: &str| (s.len() == 16).then(|| u64::from_str_radix(s, 16).ok()).flatten();
+        let gen = hex(g.strip_prefix('g')?)?;
+        if let Some(s) = name.strip_prefix('s') {
+            let (seq, state) = s.split_once('-')?;
+            return Some(Shipped::Snapshot { gen, seq: hex(seq)?, state: hex(state)? });
+        }
+        let mut parts = name.strip_prefix('l')?.split('-');
+        let (first, last, state) = (hex(parts.next()?)?, hex(parts.next()?)?, hex(parts.next()?)?);
+        (parts.next().is_none() && first <= last).then_some(Shipped::Log { gen, first, last, state })
+    }
+}
+
+/// Prefix of every metadata object of a scope.
+pub(crate) fn prefix(scope: &str) -> String {
+    format!("{}meta/", crate::store::scope_prefix(scope))
+}
+
+/// A log object's bytes: magic, batches, and a BLAKE3 of all before it (a torn or altered object
+/// is refused whole).
+pub(crate) fn encode_log(batches: &[Batch]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(batches.iter().map(Batch::bytes).sum::<u64>() as usize + 44);
+    out.extend_from_slice(&LOG_MAGIC);
+    out.extend_from_slice(&(batches.len() as u32).to_le_bytes());
+    for b in batches {
+        out.extend_from_slice(&b.seq.to_le_bytes());
+        out.extend_from_slice(&b.state.to_le_bytes());
+        out.extend_from_slice(&(b.records.len() as u32).to_le_bytes());
+        for r in &b.records {
+            out.extend_from_slice(&(r.len() as u32).to_le_bytes());
+            out.extend_from_slice(r);
+        }
+    }
+    let sum = blake3::hash(&out);
+    out.extend_from_slice(sum.as_bytes());
+    out
+}
+
+/// The batches of a log object; `None` when it is not one `encode_log` wrote, whole.
+pub(crate) fn decode_log(all: &[u8]) -> Option<Vec<Batch>> {
+    let (body, sum) = all.split_at(all.len().checked_sub(32)?);
+    if blake3::hash(body).as_bytes() != sum || body.get(..8)? != LOG_MAGIC {
+        return None;
+    }
+    let mut at = 8usize;
+    let mut take = |n: usize| {
+        let s = body.get(at..at + n);
+        at += n;
+        s
+    };
+    let u32_of = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes"));
+    let u64_of = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let count = u32_of(take(4)?);
+    let mut batches = Vec::new();
+    for _ in 0..count {
+        let (seq, state) = (u64_of(take(8)?), u64_of(take(8)?));
+        let n = u32_of(take(4)?);
+        let mut records = Vec::new();
+        for _ in 0..n {
+            let len = u32_of(take(4)?) as usize;
+            records.push(take(len)?.to_vec());
+        }
+        batches.push(Batch { seq, state, records });
+    }
+    (at == body.len()).then_some(batches)
+}
+
+/// The shipper of one scope: the batches committed and not yet in the store, and where its chain
+/// stands in the bucket.
+pub(crate) struct MetaShip {
+    scope: String,
+    storage: Arc<Storage>,
+    state: Mutex<ShipState>,
+    shipped_cv: Condvar,
+    wake: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct ShipState {
+    /// The database's state when the queue's first batch was committed on it: (seq, state id).
+    base: (u64, u64),
+    queue: VecDeque<Batch>,
+    queue_bytes: u64,
+    /// The generation being written (`None`: the bucket not looked at yet by this process).
+    gen: Option<u64>,
+    /// Objects of earlier generations, or superseded in this one: deleted after the next snapshot.
+    stale: Vec<String>,
+    /// Objects of this generation since its last snapshot (that snapshot first).
+    current: Vec<String>,
+    /// The newest batch whose effect is in the store.
+    shipped: u64,
+    need_snapshot: bool,
+    log_bytes: u64,
+    snapshot_bytes: u64,
+    /// The last failure, and how many there were (waiters give up on a new one).
+    error: Option<String>,
+    failures: u64,
+}
+
+impl ShipState {
+    fn push_back(&mut self, b: Batch) {
+        let n = b.bytes();
+        self.queue_bytes += n;
+        QUEUED_BYTES.fetch_add(n, Ordering::Relaxed);
+        self.queue.push_back(b);
+    }
+
+    fn push_front(&mut self, b: Batch) {
+        let n = b.bytes();
+        self.queue_bytes += n;
+        QUEUED_BYTES.fetch_add(n, Ordering::Relaxed);
+        self.queue.push_front(b);
+    }
+
+    fn pop_front(&mut self) -> Option<Batch> {
+        let b = self.queue.pop_front()?;
+        self.queue_bytes -= b.bytes();
+        QUEUED_BYTES.fetch_sub(b.bytes(), Ordering::Relaxed);
+        Some(b)
+    }
+
+    fn take_all(&mut self) -> Vec<Batch> {
+        QUEUED_BYTES.fetch_sub(self.queue_bytes, Ordering::Relaxed);
+        self.queue_bytes = 0;
+        self.queue.drain(..).collect()
+    }
+
+    /// Drops the queue: the next object is a snapshot at or past `(seq, state)`.
+    fn drop_for_snapshot(&mut self, seq: u64, state: u64) {
+        self.take_all();
+        self.need_snapshot = true;
+        self.base = (seq, state);
+    }
+}
+
+impl Drop for ShipState {
+    fn drop(&mut self) {
+        self.take_all();
+    }
+}
+
+enum Step {
+    Look,
+    Snapshot,
+    Log(Vec<Batch>),
+}
+
+impl MetaShip {
+    /// The shipper of a scope, when this storage ships metadata (`metadata_sync`).
+    pub fn for_scope(storage: &Arc<Storage>, scope: &str) -> Option<Arc<MetaShip>> {
+        storage.settings.metadata_sync.map(|_| MetaShip::new(storage.clone(), scope))
+    }
+
+    /// Starts the shipping task of `engine`'s shipper, if it has one.
+    pub fn start_for(engine: &Arc<ScopeEngine>) {
+        if let (Some(ship), Some(every)) = (&engine.ship, engine.storage.settings.metadata_sync) {
+            ship.start(Arc::downgrade(engine), every);
+        }
+    }
+
+    pub fn new(storage: Arc<Storage>, scope: &str) -> Arc<MetaShip> {
+        Arc::new(MetaShip {
+            scope: scope.to_string(),
+            storage,
+            state: Mutex::new(ShipState::default()),
+            shipped_cv: Condvar::new(),
+            wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// The scope's database opened at batch `seq`, state `state`: a state the shipper did not see
+    /// committed (a replay at open) is shipped as a snapshot.
+    pub fn opened(&self, seq: u64, state: u64) {
+        let mut st = self.state.lock();
+        let head = st.queue.back().map_or(st.base, |b| (b.seq, b.state));
+        if head == (seq, state) {
+            return;
+        }
+        let had_gen = st.gen.is_some();
+        st.drop_for_snapshot(seq, state);
+        // Before the first look, the look decides (it may continue the chain from here).
+        st.need_snapshot = had_gen;
+    }
+
+    /// A batch committed: queued for the next log object.
+    pub fn batch(&self, seq: u64, state: u64, records: Vec<Vec<u8>>) {
+        let settings = &self.storage.settings;
+        let mut st = self.state.lock();
+        let batch = Batch { seq, state, records };
+        let n = batch.bytes();
+        let over_share = st.queue_bytes + n > settings.metadata_queue_per_scope_bytes;
+        let over_all = QUEUED_BYTES.load(Ordering::Relaxed) + n > settings.metadata_queue_max_bytes;
+        if over_share || over_all {
+            // A snapshot covers every batch: memory stays bounded whatever the store does.
+            st.drop_for_snapshot(seq, state);
+            return;
+        }
+        st.push_back(batch);
+    }
+
+    /// A batch committed whose records could not be read back: the next object is a snapshot.
+    pub fn lost_batch(&self, seq: u64, state: u64, error: &std::io::Error) {
+        tracing::warn!(error = %error, "a committed metadata batch could not be read for shipping; a snapshot follows");
+        self.state.lock().drop_for_snapshot(seq, state);
+    }
+
+    /// Waits until every batch up to `seq` is in the store (a durability point); `Store` when the
+    /// shipper fails meanwhile or does not get there within the store's bounds.
+    pub fn wait_shipped(&self, seq: u64) -> EngineResult<()> {
+        let settings = &self.storage.settings;
+        let bound = settings.store_timeout * (settings.store_attempts.max(1) + 1) + Duration::from_secs(2);
+        let deadline = Instant::now() + bound;
+        let mut st = self.state.lock();
+        let failures = st.failures;
+        while st.shipped < seq {
+            if st.failures > failures {
+                let why = st.error.clone().unwrap_or_default();
+                return Err(EngineError::Store(StoreError::Unavailable(why)));
+            }
+            self.wake.notify_one();
+            if self.shipped_cv.wait_until(&mut st, deadline).timed_out() {
+                return Err(EngineError::Store(StoreError::Timeout(bound)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Committed batches not in the store yet (a snapshot owed counts one).
+    pub fn pending(&self) -> u64 {
+        let st = self.state.lock();
+        st.queue.len() as u64 + u64::from(st.need_snapshot || st.gen.is_none() && !st.queue.is_empty())
+    }
+
+    /// Starts the scope's shipping task: every `interval`, or at once when woken, it ships what is
+    /// queued; it ends with the engine.
+    pub fn start(self: &Arc<Self>, engine: Weak<ScopeEngine>, interval: Duration) {
+        let ship = self.clone();
+        self.storage.rt.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = ship.wake.notified() => {}
+                    _ = tokio::time::sleep(interval) => {}
+                }
+                if engine.strong_count() == 0 {
+                    break;
+                }
+                if let Err(e) = ship.ship_pending(&engine).await {
+                    tracing::warn!(error = %e, "shipping a scope's metadata to the object store failed; it is retried");
+                    {
+                        let mut st = ship.state.lock();
+                        st.error = Some(e.to_string());
+                        st.failures += 1;
+                    }
+                    ship.shipped_cv.notify_all();
+                    tokio::time::sleep(interval.min(Duration::from_secs(1))).await;
+                }
+            }
+        });
+    }
+
+    /// Ships everything queued now (and whatever a first look or a snapshot needs first).
+    async fn ship_pending(&self, engine: &Weak<ScopeEngine>) -> EngineResult<()> {
+        loop {
+            let step = {
+                let mut st = self.state.lock();
+                if st.gen.is_none() {
+                    Step::Look
+                } else if st.need_snapshot {
+                    Step::Snapshot
+                } else if st.queue.front().is_some_and(|b| b.seq != st.shipped + 1) {
+                    st.need_snapshot = true;
+                    Step::Snapshot
+                } else if st.queue.is_empty() {
+                    return Ok(());
+                } else {
+                    Step::Log(st.take_all())
+                }
+            };
+            match step {
+                Step::Look => self.look().await?,
+                Step::Snapshot => self.snapshot(engine).await?,
+                Step::Log(batches) => self.put_log(batches).await?,
+            }
+            self.shipped_cv.notify_all();
+        }
+    }
+
+    /// Reads where the scope's chain stands in the bucket: continues its newest generation when
+    /// that ends where the database opened, else starts the next one with a snapshot.
+    async fn look(&self) -> EngineResult<()> {
+        let objects = self.storage.with_retry(self.storage.settings.store_attempts, || async {
+            self.storage.store.list(&prefix(&self.scope)).await
+        });
+        let found: Vec<Shipped> = objects.await?.iter().filter_map(|o| Shipped::parse(&self.scope, &o.key)).collect();
+        let newest = found.iter().map(Shipped::gen).max();
+        let head = newest.and_then(|g| found.iter().filter(|o| o.gen() == g).map(Shipped::head).max());
+        let mut st = self.state.lock();
+        let keys = |gen: Option<u64>| -> Vec<String> {
+            found.iter().filter(|o| gen.is_none_or(|g| o.gen() != g)).map(|o| o.key(&self.scope)).collect()
+        };
+        if head.is_some() && head == Some(st.base) {
+            st.gen = newest;
+            st.shipped = st.base.0;
+            st.stale = keys(newest);
+            st.current = found.iter().filter(|o| Some(o.gen()) == newest).map(|o| o.key(&self.scope)).collect();
+        } else {
+            st.gen = Some(newest.map_or(1, |g| g + 1));
+            st.stale = keys(None);
+            st.need_snapshot = true;
+        }
+        Ok(())
+    }
+
+    /// Puts a snapshot of the database as it is now, then deletes what it supersedes.
+    async fn snapshot(&self, engine: &Weak<ScopeEngine>) -> EngineResult<()> {
+        let _one_at_a_time = SNAPSHOTS.acquire().await.map_err(|e| EngineError::Io(std::io::Error::other(e)))?;
+        let engine = engine.upgrade().ok_or(EngineError::Invalid("scope engine is closing"))?;
+        let path = self.storage.scope_meta_dir(&self.scope).join("meta.sqlite3-ship");
+        let copied = tokio::task::spawn_blocking(move || -> EngineResult<(u64, u64, Vec<u8>)> {
+            let (seq, state) = engine.meta.lock()?.snapshot_to(&path)?;
+            let bytes = std::fs::read(&path);
+            let _ = std::fs::remove_file(&path);
+            Ok((seq, state, bytes?))
+        });
+        let (seq, state, bytes) = copied.await.map_err(|e| EngineError::Io(std::io::Error::other(e)))??;
+        let gen = self.state.lock().gen.unwrap_or(1);
+        let object = Shipped::Snapshot { gen, seq, state };
+        let key = object.key(&self.scope);
+        let size = bytes.len() as u64;
+        self.put(&key, Bytes::from(bytes)).await?;
+        let superseded = {
+            let mut st = self.state.lock();
+            while st.queue.front().is_some_and(|b| b.seq <= seq) {
+                st.pop_front();
+            }
+            st.shipped = st.shipped.max(seq);
+            st.need_snapshot = false;
+            st.log_bytes = 0;
+            st.snapshot_bytes = size;
+            let mut old = std::mem::take(&mut st.stale);
+            old.append(&mut st.current);
+            st.current.push(key);
+            old
+        };
+        self.shipped_cv.notify_all();
+        for key in superseded {
+            // Left behind on failure: a restore reads only the newest generation's newest chain.
+            if let Err(e) = self.storage.store.delete(&key).await {
+                tracing::debug!(error = %e, "deleting a superseded metadata object failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts queued batches as one log object (put back in front of the queue when that fails).
+    async fn put_log(&self, batches: Vec<Batch>) -> EngineResult<()> {
+        let (first, last) = match (batches.first(), batches.last()) {
+            (Some(f), Some(l)) => (f.seq, (l.seq, l.state)),
+            _ => return Ok(()),
+        };
+        let gen = self.state.lock().gen.unwrap_or(1);
+        let object = Shipped::Log { gen, first, last: last.0, state: last.1 };
+        let key = object.key(&self.scope);
+        let body = encode_log(&batches);
+        let size = body.len() as u64;
+        if let Err(e) = self.put(&key, Bytes::from(body)).await {
+            let mut st = self.state.lock();
+            for b in batches.into_iter().rev() {
+                st.push_front(b);
+            }
+            return Err(e);
+        }
+        let mut st = self.state.lock();
+        st.shipped = last.0;
+        st.current.push(key);
+        st.log_bytes += size;
+        // Snapshots cost at most half the bytes logs do, whatever the database's size.
+        if st.log_bytes > 2 * st.snapshot_bytes.max(COMPACT_MIN_BYTES) {
+            st.need_snapshot = true;
+        }
+        Ok(())
+    }
+
+    async fn put(&self, key: &str, body: Bytes) -> EngineResult<()> {
+        let attempts = self.storage.settings.store_attempts;
+        let size = body.len() as u64;
+        self.storage.with_retry(attempts, || self.storage.store.put(key, body.clone())).await?;
+        OBJECTS_SHIPPED.fetch_add(1, Ordering::Relaxed);
+        BYTES_SHIPPED.fetch_add(size, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_what_they_hold_and_sort_in_order() {
+        let snap = Shipped::Snapshot { gen: 2, seq: 10, state: 0xabc };
+        let log = Shipped::Log { gen: 2, first: 11, last: 12, state: 7 };
+        for o in [snap, log] {
+            assert_eq!(Shipped::parse("s1", &o.key("s1")), Some(o));
+            assert_eq!(Shipped::parse("s2", &o.key("s1")), None, "another scope's key");
+        }
+        assert!(snap.key("s1") < Shipped::Snapshot { gen: 3, seq: 1, state: 0 }.key("s1"));
+        assert_eq!(Shipped::parse("s1", "scopes/s1/meta/g0000000000000002/x"), None);
+        assert_eq!(Shipped::parse("s1", "scopes/s1/blocks/ab"), None);
+    }
+
+    #[test]
+    fn a_log_object_reads_back_whole_or_not_at_all() {
+        let batches = vec![
+            Batch { seq: 4, state: 9, records: vec![b"one".to_vec(), Vec::new()] },
+            Batch { seq: 5, state: 10, records: vec![vec![7u8; 300]] },
+        ];
+        let body = encode_log(&batches);
+        assert_eq!(decode_log(&body), Some(batches));
+        for cut in [0, 8, body.len() - 1] {
+            assert_eq!(decode_log(&body[..cut]), None, "torn at {cut}");
+        }
+        let mut altered = body.clone();
+        altered[20] ^= 1;
+        assert_eq!(decode_log(&altered), None);
+    }
+}

@@ -1,0 +1,244 @@
+//! Issue 23 item 1, at the engine: a scope's committed metadata is shipped to the object store, a
+//! durability point returns only once it is there, and a lost data directory comes back from the
+//! bucket alone (names, versions, inline bytes). A process that reopens its own database continues
+//! the shipped chain; one whose database fell behind the bucket starts a new generation, and a
+//! restore follows that one.
+
+pub mod engine_support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine_support::*;
+use scopefs::engine::*;
+use scopefs::ids::ScopeId;
+use scopefs::store::ObjectStore;
+
+/// Shipping every 50 ms; blocks of 64 KiB, inline up to 16 KiB; uploads at once.
+fn harness() -> Harness {
+    Harness::new(StorageSettings {
+        block_size: 64 * 1024,
+        inline_block_max_bytes: 16 * 1024,
+        upload_delay: Duration::from_millis(10),
+        store_timeout: Duration::from_millis(500),
+        store_attempts: 2,
+        metadata_sync: Some(Duration::from_millis(50)),
+        ..StorageSettings::default()
+    })
+}
+
+/// The metadata objects of `scope` in the store: (generation, kind `s`/`l`), in key order.
+fn shipped(h: &Harness, scope: &ScopeId) -> Vec<(String, char)> {
+    let prefix = format!("scopes/{}/meta/", scope.as_str());
+    let mut keys: Vec<(String, char)> = h
+        .store
+        .keys()
+        .into_iter()
+        .filter_map(|k| {
+            let rest = k.strip_prefix(&prefix)?.to_string();
+            let (gen, name) = rest.split_once('/')?;
+            Some((gen.to_string(), name.chars().next()?))
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// Waits (within 10 s) until `done` holds: superseded objects are deleted after the snapshot that
+/// supersedes them is in the store, behind the durability point that waited for it.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn files(n: usize, seed: u8) -> Vec<(String, Vec<u8>)> {
+    (0..n).map(|i| (format!("d/f{i}"), pattern(100 + i * 997 % 150_000, seed.wrapping_add(i as u8)))).collect()
+}
+
+fn write_all(e: &ScopeEngine, files: &[(String, Vec<u8>)]) {
+    if resolve(e, "d").is_err() {
+        e.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
+    }
+    for (path, data) in files {
+        write_file(e, path, data).unwrap();
+    }
+}
+
+fn check_all(e: &ScopeEngine, files: &[(String, Vec<u8>)]) {
+    for (path, data) in files {
+        assert_eq!(&read_file(e, path).unwrap(), data, "{path}");
+    }
+}
+
+#[test]
+fn a_lost_data_directory_comes_back_from_the_bucket_alone() {
+    let h = harness();
+    let id = ScopeId::generate();
+    let written = files(40, 1);
+    {
+        let storage = h.storage();
+        let e = storage.open_scope(&id, big_quota()).unwrap();
+        write_all(&e, &written);
+        e.symlink(ROOT_INO, b"link", b"d/f1", OWNER).unwrap();
+        e.sync().unwrap();
+    }
+    assert!(shipped(&h, &id).iter().any(|(_, kind)| *kind == 's'), "a snapshot was shipped");
+    std::fs::remove_dir_all(h.data_dir()).unwrap();
+    let storage = h.storage();
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    check_all(&e, &written);
+    assert_eq!(e.readlink(resolve(&e, "link").unwrap()).unwrap(), b"d/f1");
+    let report = e.fsck(false).unwrap();
+    assert!(report.damaged_files.is_empty() && report.metadata_problems.is_empty(), "{report:?}");
+    // The restored scope goes on: written again, restored again.
+    let more = files(5, 9).into_iter().map(|(p, d)| (format!("{p}-more"), d)).collect::<Vec<_>>();
+    write_all(&e, &more);
+    e.sync().unwrap();
+    drop(e);
+    drop(storage);
+    std::fs::remove_dir_all(h.data_dir()).unwrap();
+    let e = h.storage().open_scope(&id, big_quota()).unwrap();
+    check_all(&e, &written);
+    check_all(&e, &more);
+}
+
+#[test]
+fn a_durability_point_waits_for_the_bucket_and_fails_while_the_store_is_down() {
+    let h = harness();
+    let storage = h.storage();
+    let id = ScopeId::generate();
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    write_all(&e, &files(3, 2));
+    e.sync().unwrap();
+    h.store.set_unavailable(true);
+    write_file(&e, "d/late", b"written while the store is down").unwrap();
+    assert!(matches!(e.sync(), Err(EngineError::Store(_))), "sync cannot vouch for names the bucket lacks");
+    h.store.set_unavailable(false);
+    e.sync().unwrap();
+    // Without a durability point, a batch still reaches the bucket within the interval.
+    write_file(&e, "d/unsynced", b"no fsync").unwrap();
+    let before = h.store.keys().len();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.store.keys().len() == before {
+        assert!(Instant::now() < deadline, "the batch was never shipped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let copy = h.dir.path().join("restored.sqlite3");
+    let restored = h.rt.block_on(restore::restore_scope(&*h.store, id.as_str(), &copy)).unwrap().unwrap();
+    assert!(restored.seq > 0 && restored.blocks_missing == 0, "{restored:?}");
+}
+
+#[test]
+fn a_reopened_database_continues_its_chain_and_one_behind_the_bucket_starts_a_new_generation() {
+    let h = harness();
+    let id = ScopeId::generate();
+    let first = files(5, 3);
+    {
+        let e = h.storage().open_scope(&id, big_quota()).unwrap();
+        write_all(&e, &first);
+        e.sync().unwrap();
+    }
+    let gens = |h: &Harness| shipped(h, &id).into_iter().map(|(g, _)| g).collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(gens(&h).len(), 1);
+    let snapshots = |h: &Harness| shipped(h, &id).iter().filter(|(_, k)| *k == 's').count();
+    // A restart on its own database: the same generation goes on, with logs only.
+    let behind = h.dir.path().join("behind");
+    {
+        let storage = h.storage();
+        let e = storage.open_scope(&id, big_quota()).unwrap();
+        write_file(&e, "d/second", b"after a restart").unwrap();
+        e.sync().unwrap();
+        let first_gen: std::collections::BTreeSet<String> = ["g0000000000000001".to_string()].into();
+        assert_eq!((gens(&h), snapshots(&h)), (first_gen, 1), "{:?}", shipped(&h, &id));
+        // A copy taken now stands for a database a power loss will roll back to this point.
+        engine_support::copy_dir(&h.data_dir(), &behind);
+        write_file(&e, "d/lost", b"shipped, then lost locally").unwrap();
+        e.sync().unwrap();
+    }
+    // The rolled-back database serves on: it must not write into the chain it fell behind.
+    let store: Arc<dyn ObjectStore> = h.store.clone();
+    let storage = Storage::new(store, h.settings.clone(), &behind, h.rt.handle().clone()).unwrap();
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    write_file(&e, "d/third", b"on the rolled-back database").unwrap();
+    e.sync().unwrap();
+    drop(e);
+    drop(storage);
+    let second_gen: std::collections::BTreeSet<String> = ["g0000000000000002".to_string()].into();
+    eventually("a new generation; the one it supersedes deleted", || gens(&h) == second_gen);
+    std::fs::remove_dir_all(h.data_dir()).unwrap();
+    let e = h.storage().open_scope(&id, big_quota()).unwrap();
+    check_all(&e, &first);
+    assert_eq!(read_file(&e, "d/third").unwrap(), b"on the rolled-back database");
+    assert_eq!(read_file(&e, "d/second").unwrap(), b"after a restart");
+    assert!(matches!(resolve(&e, "d/lost"), Err(EngineError::NotFound)), "the restore follows the newest chain");
+}
+
+#[test]
+fn logs_are_compacted_into_a_snapshot_and_what_it_supersedes_is_deleted() {
+    let h = harness();
+    let storage = h.storage();
+    let id = ScopeId::generate();
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    e.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
+    // Inline bytes make the logs outweigh the snapshot: compactions follow.
+    for round in 0..30u8 {
+        for i in 0..20 {
+            write_file(&e, &format!("d/r{i}"), &pattern(15_000, round)).unwrap();
+        }
+        e.sync().unwrap();
+    }
+    eventually("one snapshot left", || shipped(&h, &id).iter().filter(|(_, k)| *k == 's').count() == 1);
+    let logs = shipped(&h, &id).iter().filter(|(_, k)| *k == 'l').count();
+    assert!(logs < 30, "compacted: {logs} logs");
+    drop(e);
+    drop(storage);
+    std::fs::remove_dir_all(h.data_dir()).unwrap();
+    let e = h.storage().open_scope(&id, big_quota()).unwrap();
+    for i in 0..20 {
+        assert_eq!(read_file(&e, &format!("d/r{i}")).unwrap(), pattern(15_000, 29));
+    }
+}
+
+#[test]
+fn batches_past_the_scopes_queue_share_are_dropped_for_a_snapshot_that_covers_them() {
+    let mut h = harness();
+    h.settings.metadata_queue_per_scope_bytes = 64 * 1024;
+    let storage = h.storage();
+    let id = ScopeId::generate();
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    e.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
+    e.sync().unwrap();
+    let snapshot_keys = |h: &Harness| -> Vec<String> {
+        let prefix = format!("scopes/{}/meta/", id.as_str());
+        h.store
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with(&prefix) && k.rsplit('/').next().unwrap().starts_with('s'))
+            .collect()
+    };
+    let first = snapshot_keys(&h);
+    assert_eq!(first.len(), 1);
+    h.store.set_unavailable(true);
+    // 40 files of 15 KB (each its own bytes) travel inline with their batches: far past a share
+    // of 64 KiB.
+    let written =
+        files(40, 7).into_iter().enumerate().map(|(i, (p, _))| (p, pattern(15_000, i as u8))).collect::<Vec<_>>();
+    write_all(&e, &written);
+    e.commit_metadata().unwrap();
+    assert!(e.pending_metadata_batches() >= 1, "owed to the store while it is down");
+    h.store.set_unavailable(false);
+    e.sync().unwrap();
+    // Without the drop these batches would go as logs (far below a compaction's worth).
+    eventually("a new snapshot replaced the first", || {
+        let now = snapshot_keys(&h);
+        now.len() == 1 && now != first
+    });
+    drop(e);
+    drop(storage);
+    std::fs::remove_dir_all(h.data_dir()).unwrap();
+    let e = h.storage().open_scope(&id, big_quota()).unwrap();
+    check_all(&e, &written);
+}
