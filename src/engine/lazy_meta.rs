@@ -225,6 +225,10 @@ impl LazyMeta {
             db.heal()?;
         }
         if guard.is_none() {
+            if let Some(ship) = &self.slot.ship {
+                // A scope without a local database is restored from the bucket on first use.
+                ship.restore_if_missing(&self.slot.path)?;
+            }
             let mut db = MetaDb::open_with(&self.slot.path, 0, 0, self.slot.answers.clone())?;
             if let Some(ship) = &self.slot.ship {
                 db.attach_ship(ship.clone());

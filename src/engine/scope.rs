@@ -123,11 +123,11 @@ impl ScopeEngine {
                 super::storage::private_dir(d)?;
             }
         }
-        // No local database: the bucket may hold the scope's (a lost disk, another host's).
-        db_exists = db_exists || ship.is_some() && storage.restore_scope_now(&id, &db_path)?;
-        // Staging left behind (an upload journal to replay, write buffers to drop) is recovered
-        // now; a scope with none opens its database on first use.
-        let eager = census.has_work() || !db_exists;
+        // No local database: the bucket may hold the scope's (a lost disk, another host's); it is
+        // restored at the first use (`LazyMeta::lock`), at once only when staging needs recovery.
+        db_exists = db_exists || census.has_work() && ship.is_some() && storage.restore_scope_now(&id, &db_path)?;
+        // Staging left behind (a journal to replay, buffers to drop) is recovered now; else lazily.
+        let eager = census.has_work() || !db_exists && ship.is_none();
         let answers = Arc::new(super::requests::Answers::default());
         let db = if eager { Some(MetaDb::open_with(&db_path, 0, 0, answers.clone())?) } else { None };
         if eager {

@@ -253,6 +253,15 @@ impl MetaShip {
         storage.settings.metadata_sync.map(|_| MetaShip::new(storage.clone(), scope))
     }
 
+    /// Restores the scope's database at `db_path` from the bucket when there is none on disk (a
+    /// new scope finds nothing there and starts empty).
+    pub fn restore_if_missing(&self, db_path: &std::path::Path) -> EngineResult<()> {
+        if !db_path.exists() {
+            self.storage.restore_scope_now(&self.scope, db_path)?;
+        }
+        Ok(())
+    }
+
     /// Starts the shipping task of `engine`'s shipper, if it has one.
     pub fn start_for(engine: &Arc<ScopeEngine>) {
         if let (Some(ship), Some(every)) = (&engine.ship, engine.storage.settings.metadata_sync) {
