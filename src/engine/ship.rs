@@ -429,8 +429,13 @@ impl MetaShip {
         let path = self.storage.scope_meta_dir(&self.scope).join("meta.sqlite3-ship");
         let copied = tokio::task::spawn_blocking(move || -> EngineResult<(u64, u64, Vec<u8>)> {
             let (seq, state) = engine.meta.lock()?.snapshot_to(&path)?;
-            let bytes = std::fs::read(&path);
-            let _ = std::fs::remove_file(&path);
+            drop(engine);
+            let bytes = super::meta::shipped::compact_copy(&path).and_then(|()| Ok(std::fs::read(&path)?));
+            for suffix in ["", "-wal", "-shm"] {
+                let mut name = path.clone().into_os_string();
+                name.push(suffix);
+                let _ = std::fs::remove_file(name);
+            }
             Ok((seq, state, bytes?))
         });
         let (seq, state, bytes) = copied.await.map_err(|e| EngineError::Io(std::io::Error::other(e)))??;

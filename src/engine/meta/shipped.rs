@@ -11,6 +11,15 @@ use super::statements as st;
 use crate::engine::ship::Batch;
 use crate::engine::{EngineError, EngineResult};
 
+/// Compacts a consistent copy of a scope's database (`MetaDb::snapshot_to`) before it is shipped:
+/// the pages a live database keeps free (inline blocks dropped after their upload) are not sent.
+pub(crate) fn compact_copy(path: &Path) -> EngineResult<()> {
+    let conn = Connection::open(path)?;
+    conn.execute_batch("VACUUM")?;
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    conn.close().map_err(|(_, e)| EngineError::from(e))
+}
+
 /// A snapshot's copy being rebuilt.
 pub(crate) struct Rebuild {
     conn: Connection,
