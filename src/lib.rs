@@ -6,6 +6,7 @@
 pub mod billing;
 pub mod clock;
 pub mod config;
+pub mod db_files;
 pub(crate) mod durable_dirs;
 pub mod engine;
 pub mod executor;

@@ -175,6 +175,7 @@ pub fn render(
     fuse_families(&mut t);
     unsupported_families(&mut t);
     store_families(&mut t, storage);
+    shipping_families(&mut t);
     refusal_families(&mut t);
     compute_families(&mut t, registry)?;
     consistency_families(&mut t);
@@ -213,7 +214,7 @@ fn supervisor_families(t: &mut Text) {
     t.sample("scopefs_memory_bound_bytes", &[], MEMORY_BOUND.load(Ordering::Relaxed));
 }
 
-/// Scopes by state; files, bytes and queued uploads of the open ones.
+/// Scopes by state; files, bytes, queued uploads and unshipped metadata batches of the open ones.
 fn scope_families(t: &mut Text, scopes: &[ScopeRecord], engines: &[Arc<ScopeEngine>]) {
     t.family("scopefs_scopes", "gauge", "Scopes of this deployment by state.");
     for &state in ScopeState::ALL {
@@ -256,6 +257,10 @@ fn scope_families(t: &mut Text, scopes: &[ScopeRecord], engines: &[Arc<ScopeEngi
         "Committed metadata batches of open scopes not yet in the object store (metadata_sync_interval_ms).",
     );
     t.sample("scopefs_metadata_unshipped_batches", &[], metadata_queue);
+}
+
+/// What metadata shipping put in the object store, and what of the registry it has yet to.
+fn shipping_families(t: &mut Text) {
     let (objects, bytes) = scopefs::engine::shipped_totals();
     t.family(
         "scopefs_metadata_shipped_objects_total",

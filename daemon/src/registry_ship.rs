@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
+use scopefs::db_files;
 use scopefs::registry::Registry;
 use scopefs::store::ObjectStore;
 
@@ -50,18 +51,8 @@ pub async fn restore_if_missing(store: &dyn ObjectStore, path: &Path) -> anyhow:
     }
     let Some(key) = newest(store).await? else { return Ok(false) };
     let bytes = store.get(&key).await.context("reading the registry's shipped copy")?;
-    let tmp = path.with_extension("sqlite3-restore");
-    if let Some(dir) = path.parent() {
-        std::fs::DirBuilder::new().recursive(true).create(dir)?;
-    }
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
+    let staged = db_files::staged_copy(path, &bytes).context("writing the registry's copy")?;
+    db_files::replace_with(path, &staged, &db_files::WAL_AND_SHM).context("putting the registry in place")?;
     tracing::info!(bytes = bytes.len(), "restored the registry from the object store");
     Ok(true)
 }

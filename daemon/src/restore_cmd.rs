@@ -3,8 +3,6 @@
 //! snapshot and logs (`scopefs::engine::restore`). A scope that still has a local database is left
 //! as it is. Refuses while a daemon runs on the data directory.
 
-use std::os::unix::fs::DirBuilderExt;
-
 use anyhow::{bail, Context};
 use scopefs::config::Config;
 use scopefs::engine::restore;
@@ -41,17 +39,11 @@ pub fn run(cfg: &Config, scope: Option<&str>, all: bool) -> anyhow::Result<()> {
     };
     let mut restored = 0usize;
     for id in &ids {
-        let dir = cfg.data_dir.join("scopes").join(id.as_str());
-        let db = dir.join("meta.sqlite3");
+        let db = cfg.data_dir.join("scopes").join(id.as_str()).join("meta.sqlite3");
         if db.exists() {
             println!("scope {id}: a local database exists; left as it is");
             continue;
         }
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .with_context(|| format!("creating the directory of scope {id}"))?;
         match rt.block_on(restore::restore_scope(store.as_ref(), id.as_str(), &db)) {
             Ok(Some(r)) => {
                 restored += 1;

@@ -4,12 +4,13 @@
 //! asked to serve a scope it has no local database of.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use super::meta::shipped::Rebuild;
 use super::ship::{self, Shipped};
 use super::{EngineError, EngineResult};
+use crate::db_files;
 use crate::store::{block_key, ObjectStore, StoreError};
 
 /// What a restore found and did.
@@ -38,16 +39,9 @@ where
     super::storage::retry_store(REQUEST_TIMEOUT, ATTEMPTS, op).await
 }
 
-/// Whether the bucket holds any shipped metadata of `scope`.
-pub async fn has_shipped(store: &dyn ObjectStore, scope: &str) -> EngineResult<bool> {
-    let prefix = ship::prefix(scope);
-    let listed = retried(|| store.list(&prefix)).await?;
-    Ok(listed.iter().any(|o| Shipped::parse(scope, &o.key).is_some()))
-}
-
 /// Restores the database of `scope` at `db_path` from the bucket; `None` when the bucket holds no
 /// metadata of it (nothing is written then). Whatever was at `db_path` (and its WAL and redo log)
-/// is replaced once the rebuilt copy is complete.
+/// is replaced once the rebuilt copy is complete; its directory is created if missing.
 pub async fn restore_scope(
     store: &dyn ObjectStore,
     scope: &str,
@@ -74,28 +68,17 @@ pub async fn restore_scope(
             _ => None,
         })
         .collect();
-    let tmp = sibling(db_path, "-restore");
     let snapshot = Shipped::Snapshot { gen, seq, state }.key(scope);
     let bytes = retried(|| store.get(&snapshot)).await?;
-    write_private(&tmp, &bytes)?;
-    let rebuilt = rebuild(store, scope, &tmp, &logs, seq).await;
-    let restored = match rebuilt {
+    let tmp = db_files::staged_copy(db_path, &bytes)?;
+    let restored = match rebuild(store, scope, &tmp, &logs, seq).await {
         Ok(r) => r,
         Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = db_files::remove_with(&tmp, &["", "-wal", "-shm"]);
             return Err(e);
         }
     };
-    for suffix in ["-wal", "-shm", "-redo"] {
-        match std::fs::remove_file(sibling(db_path, suffix)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-            _ => {}
-        }
-    }
-    std::fs::rename(&tmp, db_path)?;
-    if let Some(dir) = db_path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
+    db_files::replace_with(db_path, &tmp, &["-wal", "-shm", "-redo"])?;
     Ok(Some(restored))
 }
 
@@ -143,19 +126,4 @@ async fn rebuild(
     db.finish()?;
     std::fs::File::open(tmp)?.sync_all()?;
     Ok(out)
-}
-
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> EngineResult<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    Ok(())
 }

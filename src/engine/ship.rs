@@ -339,7 +339,7 @@ impl MetaShip {
     /// Committed batches not in the store yet (a snapshot owed counts one).
     pub fn pending(&self) -> u64 {
         let st = self.state.lock();
-        st.queue.len() as u64 + u64::from(st.need_snapshot || st.gen.is_none() && !st.queue.is_empty())
+        st.queue.len() as u64 + u64::from(st.need_snapshot)
     }
 
     /// Starts the scope's shipping task: every `interval`, or at once when woken, it ships what is
@@ -431,11 +431,7 @@ impl MetaShip {
             let (seq, state) = engine.meta.lock()?.snapshot_to(&path)?;
             drop(engine);
             let bytes = super::meta::shipped::compact_copy(&path).and_then(|()| Ok(std::fs::read(&path)?));
-            for suffix in ["", "-wal", "-shm"] {
-                let mut name = path.clone().into_os_string();
-                name.push(suffix);
-                let _ = std::fs::remove_file(name);
-            }
+            let _ = crate::db_files::remove_with(&path, &["", "-wal", "-shm"]);
             Ok((seq, state, bytes?))
         });
         let (seq, state, bytes) = copied.await.map_err(|e| EngineError::Io(std::io::Error::other(e)))??;

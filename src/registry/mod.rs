@@ -279,12 +279,10 @@ impl Registry {
     }
 
     /// Writes a consistent copy of the registry to `to` (SQLite's online backup), replacing any
-    /// file there.
+    /// file there and its WAL.
     pub fn snapshot_to(&self, to: &Path) -> Result<(), RegistryError> {
-        match std::fs::remove_file(to) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(RegistryError::Io(e)),
-            _ => {}
-        }
+        // A WAL left beside an earlier copy would be read into this one once it is restored.
+        crate::db_files::remove_with(to, &["", "-wal", "-shm"]).map_err(RegistryError::Io)?;
         let conn = self.conn.lock();
         conn.backup(rusqlite::MAIN_DB, to, None::<fn(rusqlite::backup::Progress)>)?;
         Ok(())

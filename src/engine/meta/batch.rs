@@ -284,14 +284,7 @@ impl MetaDb {
     /// any file there, and its WAL); returns the batch number and state id the copy is at (for shipping).
     pub fn snapshot_to(&mut self, to: &std::path::Path) -> EngineResult<(u64, u64)> {
         // A WAL left beside an earlier copy would be read into this one.
-        for suffix in ["", "-wal", "-shm"] {
-            let mut name = to.as_os_str().to_owned();
-            name.push(suffix);
-            match std::fs::remove_file(name) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
-        }
+        crate::db_files::remove_with(to, &["", "-wal", "-shm"])?;
         self.copy_to(to)?;
         Ok((self.redo.seq, self.redo.base))
     }
