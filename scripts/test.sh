@@ -14,6 +14,8 @@
 #   3. cargo clippy --workspace --all-targets -- -D warnings, shellcheck of every script
 #   4. scripts/docker.sh              dockerd + local busybox test image
 #   5. scripts/garage.sh start/env    single-node Garage S3 server + test bucket
+#      scripts/postgres.sh start/env  scratch PostgreSQL cluster (Debian's package, pg_ctl) for the
+#                                     registry's second backend
 #   6. cargo test --no-run            build every test binary once (dev-dependencies turn on the
 #                                     `test-hooks` feature of scopefs, as in step 3's clippy; the
 #                                     package step's release build leaves it off, and checks that
@@ -27,6 +29,8 @@
 #      request counts and bystander latencies show in the log). Heavy suites
 #      (pjdfstest/fsx, crash storms) run with --test-threads=1 and --nocapture (their progress lines, pjdfstest's
 #      summaries and any logged etxtbsy retry show in the log even on a pass).
+#   8. registry_backends: scripts/registry-suites.sh runs the registry and billing suites on
+#      SQLite and on PostgreSQL; the summary says how many tests ran on each.
 # A missing prerequisite fails the run; nothing is skipped silently.
 #
 # Needs root (FUSE mounts, dockerd, apt). Idempotent: a second run reuses the
@@ -70,6 +74,7 @@ summary() {
         printf '  %-6s %-44s %6ss\n' "${STEP_RESULTS[$i]}" "${STEP_NAMES[$i]}" "${STEP_SECONDS[$i]}"
     done
     printf '  total %ss\n' "$total"
+    sed 's/^summary: /  /' "$SUMMARY_NOTES"
     echo "=============================================================="
 }
 
@@ -103,7 +108,9 @@ TARGET_LOG=$(mktemp)
 # The last lines of every failing target, printed again just before the summary
 # so that the end of the run says why it failed.
 FAILURE_TAILS=$(mktemp)
-trap 'rm -f "$TARGET_LOG" "$FAILURE_TAILS"' EXIT
+# `summary: ...` lines a target prints (counts it reports), shown again in the summary.
+SUMMARY_NOTES=$(mktemp)
+trap 'rm -f "$TARGET_LOG" "$FAILURE_TAILS" "$SUMMARY_NOTES"' EXIT
 # run_target [--must-run-tests] NAME TIMEOUT CMD...: runs CMD under a timeout
 # and records the result. With --must-run-tests a target whose binary ran no
 # test at all counts as failed (an empty target proves nothing).
@@ -127,6 +134,7 @@ run_target() {
         TESTS_PASSED=$((TESTS_PASSED + p))
         TESTS_FAILED=$((TESTS_FAILED + f))
     done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$TARGET_LOG")
+    grep '^summary: ' "$TARGET_LOG" >>"$SUMMARY_NOTES"
     if [ "$rc" -eq 0 ] && [ "$must_run" -eq 1 ] && grep -qx 'running 0 tests' "$TARGET_LOG"; then
         echo "test.sh: '$name' ran no tests" >&2
         rc=1
@@ -193,6 +201,16 @@ start_garage() {
 }
 run_step "garage (S3 server)" start_garage
 
+start_postgres() {
+    timeout -k 10 600 bash scripts/postgres.sh start || return 1
+    local out
+    out=$(bash scripts/postgres.sh env) || return 1
+    # Kept apart: only the registry-backends step (and tests that ask for it) use PostgreSQL.
+    REGISTRY_POSTGRES_URL=$(sed -n 's/^export SCOPEFS_TEST_POSTGRES_URL=//p' <<<"$out")
+    [ -n "$REGISTRY_POSTGRES_URL" ] || { echo "scripts/postgres.sh env printed no URL" >&2; return 1; }
+}
+run_step "postgresql (registry backend)" start_postgres
+
 run_step "build test binaries" cargo test --locked --workspace --no-run
 # Debian package: cargo deb, dpkg -i, installed files, systemd-analyze verify (issue 6 a).
 if wanted package; then
@@ -205,6 +223,10 @@ if wanted unit; then
 fi
 if wanted doc; then
     run_target "doctests" "$TARGET_TIMEOUT" cargo test --locked --workspace --doc
+fi
+if wanted registry_backends; then
+    run_target "registry + billing on SQLite and PostgreSQL" "$TARGET_TIMEOUT" \
+        bash scripts/registry-suites.sh "$REGISTRY_POSTGRES_URL"
 fi
 
 TARGETS=$(cargo metadata --locked --format-version 1 --no-deps |
@@ -231,7 +253,7 @@ while read -r _ target; do
 done <<<"$TARGETS"
 
 for f in "${FILTER[@]}"; do
-    case "$f" in unit | doc | package) continue ;; esac
+    case "$f" in unit | doc | package | registry_backends) continue ;; esac
     if ! grep -qx "[^ ]* $f" <<<"$TARGETS"; then
         echo "test.sh: no test target named '$f'" >&2
         record "$f (no such target)" FAIL 0

@@ -163,6 +163,27 @@ pub struct Config {
     pub limits: crate::limits::LimitsConfig,
     /// `[cutover]`: the required-mode gate of seed 000 §11.1 (off by default).
     pub cutover: CutoverConfig,
+    /// `[registry]`: where the registry lives (embedded SQLite unless `url` names PostgreSQL).
+    pub registry: RegistryConfig,
+}
+
+/// `[registry]`: the embedded SQLite registry (`<data_dir>/control/registry.sqlite3`, the default;
+/// one host only) or a PostgreSQL database every node of a deployment shares.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// `postgres://user:password@host:port/database`; none: the embedded SQLite registry.
+    pub url: Option<String>,
+    /// The schema of that database the registry's tables live in (created when missing); none: `public`.
+    pub schema: Option<String>,
+    /// Connections the daemon keeps to PostgreSQL (1-64).
+    pub pool_size: usize,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig { url: None, schema: None, pool_size: 8 }
+    }
 }
 
 /// Whether provisioning a thread that has no scope yet waits for a verified migration report.
@@ -232,6 +253,7 @@ impl Default for Config {
             pricing: crate::billing::PricingConfig::default(),
             limits: crate::limits::LimitsConfig::default(),
             cutover: CutoverConfig::default(),
+            registry: RegistryConfig::default(),
         }
     }
 }
@@ -286,6 +308,22 @@ impl Config {
         }
         if self.cutover.mode == CutoverMode::Required && self.cutover.report.is_none() {
             return invalid("cutover.report", "must be set when cutover.mode is \"required\"");
+        }
+        if !(1..=64).contains(&self.registry.pool_size) {
+            return invalid("registry.pool_size", "must be between 1 and 64");
+        }
+        if let Some(url) = &self.registry.url {
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return invalid("registry.url", "must be a postgres:// or postgresql:// URL");
+            }
+        }
+        if let Some(schema) = &self.registry.schema {
+            let ok = (1..=63).contains(&schema.len())
+                && schema.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+                && !schema.as_bytes()[0].is_ascii_digit();
+            if !ok {
+                return invalid("registry.schema", "must be 1-63 of [a-z0-9_], not starting with a digit");
+            }
         }
         if self.maintenance_interval_secs == 0 {
             return invalid("maintenance_interval_secs", "must be at least 1");

@@ -7,7 +7,7 @@ pub enum MigrateError {
     #[error("database schema version {found} is newer than this binary supports ({supported}); refusing to open it")]
     NewerDatabase { found: i64, supported: i64 },
     #[error("migration {version} failed: {source}")]
-    Failed { version: i64, source: rusqlite::Error },
+    Failed { version: i64, source: Box<dyn std::error::Error + Send + Sync> },
     #[error("reading the schema version failed: {0}")]
     Sqlite(#[from] rusqlite::Error),
 }
@@ -29,6 +29,20 @@ pub const REGISTRY: &[Migration] = &[
     Migration { version: 7, sql: include_str!("../migrations/registry/0007_environment_outputs.sql") },
     Migration { version: 8, sql: include_str!("../migrations/registry/0008_operations_sagas.sql") },
     Migration { version: 9, sql: include_str!("../migrations/registry/0009_scope_users.sql") },
+];
+
+/// The same registry on PostgreSQL, from `migrations/registry-postgres/` (one file per SQLite
+/// file, same version numbers, PostgreSQL's types).
+pub const REGISTRY_POSTGRES: &[Migration] = &[
+    Migration { version: 1, sql: include_str!("../migrations/registry-postgres/0001_scopes.sql") },
+    Migration { version: 2, sql: include_str!("../migrations/registry-postgres/0002_owners_runs_leases.sql") },
+    Migration { version: 3, sql: include_str!("../migrations/registry-postgres/0003_import_records.sql") },
+    Migration { version: 4, sql: include_str!("../migrations/registry-postgres/0004_auth_nonces.sql") },
+    Migration { version: 5, sql: include_str!("../migrations/registry-postgres/0005_environments.sql") },
+    Migration { version: 6, sql: include_str!("../migrations/registry-postgres/0006_billing.sql") },
+    Migration { version: 7, sql: include_str!("../migrations/registry-postgres/0007_environment_outputs.sql") },
+    Migration { version: 8, sql: include_str!("../migrations/registry-postgres/0008_operations_sagas.sql") },
+    Migration { version: 9, sql: include_str!("../migrations/registry-postgres/0009_scope_users.sql") },
 ];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.
@@ -59,11 +73,11 @@ pub fn apply(conn: &mut Connection, migrations: &[Migration]) -> Result<i64, Mig
     for m in migrations.iter().filter(|m| m.version > found) {
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(|source| MigrateError::Failed { version: m.version, source })?;
+            .map_err(|source| MigrateError::Failed { version: m.version, source: Box::new(source) })?;
         tx.execute_batch(m.sql)
             .and_then(|_| tx.pragma_update(None, "user_version", m.version))
             .and_then(|_| tx.commit())
-            .map_err(|source| MigrateError::Failed { version: m.version, source })?;
+            .map_err(|source| MigrateError::Failed { version: m.version, source: Box::new(source) })?;
     }
     Ok(supported)
 }

@@ -15,7 +15,7 @@ use scopefs::billing::{
 };
 use scopefs::clock::ManualClock;
 use scopefs::registry::billing::{ArtifactsState, SettleStatus, UsageRecord};
-use scopefs::registry::Registry;
+use scopefs::registry::{test_backend, Registry};
 use serve_process::{ServeProcess, BIN};
 
 fn m(s: &str) -> Micros {
@@ -55,7 +55,7 @@ fn assert_books_agree(reg: &Registry) -> scopefs::registry::billing::BillingAudi
 
 #[test]
 fn a_preflight_boundaries() {
-    let reg = Registry::open_in_memory().unwrap();
+    let reg = Registry::open_for_tests().unwrap();
     let p = pricing();
 
     // Starter: never, whatever the balance.
@@ -121,7 +121,7 @@ fn a_preflight_boundaries() {
 fn a_preflight_counts_live_environments_and_unsettled_usage_of_the_user() {
     use scopefs::ids::ThreadId;
     use scopefs::registry::environments::NewEnvironment;
-    let reg = std::sync::Arc::new(Registry::open_in_memory().unwrap());
+    let reg = std::sync::Arc::new(Registry::open_for_tests().unwrap());
     let dep = reg.deployment("d");
     let p = pricing();
     let scope = |t: &str| {
@@ -177,7 +177,7 @@ fn ledger_len(reg: &Registry, user: &str) -> usize {
 
 #[test]
 fn b_settlement_minutes_cash_mixed_insufficient_and_already_settled() {
-    let reg = Registry::open_in_memory().unwrap();
+    let reg = Registry::open_for_tests().unwrap();
     let p = pricing();
 
     // Minutes only: 61 s → 2 minutes from the 120 free ones, ledger row of 0.
@@ -255,7 +255,7 @@ fn b_settlement_minutes_cash_mixed_insufficient_and_already_settled() {
 #[test]
 fn monthly_quota_refresh_follows_the_injected_clock() {
     let clock = Arc::new(ManualClock::new(1_779_537_600_000)); // 2026-05-23
-    let reg = Registry::open_in_memory().unwrap().with_clock(clock.clone());
+    let reg = Registry::open_for_tests().unwrap().with_clock(clock.clone());
     let p = pricing();
     account(&reg, &p, "q", "pro", "0");
     let u = reg.record_usage("q", "t", "env_q", 600, &[]).unwrap();
@@ -320,14 +320,14 @@ fn settle_until_idle(reg: &Registry, p: &PricingConfig) -> usize {
 #[test]
 fn c_two_concurrent_settlers_charge_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("registry.sqlite3");
+    let path = test_backend::new_place(dir.path());
     let p = pricing();
-    let reg = Registry::open(&path).unwrap();
+    let reg = test_backend::open_place(&path).unwrap();
     let users = populate(&reg, &p, "1.000000");
 
-    let run = |path: std::path::PathBuf, p: PricingConfig| {
+    let run = |path: String, p: PricingConfig| {
         std::thread::spawn(move || {
-            let reg = Registry::open(&path).unwrap();
+            let reg = test_backend::open_place(&path).unwrap();
             settle_until_idle(&reg, &p)
         })
     };
@@ -373,7 +373,7 @@ const CHILD_DB: &str = "SCOPEFS_BILLING_TEST_CHILD_DB";
 fn child_settler_process() {
     let path =
         std::env::var_os(CHILD_DB).unwrap_or_else(|| panic!("{CHILD_DB} is not set: this test is spawned by d_*"));
-    let reg = Registry::open(Path::new(&path)).unwrap();
+    let reg = test_backend::open_place(&path.to_string_lossy()).unwrap();
     let p = pricing();
     let settings = PassSettings { batch_size: 50, ..PassSettings::default() };
     loop {
@@ -384,7 +384,7 @@ fn child_settler_process() {
     }
 }
 
-fn spawn_child(path: &Path, failpoint: Option<&str>) -> std::process::Child {
+fn spawn_child(path: &str, failpoint: Option<&str>) -> std::process::Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--ignored", "--exact", "child_settler_process", "--nocapture", "--test-threads=1"])
         .env(CHILD_DB, path)
@@ -404,9 +404,9 @@ fn settled_count(reg: &Registry) -> usize {
 #[test]
 fn d_kill_during_settlement_leaves_no_half_settlement() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("registry.sqlite3");
+    let path = test_backend::new_place(dir.path());
     let p = pricing();
-    let reg = Registry::open(&path).unwrap();
+    let reg = test_backend::open_place(&path).unwrap();
     populate(&reg, &p, "900.000000");
 
     // A failpoint between the charge and the ledger row: the process aborts inside the transaction.
@@ -468,7 +468,7 @@ impl ArtifactRegistrar for FlakyRegistrar {
 
 #[test]
 fn e_artifact_registration_retries_then_settles_unregistered() {
-    let reg = Registry::open_in_memory().unwrap();
+    let reg = Registry::open_for_tests().unwrap();
     let p = pricing();
     let settings = PassSettings::default();
     account(&reg, &p, "art", "payg", "5.000000");
@@ -527,10 +527,27 @@ fn write_config(dir: &Path, port: u16, pricing: &str) -> std::path::PathBuf {
     serve_process::write_config(dir, port, &format!("\n[store]\nkind = \"local\"\n\n{pricing}"))
 }
 
-/// A ready `scopefs serve` (killed on drop).
-fn start_daemon(dir: &Path, pricing: &str) -> ServeProcess {
+/// Where a daemon test's registry is: its data directory's SQLite file, or a fresh schema of the
+/// suites' PostgreSQL database (`[registry]` of [`start_daemon`]'s configuration then names it).
+fn daemon_place(dir: &Path) -> String {
+    let place = test_backend::new_place(dir);
+    match place.starts_with("pg:") {
+        true => place,
+        false => dir.join("data/control/registry.sqlite3").to_string_lossy().into_owned(),
+    }
+}
+
+/// A ready `scopefs serve` on the registry at `place` (killed on drop).
+fn start_daemon(dir: &Path, place: &str, pricing: &str) -> ServeProcess {
     let port = serve_process::free_port();
-    let config = write_config(dir, port, pricing);
+    let registry = match place.strip_prefix("pg:") {
+        Some(schema) => {
+            let url = std::env::var(test_backend::POSTGRES_URL_ENV).unwrap();
+            format!("\n[registry]\nurl = {url:?}\nschema = {schema:?}\n")
+        }
+        None => String::new(),
+    };
+    let config = write_config(dir, port, &format!("{pricing}{registry}"));
     let env = [("SCOPEFS_ADMIN_TOKEN", ADMIN_TOKEN), ("SCOPEFS_PRICING_SETTLE_INTERVAL_SECS", "1")];
     let mut d = ServeProcess::start(dir, &config, port, "daemon.log", &env);
     d.wait_ready(&reqwest::blocking::Client::new());
@@ -542,15 +559,16 @@ fn admin_api_accounts_usage_and_the_settlement_loop() {
     use serde_json::{json, Value};
     let dir = tempfile::tempdir().unwrap();
     // Usage recorded before the daemon starts (as an ended environment would leave it).
+    let place = daemon_place(dir.path());
     {
-        let reg = Registry::open(&dir.path().join("data/control/registry.sqlite3")).unwrap();
+        let reg = test_backend::open_place(&place).unwrap();
         reg.record_usage("alice", "thr_a", "env_http_1", 150, &[]).unwrap();
         reg.record_usage("alice", "thr_a", "env_http_2", 30, &["/workspace/r.txt".to_string()]).unwrap();
     }
     let pricing = "[pricing]\novertime_price_per_minute = \"0.100000\"\ndefault_plan = \"payg\"\n\
                    [pricing.plans.payg]\ncompute_allowed = true\nmonthly_minutes = 0\nhard_max_runtime_seconds = 3600\n\
                    [pricing.plans.pro]\ncompute_allowed = true\nmonthly_minutes = 1\nhard_max_runtime_seconds = 7200\n";
-    let d = start_daemon(dir.path(), pricing);
+    let d = start_daemon(dir.path(), &place, pricing);
     let c = reqwest::blocking::Client::new();
     let url = |p: &str| format!("{}{p}", d.base);
     let admin = |rb: reqwest::blocking::RequestBuilder| rb.header("X-Admin-Token", ADMIN_TOKEN).send().unwrap();
@@ -666,7 +684,7 @@ fn b_outputs_become_artifacts_registered_before_a_single_settlement() {
     use scopefs::ids::ThreadId;
     use scopefs::registry::billing::ArtifactEntry;
     use scopefs::registry::environments::NewEnvironment;
-    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let reg = Arc::new(Registry::open_for_tests().unwrap());
     let dep = reg.deployment("d");
     let p = pricing();
     account(&reg, &p, "art-e2e", "payg", "5.000000");

@@ -4,7 +4,6 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
 use scopefs::config::Config;
-use scopefs::registry::Registry;
 
 use crate::setup;
 
@@ -125,8 +124,8 @@ fn mount_root(cfg: &Config) -> Result<String, String> {
 
 fn registry(cfg: &Config) -> Result<String, String> {
     setup::control_dir(cfg).map_err(|e| format!("control directory cannot be created: {e}"))?;
-    let reg = Registry::open(&setup::registry_path(cfg)).map_err(|e| e.to_string())?;
-    Ok(format!("opens, migrations applied (schema version {})", reg.schema_version()))
+    let reg = setup::open_registry(cfg).map_err(|e| e.to_string())?;
+    Ok(format!("{} opens, migrations applied (schema version {})", reg.backend_name(), reg.schema_version()))
 }
 
 fn object_store(cfg: &Config) -> Result<String, String> {

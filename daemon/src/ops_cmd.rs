@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use scopefs::config::{Config, StoreConfig};
 use scopefs::engine::{ScopeEngine, Storage, WriteMode};
 use scopefs::ids::{ScopeId, ThreadId};
-use scopefs::registry::{DeploymentRegistry, Registry};
+use scopefs::registry::DeploymentRegistry;
 
 use crate::datadir_lock::DataDirLock;
 use crate::{setup, tokens};
@@ -32,6 +32,8 @@ pub fn redacted(cfg: &Config) -> Config {
     if let StoreConfig::S3 { secret_access_key, .. } = &mut cfg.store {
         hide(secret_access_key);
     }
+    // The URL may carry a password.
+    hide(&mut cfg.registry.url);
     cfg
 }
 
@@ -57,7 +59,7 @@ pub(crate) struct Offline {
 /// The registry alone (its control directory prepared).
 pub(crate) fn open_registry(cfg: &Config) -> anyhow::Result<DeploymentRegistry> {
     setup::control_dir(cfg).context("preparing the control directory")?;
-    let registry = Registry::open(&setup::registry_path(cfg)).context("opening the registry")?;
+    let registry = setup::open_registry(cfg)?;
     Ok(std::sync::Arc::new(registry).deployment(&cfg.deployment_id))
 }
 

@@ -21,7 +21,9 @@ pub fn run(cfg: &Config, scope: Option<&str>, all: bool) -> anyhow::Result<()> {
         setup::build_store(cfg).context("configuring the object store")?
     };
     let registry_path = setup::registry_path(cfg);
-    if rt.block_on(registry_ship::restore_if_missing(store.as_ref(), &registry_path))? {
+    if cfg.registry.url.is_some() {
+        println!("registry: in PostgreSQL ([registry] url); nothing to restore");
+    } else if rt.block_on(registry_ship::restore_if_missing(store.as_ref(), &registry_path))? {
         println!("registry: restored from the object store");
     } else if registry_path.exists() {
         println!("registry: a local registry exists; left as it is");

@@ -131,17 +131,19 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
 /// and shipped there from now on (`metadata_shipping`).
 fn open_registry(cfg: &Config, rt: &tokio::runtime::Runtime, storage: &Storage) -> anyhow::Result<Arc<Registry>> {
     let path = setup::registry_path(cfg);
-    if cfg.metadata_shipping {
+    // Only the embedded registry is shipped: PostgreSQL is the deployment's shared, durable copy.
+    let ship = cfg.metadata_shipping && cfg.registry.url.is_none();
+    if ship {
         rt.block_on(crate::registry_ship::restore_if_missing(storage.store().as_ref(), &path))
             .context("restoring the registry from the object store")?;
     }
-    let mut registry = Registry::open(&path).context("opening the registry")?;
+    let mut registry = setup::open_registry(cfg).context("opening the registry")?;
     // `SCOPEFS_TEST_CLOCK_FILE`, honoured only by test builds (feature `test-hooks`).
     if let Some(clock) = scopefs::testhooks::test_clock() {
         registry = registry.with_clock(clock);
     }
     let registry = Arc::new(registry);
-    if cfg.metadata_shipping {
+    if ship {
         let _in_runtime = rt.enter();
         let every = Duration::from_millis(cfg.metadata_sync_interval_ms);
         let copy = path.with_extension("sqlite3-ship");

@@ -50,6 +50,20 @@ pub fn registry_path(cfg: &Config) -> PathBuf {
     cfg.data_dir.join("control").join("registry.sqlite3")
 }
 
+/// Opens the registry `[registry]` names: PostgreSQL when `url` is set, else the embedded SQLite
+/// file at [`registry_path`].
+pub fn open_registry(cfg: &Config) -> Result<scopefs::registry::Registry, scopefs::registry::RegistryError> {
+    use scopefs::registry::{PgSettings, Registry};
+    match &cfg.registry.url {
+        Some(url) => Registry::open_postgres(&PgSettings {
+            url: url.clone(),
+            pool_size: cfg.registry.pool_size,
+            schema: cfg.registry.schema.clone(),
+        }),
+        None => Registry::open(&registry_path(cfg)),
+    }
+}
+
 /// Builds the object store the configuration describes. Must run inside a Tokio runtime context.
 pub fn build_store(cfg: &Config) -> Result<Arc<dyn ObjectStore>, StoreError> {
     Ok(match &cfg.store {

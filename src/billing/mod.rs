@@ -46,9 +46,9 @@ pub enum BillingError {
     Registry(#[from] RegistryError),
 }
 
-impl From<rusqlite::Error> for BillingError {
-    fn from(e: rusqlite::Error) -> Self {
-        BillingError::Registry(RegistryError::Sqlite(e))
+impl From<crate::registry::db::DbError> for BillingError {
+    fn from(e: crate::registry::db::DbError) -> Self {
+        BillingError::Registry(RegistryError::Db(e))
     }
 }
 

@@ -14,7 +14,7 @@ mod preflight;
 pub(crate) use artifacts::record_manifest_in;
 pub use artifacts::{ArtifactEntry, ArtifactRow};
 
-use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use crate::registry::db::{params, Conn, OptionalExtension, Row};
 use serde::Serialize;
 
 use super::{validate_key, Registry, RegistryError};
@@ -151,7 +151,7 @@ const ACCOUNT_COLS: &str = "user_id, plan, compute_minutes_remaining, compute_mi
      compute_overtime_charged_micros, cash_balance_micros, total_credited_micros, compute_quota_monthly, \
      compute_quota_period_start, compute_quota_period_end, compute_quota_refreshed_at, created_at, updated_at";
 
-fn account_row(r: &Row<'_>) -> rusqlite::Result<Account> {
+fn account_row(r: &Row<'_>) -> crate::registry::db::Result<Account> {
     Ok(Account {
         user_id: r.get(0)?,
         plan: r.get(1)?,
@@ -174,7 +174,7 @@ const USAGE_COLS: &str = "usage_id, environment_id, user_id, thread_id, runtime_
      settlement_status, artifacts_state, artifact_attempts, settle_failures, settlement_error, next_attempt_at, plan, \
      free_minutes, overtime_minutes, overtime_charged_micros, quota_remaining, ledger_entry_id, created_at, settled_at";
 
-fn usage_row(r: &Row<'_>) -> rusqlite::Result<Result<UsageRecord, RegistryError>> {
+fn usage_row(r: &Row<'_>) -> crate::registry::db::Result<Result<UsageRecord, RegistryError>> {
     let artifacts: String = r.get(7)?;
     let charged: Option<i64> = r.get(15)?;
     let rec = UsageRecord {
@@ -205,7 +205,7 @@ fn usage_row(r: &Row<'_>) -> rusqlite::Result<Result<UsageRecord, RegistryError>
 const LEDGER_COLS: &str = "entry_id, user_id, idempotency_key, entry_type, source_type, source_id, direction, \
      amount_micros, balance_after_micros, compute_minutes, free_minutes, currency, pricing_snapshot, note, created_at";
 
-fn ledger_row(r: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
+fn ledger_row(r: &Row<'_>) -> crate::registry::db::Result<LedgerEntry> {
     Ok(LedgerEntry {
         entry_id: r.get(0)?,
         user_id: r.get(1)?,
@@ -225,19 +225,19 @@ fn ledger_row(r: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
     })
 }
 
-fn get_account_in(conn: &Connection, user: &str) -> Result<Option<Account>, RegistryError> {
+fn get_account_in(conn: &Conn<'_>, user: &str) -> Result<Option<Account>, RegistryError> {
     let sql = format!("SELECT {ACCOUNT_COLS} FROM accounts WHERE user_id = ?1");
     Ok(conn.query_row(&sql, [user], account_row).optional()?)
 }
 
-fn get_usage_in(conn: &Connection, usage_id: i64) -> Result<Option<UsageRecord>, RegistryError> {
+fn get_usage_in(conn: &Conn<'_>, usage_id: i64) -> Result<Option<UsageRecord>, RegistryError> {
     let sql = format!("SELECT {USAGE_COLS} FROM compute_usage_log WHERE usage_id = ?1");
     conn.query_row(&sql, [usage_id], usage_row).optional()?.transpose()
 }
 
 /// The ledger's debit of one settlement's overtime (idempotent on its key); returns its entry id.
 fn insert_overtime_entry_in(
-    tx: &Connection,
+    tx: &Conn<'_>,
     pricing: &PricingConfig,
     usage: &UsageRecord,
     charge: &billing::Charge,
@@ -246,11 +246,12 @@ fn insert_overtime_entry_in(
     now: i64,
 ) -> Result<i64, BillingError> {
     let key = format!("compute:{}:{}:{}", usage.user_id, usage.thread_id, usage.environment_id);
-    tx.execute(
+    let id = tx.query_row(
         "INSERT INTO wallet_ledger (user_id, idempotency_key, entry_type, source_type, source_id, direction,
                                     amount_micros, balance_after_micros, compute_minutes, free_minutes, currency,
                                     pricing_snapshot, created_at)
-         VALUES (?1, ?2, 'compute_overtime', 'compute_usage', ?3, 'debit', ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         VALUES (?1, ?2, 'compute_overtime', 'compute_usage', ?3, 'debit', ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         RETURNING entry_id",
         params![
             usage.user_id,
             key,
@@ -263,14 +264,15 @@ fn insert_overtime_entry_in(
             snapshot,
             now
         ],
+        |r| r.get(0),
     )?;
-    Ok(tx.last_insert_rowid())
+    Ok(id)
 }
 
 fn query_usages(
-    conn: &Connection,
+    conn: &Conn<'_>,
     where_sql: &str,
-    args: &[&dyn rusqlite::ToSql],
+    args: &[&dyn crate::registry::db::ToSql],
 ) -> Result<Vec<UsageRecord>, RegistryError> {
     let sql = format!("SELECT {USAGE_COLS} FROM compute_usage_log WHERE {where_sql}");
     let mut stmt = conn.prepare(&sql)?;
@@ -283,12 +285,7 @@ fn query_usages(
 }
 
 /// The account of `user`, created with the default plan if missing, its monthly period refreshed if over.
-fn ensure_account_in(
-    conn: &Connection,
-    pricing: &PricingConfig,
-    user: &str,
-    now: i64,
-) -> Result<Account, RegistryError> {
+fn ensure_account_in(conn: &Conn<'_>, pricing: &PricingConfig, user: &str, now: i64) -> Result<Account, RegistryError> {
     if let Some(acc) = get_account_in(conn, user)? {
         if acc.compute_quota_period_end > now {
             return Ok(acc);
@@ -310,12 +307,7 @@ fn ensure_account_in(
 }
 
 /// Starts the period containing `now`: remaining minutes = the plan's monthly minutes, used = 0.
-fn refresh_account_in(
-    conn: &Connection,
-    pricing: &PricingConfig,
-    acc: &Account,
-    now: i64,
-) -> Result<(), RegistryError> {
+fn refresh_account_in(conn: &Conn<'_>, pricing: &PricingConfig, acc: &Account, now: i64) -> Result<(), RegistryError> {
     let monthly = pricing.plan(&acc.plan).map(|p| p.monthly_minutes).unwrap_or(0);
     let (start, end) = billing::month_period(now);
     conn.execute(
@@ -339,7 +331,7 @@ fn validate_artifact_path(p: &str) -> Result<(), RegistryError> {
 /// Records an environment's pending usage and its artifacts inside the caller's transaction;
 /// idempotent on `environment_id` (a second call changes nothing but may add artifact paths).
 pub(crate) fn record_usage_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     now: i64,
     user: &str,
     thread: &str,
@@ -390,8 +382,8 @@ impl Registry {
         validate_key("environment_id", environment_id)?;
         artifacts.iter().try_for_each(|p| validate_artifact_path(p))?;
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         record_usage_in(&tx, now, user, thread, environment_id, runtime_seconds, artifacts)?;
         let rec =
             query_usages(&tx, "environment_id = ?1", &[&environment_id])?.pop().ok_or(BillingError::UsageNotFound)?;
@@ -401,15 +393,15 @@ impl Registry {
 
     /// The account of `user`, if it exists.
     pub fn account(&self, user: &str) -> Result<Option<Account>, BillingError> {
-        Ok(get_account_in(&self.conn.lock(), user)?)
+        Ok(get_account_in(&self.db.conn()?, user)?)
     }
 
     /// The account of `user`, created with the default plan (and refreshed) if needed.
     pub fn ensure_account(&self, pricing: &PricingConfig, user: &str) -> Result<Account, BillingError> {
         validate_key("user_id", user)?;
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let acc = ensure_account_in(&tx, pricing, user, now)?;
         tx.commit()?;
         Ok(acc)
@@ -417,19 +409,19 @@ impl Registry {
 
     /// One usage record.
     pub fn usage(&self, usage_id: i64) -> Result<Option<UsageRecord>, BillingError> {
-        Ok(get_usage_in(&self.conn.lock(), usage_id)?)
+        Ok(get_usage_in(&self.db.conn()?, usage_id)?)
     }
 
     /// The usage record of an environment.
     pub fn usage_by_environment(&self, environment_id: &str) -> Result<Option<UsageRecord>, BillingError> {
-        Ok(query_usages(&self.conn.lock(), "environment_id = ?1", &[&environment_id])?.pop())
+        Ok(query_usages(&self.db.conn()?, "environment_id = ?1", &[&environment_id])?.pop())
     }
 
     /// Pending usage, least recently attempted first. `due_only`: skip records backing off until later.
     pub fn pending_usage(&self, limit: usize, due_only: bool) -> Result<Vec<UsageRecord>, BillingError> {
         let now = self.now_ms();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         Ok(query_usages(
             &conn,
             "settlement_status = 'pending' AND (?1 = 0 OR next_attempt_at IS NULL OR next_attempt_at <= ?2)
@@ -440,7 +432,7 @@ impl Registry {
 
     /// The artifact paths recorded for an environment.
     pub fn usage_artifacts(&self, environment_id: &str) -> Result<Vec<String>, BillingError> {
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         let mut stmt = conn.prepare("SELECT path FROM artifacts WHERE environment_id = ?1 ORDER BY path")?;
         let rows = stmt.query_map([environment_id], |r| r.get(0))?;
         Ok(rows.collect::<Result<Vec<String>, _>>()?)
@@ -455,8 +447,8 @@ impl Registry {
         max_retries: u32,
     ) -> Result<ArtifactsState, BillingError> {
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         tx.execute(
             "UPDATE compute_usage_log
              SET artifact_attempts = artifact_attempts + 1, artifact_error = ?2, last_attempt_at = ?3,
@@ -479,11 +471,11 @@ impl Registry {
         backoff_ms: i64,
     ) -> Result<(), BillingError> {
         let now = self.now_ms();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         conn.execute(
             "UPDATE compute_usage_log
              SET settle_failures = settle_failures + 1, settlement_error = ?2, last_attempt_at = ?3,
-                 next_attempt_at = CASE WHEN ?4 > 0 AND settle_failures + 1 >= ?4 THEN ?3 + ?5 ELSE NULL END
+                 next_attempt_at = CASE WHEN ?4 > 0 AND settle_failures + 1 >= ?4 THEN CAST(?3 AS BIGINT) + ?5 ELSE NULL END
              WHERE usage_id = ?1 AND settlement_status = 'pending'",
             params![usage_id, truncate(code), now, i64::from(backoff_after), backoff_ms],
         )?;
@@ -493,8 +485,8 @@ impl Registry {
     /// Settles one usage record exactly as seed 003 §10.2, in one `BEGIN IMMEDIATE` transaction.
     pub fn settle_usage(&self, pricing: &PricingConfig, usage_id: i64) -> Result<Settlement, BillingError> {
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let usage = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
         if usage.is_settled() {
             return Ok(Settlement { status: SettleStatus::AlreadySettled, usage });
@@ -573,8 +565,8 @@ impl Registry {
         }
         let now = self.now_ms();
         let key = format!("credit:{user}:{idempotency_key}");
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let existing = tx
             .query_row(
                 &format!("SELECT {LEDGER_COLS} FROM wallet_ledger WHERE idempotency_key = ?1"),
@@ -596,10 +588,11 @@ impl Registry {
             "UPDATE accounts SET cash_balance_micros = ?2, total_credited_micros = ?3, updated_at = ?4 WHERE user_id = ?1",
             params![user, cash.micros(), credited.micros(), now],
         )?;
-        tx.execute(
+        let id: i64 = tx.query_row(
             "INSERT INTO wallet_ledger (user_id, idempotency_key, entry_type, source_type, source_id, direction,
                                         amount_micros, balance_after_micros, currency, note, created_at)
-             VALUES (?1, ?2, 'credit', 'admin', ?3, 'credit', ?4, ?5, ?6, ?7, ?8)",
+             VALUES (?1, ?2, 'credit', 'admin', ?3, 'credit', ?4, ?5, ?6, ?7, ?8)
+             RETURNING entry_id",
             params![
                 user,
                 key,
@@ -610,8 +603,8 @@ impl Registry {
                 note.map(truncate),
                 now
             ],
+            |r| r.get(0),
         )?;
-        let id = tx.last_insert_rowid();
         // New money: records waiting for it are due again.
         tx.execute(
             "UPDATE compute_usage_log SET next_attempt_at = NULL WHERE user_id = ?1 AND settlement_status = 'pending'",
@@ -630,12 +623,12 @@ impl Registry {
         validate_key("user_id", user)?;
         let monthly = pricing.plan(plan).ok_or_else(|| BillingError::UnknownPlan(plan.to_string()))?.monthly_minutes;
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         ensure_account_in(&tx, pricing, user, now)?;
         tx.execute(
             "UPDATE accounts SET plan = ?2, compute_quota_monthly = ?3,
-                    compute_minutes_remaining = MAX(0, ?3 - compute_minutes_used), updated_at = ?4
+                    compute_minutes_remaining = CASE WHEN ?3 > compute_minutes_used THEN ?3 - compute_minutes_used ELSE 0 END, updated_at = ?4
              WHERE user_id = ?1",
             params![user, plan, monthly, now],
         )?;
@@ -646,9 +639,9 @@ impl Registry {
 
     /// Ledger entries of `user`, newest first, at most `limit`, older than `before` if given.
     pub fn ledger(&self, user: &str, limit: usize, before: Option<i64>) -> Result<Vec<LedgerEntry>, BillingError> {
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         let sql = format!(
-            "SELECT {LEDGER_COLS} FROM wallet_ledger WHERE user_id = ?1 AND (?2 IS NULL OR entry_id < ?2)
+            "SELECT {LEDGER_COLS} FROM wallet_ledger WHERE user_id = ?1 AND (CAST(?2 AS BIGINT) IS NULL OR entry_id < ?2)
              ORDER BY entry_id DESC LIMIT ?3"
         );
         let mut stmt = conn.prepare(&sql)?;
@@ -659,8 +652,8 @@ impl Registry {
     /// Starts a new monthly period for every account whose period has ended. Returns how many.
     pub fn refresh_compute_quotas(&self, pricing: &PricingConfig) -> Result<usize, BillingError> {
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let due: Vec<Account> = {
             let mut stmt =
                 tx.prepare(&format!("SELECT {ACCOUNT_COLS} FROM accounts WHERE compute_quota_period_end <= ?1"))?;

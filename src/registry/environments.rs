@@ -12,7 +12,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use crate::registry::db::{params, Conn, OptionalExtension, Row};
 
 use super::billing::ArtifactEntry;
 use super::leases::refuse_if_blocked_in;
@@ -118,7 +118,7 @@ fn corrupt(what: &str) -> RegistryError {
     RegistryError::Corrupt(format!("invalid {what}"))
 }
 
-fn env_from_row(r: &Row<'_>) -> rusqlite::Result<Result<EnvironmentRecord, RegistryError>> {
+fn env_from_row(r: &Row<'_>) -> crate::registry::db::Result<Result<EnvironmentRecord, RegistryError>> {
     let scope: String = r.get(1)?;
     let state: String = r.get(7)?;
     let requested: Option<i64> = r.get(9)?;
@@ -147,7 +147,7 @@ fn env_from_row(r: &Row<'_>) -> rusqlite::Result<Result<EnvironmentRecord, Regis
     })())
 }
 
-fn proc_from_row(r: &Row<'_>) -> rusqlite::Result<Result<ProcessRecord, RegistryError>> {
+fn proc_from_row(r: &Row<'_>) -> crate::registry::db::Result<Result<ProcessRecord, RegistryError>> {
     let scope: String = r.get(1)?;
     let state: String = r.get(6)?;
     let revision: i64 = r.get(7)?;
@@ -171,9 +171,9 @@ fn proc_from_row(r: &Row<'_>) -> rusqlite::Result<Result<ProcessRecord, Registry
 }
 
 fn query_envs(
-    conn: &Connection,
+    conn: &Conn<'_>,
     filter: &str,
-    args: &[&dyn rusqlite::ToSql],
+    args: &[&dyn crate::registry::db::ToSql],
 ) -> Result<Vec<EnvironmentRecord>, RegistryError> {
     let sql = format!("SELECT {ENV_COLUMNS} FROM environments WHERE {filter} ORDER BY created_at, environment_id");
     let mut stmt = conn.prepare(&sql)?;
@@ -186,9 +186,9 @@ fn query_envs(
 }
 
 fn query_procs(
-    conn: &Connection,
+    conn: &Conn<'_>,
     filter: &str,
-    args: &[&dyn rusqlite::ToSql],
+    args: &[&dyn crate::registry::db::ToSql],
 ) -> Result<Vec<ProcessRecord>, RegistryError> {
     let sql =
         format!("SELECT {PROC_COLUMNS} FROM environment_processes WHERE {filter} ORDER BY created_at, process_id");
@@ -201,19 +201,19 @@ fn query_procs(
     Ok(out)
 }
 
-fn get_env_in(conn: &Connection, deployment: &str, env: &str) -> Result<Option<EnvironmentRecord>, RegistryError> {
+fn get_env_in(conn: &Conn<'_>, deployment: &str, env: &str) -> Result<Option<EnvironmentRecord>, RegistryError> {
     let sql = format!("SELECT {ENV_COLUMNS} FROM environments WHERE deployment_id = ?1 AND environment_id = ?2");
     conn.query_row(&sql, params![deployment, env], env_from_row).optional()?.transpose()
 }
 
-fn get_proc_in(conn: &Connection, deployment: &str, pid: &str) -> Result<Option<ProcessRecord>, RegistryError> {
+fn get_proc_in(conn: &Conn<'_>, deployment: &str, pid: &str) -> Result<Option<ProcessRecord>, RegistryError> {
     let sql = format!("SELECT {PROC_COLUMNS} FROM environment_processes WHERE deployment_id = ?1 AND process_id = ?2");
     conn.query_row(&sql, params![deployment, pid], proc_from_row).optional()?.transpose()
 }
 
 /// Moves an owner to a settled state unless it already is settled (settled owners stay as they are).
 fn settle_owner_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     owner_id: &str,
     to: OwnerState,
@@ -229,12 +229,12 @@ fn settle_owner_in(
 
 /// CAS state change of an environment along `environment_state_transitions`; `false` if refused.
 fn set_env_state_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     rec: &EnvironmentRecord,
     to: EnvironmentState,
     extra: &str,
-    extra_args: &[&dyn rusqlite::ToSql],
+    extra_args: &[&dyn crate::registry::db::ToSql],
 ) -> Result<bool, RegistryError> {
     let sql = format!(
         "UPDATE environments SET state = ?1, revision = revision + 1 {extra}
@@ -243,7 +243,7 @@ fn set_env_state_in(
     );
     let revision = to_i64(rec.revision);
     let to_str = to.as_str();
-    let mut args: Vec<&dyn rusqlite::ToSql> = vec![&to_str, &deployment, &rec.environment_id, &revision];
+    let mut args: Vec<&dyn crate::registry::db::ToSql> = vec![&to_str, &deployment, &rec.environment_id, &revision];
     args.extend_from_slice(extra_args);
     Ok(conn.execute(&sql, args.as_slice())? == 1)
 }
@@ -260,7 +260,7 @@ pub fn runtime_seconds(started_at: Option<i64>, ended_at: i64) -> u64 {
 /// environment, with its final record (`runtime_seconds` set). The billing work records the
 /// environment's pending usage here; until then the environment row itself is the record.
 fn record_pending_usage_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     ended: &EnvironmentRecord,
     outputs: &[ArtifactEntry],
 ) -> Result<(), RegistryError> {
@@ -280,7 +280,7 @@ impl DeploymentRegistry {
     /// Records the seed fields an environment was created with (canonical JSON; see migration 7).
     pub fn set_environment_options(&self, environment_id: &str, options_json: &str) -> Result<(), RegistryError> {
         let deployment = self.id.as_str();
-        self.conn.lock().execute(
+        self.db.conn()?.execute(
             "UPDATE environments SET create_options = ?1 WHERE deployment_id = ?2 AND environment_id = ?3",
             params![options_json, deployment, environment_id],
         )?;
@@ -290,7 +290,7 @@ impl DeploymentRegistry {
     /// The create options recorded for an environment (`None`: none were recorded).
     pub fn environment_options(&self, environment_id: &str) -> Result<Option<String>, RegistryError> {
         let deployment = self.id.as_str();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         let found: Option<Option<String>> = conn
             .query_row(
                 "SELECT create_options FROM environments WHERE deployment_id = ?1 AND environment_id = ?2",
@@ -310,8 +310,8 @@ impl DeploymentRegistry {
     ) -> Result<Option<EnvironmentRecord>, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         refuse_if_blocked_in(&tx, deployment, now)?;
         require_open_scope_in(&tx, deployment, scope)?;
         let live: i64 = tx.query_row(
@@ -362,7 +362,7 @@ impl DeploymentRegistry {
         container_id: &str,
     ) -> Result<EnvironmentRecord, RegistryError> {
         let deployment = self.id.as_str();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         conn.execute(
             "UPDATE environments SET container_id = ?1, revision = revision + 1
              WHERE deployment_id = ?2 AND environment_id = ?3 AND state = 'creating' AND container_id IS NULL",
@@ -375,8 +375,8 @@ impl DeploymentRegistry {
     pub fn environment_started(&self, environment_id: &str) -> Result<Option<EnvironmentRecord>, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let rec = get_env_in(&tx, deployment, environment_id)?.ok_or(RegistryError::OwnerNotFound)?;
         if !set_env_state_in(&tx, deployment, &rec, EnvironmentState::Running, ", started_at = ?5", &[&now])? {
             return Ok(None);
@@ -415,8 +415,8 @@ impl DeploymentRegistry {
     ) -> Result<(EnvironmentRecord, bool), RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let rec = get_env_in(&tx, deployment, environment_id)?.ok_or(RegistryError::OwnerNotFound)?;
         if !rec.state.is_live() {
             return Ok((rec, false));
@@ -461,26 +461,26 @@ impl DeploymentRegistry {
         environment_id: &str,
     ) -> Result<Option<EnvironmentRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        Ok(get_env_in(&self.conn.lock(), deployment, environment_id)?.filter(|e| &e.scope_id == scope))
+        Ok(get_env_in(&self.db.conn()?, deployment, environment_id)?.filter(|e| &e.scope_id == scope))
     }
 
     /// One environment of any scope (startup reconciliation, and telling another scope's id from a
     /// missing one; never returned to a request).
     pub fn environment_unscoped(&self, environment_id: &str) -> Result<Option<EnvironmentRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        get_env_in(&self.conn.lock(), deployment, environment_id)
+        get_env_in(&self.db.conn()?, deployment, environment_id)
     }
 
     /// Every environment of `scope`, oldest first.
     pub fn environments(&self, scope: &ScopeId) -> Result<Vec<EnvironmentRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        query_envs(&self.conn.lock(), "deployment_id = ?1 AND scope_id = ?2", &[&deployment, &scope.as_str()])
+        query_envs(&self.db.conn()?, "deployment_id = ?1 AND scope_id = ?2", &[&deployment, &scope.as_str()])
     }
 
     /// Every live (`creating`/`running`) environment of the deployment (reconciliation and shutdown).
     pub fn live_environments(&self) -> Result<Vec<EnvironmentRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        query_envs(&self.conn.lock(), "deployment_id = ?1 AND state IN ('creating', 'running')", &[&deployment])
+        query_envs(&self.db.conn()?, "deployment_id = ?1 AND state IN ('creating', 'running')", &[&deployment])
     }
 
     /// Registers a background process (`starting`) with a `background_process` owner whose parent is
@@ -493,8 +493,8 @@ impl DeploymentRegistry {
     ) -> Result<Option<ProcessRecord>, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         refuse_if_blocked_in(&tx, deployment, now)?;
         require_open_scope_in(&tx, deployment, scope)?;
         let Some(env) = get_env_in(&tx, deployment, environment_id)?.filter(|e| &e.scope_id == scope) else {
@@ -528,8 +528,8 @@ impl DeploymentRegistry {
     pub fn process_started(&self, process_id: &str, exec_id: &str) -> Result<Option<ProcessRecord>, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let rec = get_proc_in(&tx, deployment, process_id)?.ok_or(RegistryError::OwnerNotFound)?;
         let changed = tx.execute(
             "UPDATE environment_processes SET state = 'running', revision = revision + 1, exec_id = ?1, started_at = ?2
@@ -561,8 +561,8 @@ impl DeploymentRegistry {
     ) -> Result<(ProcessRecord, bool), RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let rec = get_proc_in(&tx, deployment, process_id)?.ok_or(RegistryError::OwnerNotFound)?;
         if !rec.state.is_live() {
             return Ok((rec, false));
@@ -576,14 +576,14 @@ impl DeploymentRegistry {
     /// One process of `scope`; another scope's process is `None`.
     pub fn process(&self, scope: &ScopeId, process_id: &str) -> Result<Option<ProcessRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        Ok(get_proc_in(&self.conn.lock(), deployment, process_id)?.filter(|p| &p.scope_id == scope))
+        Ok(get_proc_in(&self.db.conn()?, deployment, process_id)?.filter(|p| &p.scope_id == scope))
     }
 
     /// One process of any scope (to tell another scope's id from a missing one; never returned to a
     /// request).
     pub fn process_unscoped(&self, process_id: &str) -> Result<Option<ProcessRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        get_proc_in(&self.conn.lock(), deployment, process_id)
+        get_proc_in(&self.db.conn()?, deployment, process_id)
     }
 
     /// The processes of `scope` (optionally of one environment), oldest first.
@@ -594,8 +594,8 @@ impl DeploymentRegistry {
     ) -> Result<Vec<ProcessRecord>, RegistryError> {
         let deployment = self.id.as_str();
         query_procs(
-            &self.conn.lock(),
-            "deployment_id = ?1 AND scope_id = ?2 AND (?3 IS NULL OR environment_id = ?3)",
+            &self.db.conn()?,
+            "deployment_id = ?1 AND scope_id = ?2 AND (CAST(?3 AS TEXT) IS NULL OR environment_id = ?3)",
             &[&deployment, &scope.as_str(), &environment_id],
         )
     }
@@ -603,7 +603,7 @@ impl DeploymentRegistry {
 
 /// Ends one live process inside the caller's transaction; `false` if its state already moved on.
 fn end_process_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     rec: &ProcessRecord,
     to: ProcessState,

@@ -6,7 +6,7 @@
 //! copied again); the key reused for a different source, target or mode is `OperationConflict`. A
 //! copy that fails deletes its `applying` row (`abandon_import`), so the key can be retried.
 
-use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use crate::registry::db::{params, Conn, OptionalExtension, Row};
 
 use super::{to_i64, to_u64, validate_key, DeploymentRegistry, RegistryError};
 use crate::ids::ScopeId;
@@ -62,7 +62,7 @@ pub enum ImportBegin {
 const COLUMNS: &str = "scope_id, idempotency_key, source_path, target_path, overwrite, state, size_bytes, sha256, \
                        created_at, completed_at";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Result<ImportRecord, RegistryError>> {
+fn from_row(row: &Row<'_>) -> crate::registry::db::Result<Result<ImportRecord, RegistryError>> {
     let scope: String = row.get(0)?;
     let state: String = row.get(5)?;
     let size: Option<i64> = row.get(6)?;
@@ -91,7 +91,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Result<ImportRecord, RegistryErro
 }
 
 fn get_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     scope: &ScopeId,
     key: &str,
@@ -108,8 +108,8 @@ impl DeploymentRegistry {
         let deployment = self.id.as_str();
         validate_key("idempotency_key", &req.idempotency_key)?;
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         if let Some(existing) = get_in(&tx, deployment, scope, &req.idempotency_key)? {
             return if existing.request == *req {
                 Ok(ImportBegin::Existing(existing))
@@ -148,8 +148,8 @@ impl DeploymentRegistry {
     ) -> Result<ImportRecord, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let changed = tx.execute(
             "UPDATE import_records SET state = 'completed', size_bytes = ?1, sha256 = ?2, completed_at = ?3
              WHERE deployment_id = ?4 AND scope_id = ?5 AND idempotency_key = ?6
@@ -168,7 +168,7 @@ impl DeploymentRegistry {
     /// Deletes an `applying` record after a failed copy (a `completed` one is never removed).
     pub fn abandon_import(&self, scope: &ScopeId, key: &str) -> Result<(), RegistryError> {
         let deployment = self.id.as_str();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         conn.execute(
             "DELETE FROM import_records
              WHERE deployment_id = ?1 AND scope_id = ?2 AND idempotency_key = ?3 AND state = 'applying'",
@@ -180,7 +180,7 @@ impl DeploymentRegistry {
     /// The import recorded under `key` in `scope`, if any.
     pub fn get_import(&self, scope: &ScopeId, key: &str) -> Result<Option<ImportRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        get_in(&self.conn.lock(), deployment, scope, key)
+        get_in(&self.db.conn()?, deployment, scope, key)
     }
 }
 
@@ -193,7 +193,7 @@ mod tests {
     use crate::registry::Registry;
 
     fn setup() -> (Arc<Registry>, ScopeId) {
-        let reg = Arc::new(Registry::open_in_memory().unwrap());
+        let reg = Arc::new(Registry::open_for_tests().unwrap());
         let thread = ThreadId::parse("thread-imports").unwrap();
         let rec = reg.deployment("dep").create_scope(&thread, None).unwrap();
         (reg, rec.scope_id)

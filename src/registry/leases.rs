@@ -1,6 +1,6 @@
 //! SQL of `deployment_locks`: expiring deployment-wide leases (acquire, renew, release) and the cutover gate.
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use crate::registry::db::{params, Conn, OptionalExtension};
 
 use super::{validate_key, DeploymentRegistry, RegistryError};
 
@@ -18,7 +18,7 @@ pub struct Lease {
 }
 
 /// `CutoverInProgress` if a blocking lease is held (unexpired) at `now`.
-pub(super) fn refuse_if_blocked_in(conn: &Connection, deployment: &str, now: i64) -> Result<(), RegistryError> {
+pub(super) fn refuse_if_blocked_in(conn: &Conn<'_>, deployment: &str, now: i64) -> Result<(), RegistryError> {
     let held: Option<String> = conn
         .query_row(
             "SELECT lock_name FROM deployment_locks
@@ -49,7 +49,7 @@ fn validate_ttl(ttl_ms: i64) -> Result<(), RegistryError> {
         .ok_or(RegistryError::Invalid { field: "ttl_seconds", reason: "must be between 1 and 86400" })
 }
 
-fn get_in(conn: &Connection, deployment: &str, name: &str) -> Result<Option<Lease>, RegistryError> {
+fn get_in(conn: &Conn<'_>, deployment: &str, name: &str) -> Result<Option<Lease>, RegistryError> {
     Ok(conn
         .query_row(
             "SELECT lock_name, operation_id, expires_at, created_at FROM deployment_locks
@@ -76,8 +76,8 @@ impl DeploymentRegistry {
         validate_key("operation_id", operation_id)?;
         validate_ttl(ttl_ms)?;
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let changed = tx.execute(
             "INSERT INTO deployment_locks (deployment_id, lock_name, operation_id, expires_at, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?5)
@@ -104,8 +104,8 @@ impl DeploymentRegistry {
         validate_key("operation_id", operation_id)?;
         validate_ttl(ttl_ms)?;
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let changed = tx.execute(
             "UPDATE deployment_locks SET expires_at = ?1, updated_at = ?2
              WHERE deployment_id = ?3 AND lock_name = ?4 AND operation_id = ?5 AND expires_at > ?2",
@@ -125,8 +125,8 @@ impl DeploymentRegistry {
         let deployment = self.id.as_str();
         validate_lock_name(name)?;
         validate_key("operation_id", operation_id)?;
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let Some(lease) = get_in(&tx, deployment, name)? else {
             return Ok(false);
         };
@@ -145,13 +145,13 @@ impl DeploymentRegistry {
     pub fn lease(&self, name: &str) -> Result<Option<Lease>, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        Ok(get_in(&self.conn.lock(), deployment, name)?.filter(|l| l.expires_at > now))
+        Ok(get_in(&self.db.conn()?, deployment, name)?.filter(|l| l.expires_at > now))
     }
 
     /// `CutoverInProgress` while a blocking lease is held.
     pub fn refuse_if_blocked(&self) -> Result<(), RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        refuse_if_blocked_in(&self.conn.lock(), deployment, now)
+        refuse_if_blocked_in(&self.db.conn()?, deployment, now)
     }
 }

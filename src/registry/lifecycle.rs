@@ -7,7 +7,7 @@
 //! `record_delete_blocked` (operation `failed`, retried later). A purge is the
 //! operation `purge-<scope_id>`, completed by `complete_purge`.
 
-use rusqlite::{params, Connection, TransactionBehavior};
+use crate::registry::db::{params, Conn};
 
 use super::operations::{record_op_in, set_ops_in};
 use super::owners::{owners_of_in, set_owner_state_in, OwnerState, OwnerType};
@@ -38,7 +38,7 @@ fn purge_op_id(scope: &ScopeId) -> String {
 }
 
 /// Owners other than the primary thread that still act in the scope.
-fn blockers_in(conn: &Connection, deployment: &str, scope: &ScopeId) -> Result<Vec<String>, RegistryError> {
+fn blockers_in(conn: &Conn<'_>, deployment: &str, scope: &ScopeId) -> Result<Vec<String>, RegistryError> {
     Ok(owners_of_in(conn, deployment, scope)?
         .into_iter()
         .filter(|o| o.owner_type != OwnerType::PrimaryThread && !o.state.is_settled())
@@ -48,7 +48,7 @@ fn blockers_in(conn: &Connection, deployment: &str, scope: &ScopeId) -> Result<V
 
 /// `deleting` + operation + every live owner asked to drain, inside the caller's transaction.
 fn begin_delete_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     scope: &ScopeId,
     expected_revision: u64,
@@ -79,8 +79,8 @@ impl DeploymentRegistry {
     pub fn begin_delete(&self, scope: &ScopeId, expected_revision: u64) -> Result<ScopeRecord, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let rec = begin_delete_in(&tx, deployment, scope, expected_revision, now)?;
         tx.commit()?;
         Ok(rec)
@@ -91,8 +91,8 @@ impl DeploymentRegistry {
     pub fn complete_delete(&self, scope: &ScopeId) -> Result<DeleteStep, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let rec = get_in(&tx, deployment, scope)?.ok_or(RegistryError::NotFound)?;
         match rec.state {
             ScopeState::Deleted => return Ok(DeleteStep::Deleted(rec)),
@@ -120,8 +120,8 @@ impl DeploymentRegistry {
         let deployment = self.id.as_str();
         let now = self.now_ms();
         let json = serde_json::to_string(blockers).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         tx.execute(
             "UPDATE scopes SET delete_blocked_by = ?1, updated_at = ?2
              WHERE deployment_id = ?3 AND scope_id = ?4 AND state = 'deleting'",
@@ -135,7 +135,7 @@ impl DeploymentRegistry {
     /// Drafts created at or before `cutoff` (Unix ms) that have no unsettled owner besides the primary thread.
     pub fn expired_drafts(&self, cutoff: i64) -> Result<Vec<ScopeRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         let sql = format!(
             "SELECT {COLUMNS} FROM scopes WHERE deployment_id = ?1 AND state = 'draft' AND created_at <= ?2
              ORDER BY created_at"
@@ -157,8 +157,8 @@ impl DeploymentRegistry {
     pub fn begin_draft_expiry(&self, scope: &ScopeId, cutoff: i64) -> Result<Option<ScopeRecord>, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let Some(rec) = get_in(&tx, deployment, scope)? else { return Ok(None) };
         if rec.state != ScopeState::Draft || rec.created_at > cutoff || !blockers_in(&tx, deployment, scope)?.is_empty()
         {
@@ -172,7 +172,7 @@ impl DeploymentRegistry {
     /// Deleted scopes whose deletion is at or before `cutoff` and that are not purged yet.
     pub fn purge_due(&self, cutoff: i64) -> Result<Vec<ScopeRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         let sql = format!(
             "SELECT {COLUMNS} FROM scopes
              WHERE deployment_id = ?1 AND state = 'deleted' AND purged_at IS NULL AND deleted_at <= ?2
@@ -191,8 +191,8 @@ impl DeploymentRegistry {
     pub fn begin_purge(&self, scope: &ScopeId) -> Result<(), RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let rec = get_in(&tx, deployment, scope)?.ok_or(RegistryError::NotFound)?;
         if rec.state != ScopeState::Deleted {
             return Err(RegistryError::ScopeUnavailable(rec.state));
@@ -206,8 +206,8 @@ impl DeploymentRegistry {
     pub fn complete_purge(&self, scope: &ScopeId) -> Result<ScopeRecord, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         tx.execute(
             "UPDATE scopes SET purged_at = COALESCE(purged_at, ?1)
              WHERE deployment_id = ?2 AND scope_id = ?3 AND state = 'deleted'",
@@ -224,6 +224,6 @@ impl DeploymentRegistry {
     /// The owners (other than the primary thread) of `scope` that are not settled.
     pub fn delete_blockers(&self, scope: &ScopeId) -> Result<Vec<String>, RegistryError> {
         let deployment = self.id.as_str();
-        blockers_in(&self.conn.lock(), deployment, scope)
+        blockers_in(&self.db.conn()?, deployment, scope)
     }
 }

@@ -1,7 +1,8 @@
-//! The registry (control database): scopes, owners, run reservations, leases and lifecycle operations, in SQLite.
+//! The registry (control database): scopes, owners, run reservations, leases and lifecycle operations,
+//! in embedded SQLite or in PostgreSQL (`db.rs` is the one way to either).
 //!
-//! One connection guarded by a mutex is the single writer. Every state change
-//! runs in `BEGIN IMMEDIATE` and is checked against the transition tables of
+//! Write transactions run one at a time (SQLite's `BEGIN IMMEDIATE`, PostgreSQL's advisory lock:
+//! `db_pg.rs`). Every state change is checked against the transition tables of
 //! the schema (`scope_state_transitions`, `operation_state_transitions`,
 //! `owner_state_transitions`, `run_request_state_transitions`), so the state
 //! machines are data, not code. All SQL of the registry lives in this module.
@@ -43,6 +44,8 @@ macro_rules! string_enum {
 }
 
 pub mod billing;
+pub mod db;
+mod db_pg;
 pub mod environments;
 pub mod imports;
 mod leases;
@@ -53,6 +56,8 @@ mod owners;
 mod runs;
 mod sagas;
 mod scopes;
+#[cfg(any(test, feature = "test-hooks"))]
+pub mod test_backend;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -67,6 +72,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags};
+
+use db::{Backend, DbError};
+pub use db_pg::{OpenError as PgOpenError, PgSettings};
 
 use crate::clock::{Clock, SystemClock};
 use crate::engine::Quota;
@@ -133,7 +141,11 @@ pub enum RegistryError {
     #[error("preparing the registry file failed: {0}")]
     Io(#[source] std::io::Error),
     #[error("registry database: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Db(#[from] DbError),
+    #[error("registry database: {0}")]
+    Postgres(#[from] PgOpenError),
+    #[error("{0} is not available with a PostgreSQL registry")]
+    SqliteOnly(&'static str),
     #[error("registry migration: {0}")]
     Migrate(#[from] MigrateError),
 }
@@ -192,7 +204,7 @@ impl ScopeRecord {
 
 /// The control database of one daemon.
 pub struct Registry {
-    conn: Mutex<Connection>,
+    db: Backend,
     schema_version: i64,
     clock: Arc<dyn Clock>,
 }
@@ -242,22 +254,44 @@ impl Registry {
         std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(RegistryError::Io)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(RegistryError::Io)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags)?;
+        let conn = Connection::open_with_flags(path, flags).map_err(DbError::from)?;
         Self::from_connection(conn)
     }
 
     /// An in-memory registry (tests and dry runs).
     pub fn open_in_memory() -> Result<Registry, RegistryError> {
-        Self::from_connection(Connection::open_in_memory()?)
+        Self::from_connection(Connection::open_in_memory().map_err(DbError::from)?)
     }
 
     fn from_connection(mut conn: Connection) -> Result<Registry, RegistryError> {
-        conn.busy_timeout(BUSY_TIMEOUT)?;
-        let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.pragma_update(None, "foreign_keys", true)?;
+        let sqlite = |e: rusqlite::Error| RegistryError::Db(e.into());
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sqlite)?;
+        let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(sqlite)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(sqlite)?;
+        conn.pragma_update(None, "foreign_keys", true).map_err(sqlite)?;
         let schema_version = migrate::apply(&mut conn, migrate::REGISTRY)?;
-        Ok(Registry { conn: Mutex::new(conn), schema_version, clock: Arc::new(SystemClock) })
+        Ok(Registry { db: Backend::Sqlite(Mutex::new(conn)), schema_version, clock: Arc::new(SystemClock) })
+    }
+
+    /// Opens the registry in a PostgreSQL database (shared by every node of a deployment):
+    /// a pool of `settings.pool_size` connections, migrations of `migrations/registry-postgres/`
+    /// applied (one node at a time); refuses a newer schema.
+    pub fn open_postgres(settings: &PgSettings) -> Result<Registry, RegistryError> {
+        let (pg, schema_version) = db_pg::PgBackend::open(settings, migrate::REGISTRY_POSTGRES)?;
+        Ok(Registry { db: Backend::Postgres(pg), schema_version, clock: Arc::new(SystemClock) })
+    }
+
+    /// `"sqlite"` or `"postgres"`.
+    pub fn backend_name(&self) -> &'static str {
+        match self.db {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Whether this registry is the embedded SQLite one (only it is shipped to the object store).
+    pub fn is_embedded(&self) -> bool {
+        matches!(self.db, Backend::Sqlite(_))
     }
 
     /// Uses `clock` for every timestamp and every comparison with the current time.
@@ -273,9 +307,9 @@ impl Registry {
 
     /// Rows changed through this handle since it opened (a cheap "anything new?" for shipping).
     pub fn changes(&self) -> u64 {
-        let conn = self.conn.lock();
+        let Ok(conn) = self.db.conn() else { return 0 };
         // SAFETY: reads a counter of this open connection; no pointer is kept.
-        unsafe { rusqlite::ffi::sqlite3_total_changes64(conn.handle()) as u64 }
+        conn.sqlite().map_or(0, |c| unsafe { rusqlite::ffi::sqlite3_total_changes64(c.handle()) as u64 })
     }
 
     /// Writes a consistent copy of the registry to `to` (SQLite's online backup), replacing any
@@ -283,8 +317,9 @@ impl Registry {
     pub fn snapshot_to(&self, to: &Path) -> Result<(), RegistryError> {
         // A WAL left beside an earlier copy would be read into this one once it is restored.
         crate::db_files::remove_with(to, &["", "-wal", "-shm"]).map_err(RegistryError::Io)?;
-        let conn = self.conn.lock();
-        conn.backup(rusqlite::MAIN_DB, to, None::<fn(rusqlite::backup::Progress)>)?;
+        let conn = self.db.conn()?;
+        let c = conn.sqlite().ok_or(RegistryError::SqliteOnly("a copy of the registry"))?;
+        c.backup(rusqlite::MAIN_DB, to, None::<fn(rusqlite::backup::Progress)>).map_err(DbError::from)?;
         Ok(())
     }
 
@@ -311,8 +346,8 @@ pub fn validate_resource_id(value: &str) -> Result<(), RegistryError> {
 }
 
 /// Whether `sql_err` is a UNIQUE/constraint violation.
-fn is_constraint(e: &rusqlite::Error) -> bool {
-    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation)
+fn is_constraint(e: &DbError) -> bool {
+    e.is_constraint()
 }
 
 /// Converts a stored non-negative integer.

@@ -1,7 +1,7 @@
 //! SQL of signed-request authentication (seed 003 §4.3): single-use nonces in `auth_nonces` (with
 //! expiry cleanup), and which scope a signed request's `auth_context.thread_id` acts in.
 
-use rusqlite::{params, TransactionBehavior};
+use crate::registry::db::params;
 
 use super::scopes::{find_by_thread_in, get_in as get_scope_in};
 use super::{validate_key, DeploymentRegistry, OwnerType, RegistryError, ScopeRecord};
@@ -33,11 +33,12 @@ impl DeploymentRegistry {
         let deployment = self.id.as_str();
         validate_key("nonce", nonce)?;
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         tx.execute("DELETE FROM auth_nonces WHERE expires_at < ?1", params![now])?;
         let inserted = tx.execute(
-            "INSERT OR IGNORE INTO auth_nonces (deployment_id, nonce, expires_at, created_at) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO auth_nonces (deployment_id, nonce, expires_at, created_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT DO NOTHING",
             params![deployment, nonce, expires_at_ms.max(now), now],
         )?;
         tx.commit()?;
@@ -47,7 +48,7 @@ impl DeploymentRegistry {
     /// Number of nonces currently remembered (tests and metrics).
     pub fn nonce_count(&self) -> Result<u64, RegistryError> {
         let deployment = self.id.as_str();
-        let n: i64 = self.conn.lock().query_row(
+        let n: i64 = self.db.conn()?.query_row(
             "SELECT COUNT(*) FROM auth_nonces WHERE deployment_id = ?1",
             params![deployment],
             |r| r.get(0),
@@ -60,7 +61,7 @@ impl DeploymentRegistry {
     /// resource. `None` if neither exists (the scope's own state is the caller's to judge).
     pub fn thread_binding(&self, thread: &ThreadId) -> Result<Option<ThreadBinding>, RegistryError> {
         let deployment = self.id.as_str();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         if let Some(scope) = find_by_thread_in(&conn, deployment, thread)? {
             return Ok(Some(ThreadBinding { scope, role: ThreadRole::Primary }));
         }
@@ -103,7 +104,7 @@ mod tests {
     #[test]
     fn a_nonce_is_accepted_once_until_it_expires() {
         let clock = Arc::new(ManualClock::new(1_000_000));
-        let reg = Arc::new(Registry::open_in_memory().unwrap().with_clock(clock.clone()));
+        let reg = Arc::new(Registry::open_for_tests().unwrap().with_clock(clock.clone()));
         assert!(reg.deployment("d").consume_nonce("n1", 1_300_000).unwrap());
         assert!(!reg.deployment("d").consume_nonce("n1", 1_300_000).unwrap(), "replay");
         assert!(reg.deployment("other").consume_nonce("n1", 1_300_000).unwrap(), "per deployment");
@@ -116,7 +117,7 @@ mod tests {
 
     #[test]
     fn threads_bind_as_primary_or_as_a_live_thread_owner() {
-        let reg = Arc::new(Registry::open_in_memory().unwrap());
+        let reg = Arc::new(Registry::open_for_tests().unwrap());
         let main = ThreadId::parse("thr_main").unwrap();
         let rec = reg.deployment("d").create_scope(&main, None).unwrap();
         let rec = reg.deployment("d").complete_provision(&rec.scope_id).unwrap();

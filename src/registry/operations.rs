@@ -11,7 +11,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use crate::registry::db::{params, Conn, OptionalExtension};
 
 use super::leases::refuse_if_blocked_in;
 use super::owners::insert_primary_owner_in;
@@ -96,7 +96,9 @@ pub(super) const OP_COLUMNS: &str = "operation_id, scope_id, kind, state, extern
                                      last_error_code, created_at, updated_at";
 
 /// Reads one row selected with [`OP_COLUMNS`].
-pub(super) fn op_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<OperationRecord, RegistryError>> {
+pub(super) fn op_from_row(
+    r: &crate::registry::db::Row<'_>,
+) -> crate::registry::db::Result<Result<OperationRecord, RegistryError>> {
     let scope_id: Option<String> = r.get(1)?;
     let state: String = r.get(3)?;
     let scope_id = scope_id
@@ -119,7 +121,7 @@ pub(super) fn op_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Oper
 
 /// One operation by id.
 pub(super) fn get_op_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     operation_id: &str,
 ) -> Result<Option<OperationRecord>, RegistryError> {
@@ -129,7 +131,7 @@ pub(super) fn get_op_in(
 
 /// Moves one operation to `to` if the transition table allows it; returns whether it moved.
 pub(super) fn set_op_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     operation_id: &str,
     to: OperationState,
@@ -149,7 +151,7 @@ pub(super) fn set_op_in(
 /// Ends an open operation as compensated (through `compensating`), recording `error_code` as the
 /// reason; a terminal operation is left alone. Returns whether it moved.
 pub(super) fn compensate_op_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     operation_id: &str,
     error_code: &str,
@@ -161,7 +163,7 @@ pub(super) fn compensate_op_in(
 
 /// The open operation of `kind` that registered owner `owner_id` (kinds `run`, `cron`).
 pub(super) fn op_for_owner_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     kind: &str,
     owner_id: &str,
@@ -176,7 +178,7 @@ pub(super) fn op_for_owner_in(
 /// Records an operation that registered owner `owner_id` (`run`, `cron`) as `applying`, unless
 /// `operation_id` exists already.
 pub(super) fn record_owner_op_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     operation_id: &str,
     scope: &ScopeId,
@@ -204,7 +206,7 @@ pub struct Provisioned {
 
 /// Moves every open operation of `kind` on `scope` to `to`, where the transition table allows it.
 pub(super) fn set_ops_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     scope: &ScopeId,
     kind: &str,
@@ -225,7 +227,7 @@ pub(super) fn set_ops_in(
 /// Returns whether it was inserted.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn record_op_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     operation_id: &str,
     scope: &ScopeId,
@@ -265,8 +267,8 @@ impl DeploymentRegistry {
     ) -> Result<Provisioned, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         refuse_if_blocked_in(&tx, deployment, now)?;
         let existing_op: Option<String> = tx
             .query_row(
@@ -310,8 +312,8 @@ impl DeploymentRegistry {
     pub fn complete_provision(&self, scope: &ScopeId) -> Result<ScopeRecord, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let current = get_in(&tx, deployment, scope)?.ok_or(RegistryError::NotFound)?;
         let rec = match current.state {
             ScopeState::Provisioning => {
@@ -329,8 +331,8 @@ impl DeploymentRegistry {
     pub fn fail_provision(&self, scope: &ScopeId, error_code: &str) -> Result<(), RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         set_ops_in(&tx, deployment, scope, "provision", OperationState::Failed, Some(error_code), now)?;
         tx.commit()?;
         Ok(())
@@ -339,7 +341,7 @@ impl DeploymentRegistry {
     /// Operations of the deployment that are not terminal (`completed`/`compensated`), oldest first.
     pub fn open_operations(&self) -> Result<Vec<OperationRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         let sql = format!(
             "SELECT {OP_COLUMNS} FROM scope_operations
              WHERE deployment_id = ?1 AND state NOT IN ('completed', 'compensated')
@@ -356,6 +358,6 @@ impl DeploymentRegistry {
 
     /// One operation by id.
     pub fn operation(&self, operation_id: &str) -> Result<Option<OperationRecord>, RegistryError> {
-        get_op_in(&self.conn.lock(), self.id.as_str(), operation_id)
+        get_op_in(&self.db.conn()?, self.id.as_str(), operation_id)
     }
 }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use crate::registry::db::{params, Conn, OptionalExtension, Row};
 
 use super::leases::refuse_if_blocked_in;
 use super::operations::{compensate_op_in, op_for_owner_in, record_owner_op_in, set_op_in, OperationState};
@@ -90,7 +90,7 @@ struct RawOwner {
     terminal_at: Option<i64>,
 }
 
-fn from_row(r: &Row<'_>) -> rusqlite::Result<RawOwner> {
+fn from_row(r: &Row<'_>) -> crate::registry::db::Result<RawOwner> {
     Ok(RawOwner {
         owner_id: r.get("owner_id")?,
         scope_id: r.get("scope_id")?,
@@ -122,7 +122,7 @@ fn validate(raw: RawOwner) -> Result<OwnerRecord, RegistryError> {
 }
 
 pub(super) fn get_owner_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     owner_id: &str,
 ) -> Result<Option<OwnerRecord>, RegistryError> {
@@ -132,7 +132,7 @@ pub(super) fn get_owner_in(
 
 /// Every owner of a scope, oldest first.
 pub(super) fn owners_of_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     scope: &ScopeId,
 ) -> Result<Vec<OwnerRecord>, RegistryError> {
@@ -156,7 +156,7 @@ pub(super) fn new_owner_id() -> String {
 /// Inserts an owner row; a resource already held (any scope) is `ResourceOwned`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn insert_owner_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     scope: &ScopeId,
     owner_type: OwnerType,
@@ -191,7 +191,7 @@ pub(super) fn insert_owner_in(
 
 /// The `primary_thread` owner of a new scope (active; its resource is the thread id).
 pub(super) fn insert_primary_owner_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     scope: &ScopeId,
     thread: &ThreadId,
@@ -211,7 +211,7 @@ pub(super) fn insert_primary_owner_in(
 
 /// CAS state change of one owner (transition table; optional revision check).
 pub(super) fn set_owner_state_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     owner: &OwnerRecord,
     expected_revision: Option<u64>,
@@ -240,7 +240,7 @@ pub(super) fn set_owner_state_in(
 
 /// Attaches `resource_id` to an owner that has none (the same id again is a no-op).
 pub(super) fn attach_resource_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     owner: &OwnerRecord,
     resource_id: &str,
@@ -268,7 +268,7 @@ pub(super) fn attach_resource_in(
 
 /// `ScopeUnavailable` unless the scope accepts new owners and activity (`draft` or `active`).
 pub(super) fn require_open_scope_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     scope: &ScopeId,
 ) -> Result<ScopeState, RegistryError> {
@@ -295,8 +295,8 @@ impl DeploymentRegistry {
             });
         }
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         refuse_if_blocked_in(&tx, deployment, now)?;
         require_open_scope_in(&tx, deployment, scope)?;
         if let Some(parent) = &new.parent_owner_id {
@@ -342,8 +342,8 @@ impl DeploymentRegistry {
     ) -> Result<OwnerRecord, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let mut owner = get_owner_in(&tx, deployment, owner_id)?
             .filter(|o| &o.scope_id == scope)
             .ok_or(RegistryError::OwnerNotFound)?;
@@ -384,10 +384,10 @@ impl DeploymentRegistry {
     ) -> Result<OwnerRecord, RegistryError> {
         let deployment = self.id.as_str();
         validate_resource_id(resource_id)?;
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         let sql = format!(
             "SELECT {COLUMNS} FROM scope_owners
-             WHERE deployment_id = ?1 AND scope_id = ?2 AND resource_id = ?3 AND (?4 IS NULL OR owner_type = ?4)
+             WHERE deployment_id = ?1 AND scope_id = ?2 AND resource_id = ?3 AND (CAST(?4 AS TEXT) IS NULL OR owner_type = ?4)
              ORDER BY created_at LIMIT 2"
         );
         let mut stmt = conn.prepare(&sql)?;
@@ -407,7 +407,7 @@ impl DeploymentRegistry {
     /// One owner of `scope`.
     pub fn owner(&self, scope: &ScopeId, owner_id: &str) -> Result<OwnerRecord, RegistryError> {
         let deployment = self.id.as_str();
-        get_owner_in(&self.conn.lock(), deployment, owner_id)?
+        get_owner_in(&self.db.conn()?, deployment, owner_id)?
             .filter(|o| &o.scope_id == scope)
             .ok_or(RegistryError::OwnerNotFound)
     }
@@ -415,14 +415,14 @@ impl DeploymentRegistry {
     /// Every owner of a scope, oldest first.
     pub fn owners(&self, scope: &ScopeId) -> Result<Vec<OwnerRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        owners_of_in(&self.conn.lock(), deployment, scope)
+        owners_of_in(&self.db.conn()?, deployment, scope)
     }
 }
 
 /// Moves a cron's operation with its owner: active → `completed`; settled before it was ever
 /// active → `compensated` (the cron was not created).
 fn follow_cron_operation_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     owner_id: &str,
     from: OwnerState,
@@ -440,14 +440,14 @@ fn follow_cron_operation_in(
 
 /// The owner holding `resource_id` (of `owner_type`, if given) anywhere in the deployment.
 fn find_by_resource_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     owner_type: Option<OwnerType>,
     resource_id: &str,
 ) -> Result<Option<OwnerRecord>, RegistryError> {
     let sql = format!(
         "SELECT {COLUMNS} FROM scope_owners
-         WHERE deployment_id = ?1 AND resource_id = ?2 AND (?3 IS NULL OR owner_type = ?3) LIMIT 1"
+         WHERE deployment_id = ?1 AND resource_id = ?2 AND (CAST(?3 AS TEXT) IS NULL OR owner_type = ?3) LIMIT 1"
     );
     conn.query_row(&sql, params![deployment, resource_id, owner_type.map(|t| t.as_str())], from_row)
         .optional()?

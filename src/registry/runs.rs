@@ -1,6 +1,6 @@
 //! SQL of `scope_run_requests`: idempotent run reservations (hash-checked), interrupt keys, run state.
 
-use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use crate::registry::db::{params, Conn, OptionalExtension, Row};
 
 use super::leases::refuse_if_blocked_in;
 use super::operations::{compensate_op_in, record_owner_op_in, set_op_in, OperationState};
@@ -97,7 +97,7 @@ struct RawRun {
     updated_at: i64,
 }
 
-fn from_row(r: &Row<'_>) -> rusqlite::Result<RawRun> {
+fn from_row(r: &Row<'_>) -> crate::registry::db::Result<RawRun> {
     Ok(RawRun {
         scope_id: r.get("scope_id")?,
         run_request_id: r.get("run_request_id")?,
@@ -136,7 +136,7 @@ pub fn run_operation_id(scope: &ScopeId, run_request_id: &str) -> String {
 /// Moves the run's operation with its request: started or completed → `completed`; failed or
 /// cancelled before it started → `compensated` (the reservation and its owner are released).
 fn follow_with_operation_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     scope: &ScopeId,
     run_request_id: &str,
@@ -158,7 +158,7 @@ fn follow_with_operation_in(
 }
 
 fn get_run_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     scope: &ScopeId,
     run_request_id: &str,
@@ -187,8 +187,8 @@ impl DeploymentRegistry {
             validate_key("interrupt_key", k)?;
         }
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         refuse_if_blocked_in(&tx, deployment, now)?;
         if let Some(existing) = get_run_in(&tx, deployment, scope, &req.run_request_id)? {
             if existing.request_hash != req.request_hash {
@@ -244,8 +244,8 @@ impl DeploymentRegistry {
             validate_resource_id(r)?;
         }
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let run = get_run_in(&tx, deployment, scope, run_request_id)?.ok_or(RegistryError::RunRequestNotFound)?;
         let mut owner = get_owner_in(&tx, deployment, &run.run_owner_id)?.ok_or(RegistryError::OwnerNotFound)?;
         if let Some(run_id) = &update.run_id {
@@ -298,8 +298,8 @@ impl DeploymentRegistry {
     ) -> Result<RunRequestRecord, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let run = get_run_in(&tx, deployment, scope, run_request_id)?.ok_or(RegistryError::RunRequestNotFound)?;
         let op = run_operation_id(scope, run_request_id);
         if run.state == RunRequestState::Reserved {
@@ -324,6 +324,6 @@ impl DeploymentRegistry {
     /// One run request of `scope`.
     pub fn run_request(&self, scope: &ScopeId, run_request_id: &str) -> Result<RunRequestRecord, RegistryError> {
         let deployment = self.id.as_str();
-        get_run_in(&self.conn.lock(), deployment, scope, run_request_id)?.ok_or(RegistryError::RunRequestNotFound)
+        get_run_in(&self.db.conn()?, deployment, scope, run_request_id)?.ok_or(RegistryError::RunRequestNotFound)
     }
 }

@@ -5,7 +5,7 @@
 //! registry side (a provisioning scope becomes `deleted`, a reserved run `cancelled`, a cron owner
 //! `terminal`). Every step is idempotent, so recovery can repeat any of them after a crash.
 
-use rusqlite::{params, TransactionBehavior};
+use crate::registry::db::params;
 
 use super::operations::{compensate_op_in, get_op_in, op_from_row, set_op_in, OP_COLUMNS};
 use super::owners::{get_owner_in, owners_of_in, set_owner_state_in, OwnerState};
@@ -26,7 +26,7 @@ pub const CUTOVER_KIND: &str = "cutover";
 /// The compensation of a provisioning: the scope leaves `provisioning` for `deleted` (revision CAS).
 /// Not a transition of the scope state machine: only a compensated provision takes it.
 fn retire_provisioning_in(
-    conn: &rusqlite::Connection,
+    conn: &crate::registry::db::Conn<'_>,
     deployment: &str,
     scope: &crate::ids::ScopeId,
     expected_revision: u64,
@@ -55,7 +55,7 @@ impl DeploymentRegistry {
     pub fn complete_operation(&self, operation_id: &str) -> Result<bool, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         set_op_in(&conn, deployment, operation_id, OperationState::Completed, None, now)
     }
 
@@ -64,8 +64,8 @@ impl DeploymentRegistry {
     pub fn compensate_operation(&self, operation_id: &str, error_code: &str) -> Result<bool, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let moved = compensate_op_in(&tx, deployment, operation_id, error_code, now)?;
         tx.commit()?;
         Ok(moved)
@@ -76,7 +76,7 @@ impl DeploymentRegistry {
     pub fn begin_compensation(&self, operation_id: &str, error_code: &str) -> Result<OperationRecord, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         set_op_in(&conn, deployment, operation_id, OperationState::Compensating, Some(error_code), now)?;
         get_op_in(&conn, deployment, operation_id)?.ok_or(RegistryError::NotFound)
     }
@@ -87,8 +87,8 @@ impl DeploymentRegistry {
     pub fn compensate_provision(&self, operation_id: &str) -> Result<Option<ScopeRecord>, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let op = get_op_in(&tx, deployment, operation_id)?.ok_or(RegistryError::NotFound)?;
         let Some(scope) = op.scope_id.as_ref() else { return Ok(None) };
         let mut rec = get_scope_in(&tx, deployment, scope)?;
@@ -112,8 +112,8 @@ impl DeploymentRegistry {
     pub fn compensate_cron(&self, operation_id: &str, error_code: &str) -> Result<(), RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let op = get_op_in(&tx, deployment, operation_id)?.ok_or(RegistryError::NotFound)?;
         if op.kind != CRON_KIND || op.state.is_terminal() {
             return Ok(());
@@ -139,8 +139,8 @@ impl DeploymentRegistry {
             return Err(RegistryError::Invalid { field: "report_sha256", reason: "must be 64 lowercase hex digits" });
         }
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         if let Some(existing) = get_op_in(&tx, deployment, operation_id)? {
             if existing.kind != CUTOVER_KIND || existing.result_sha256.as_deref() != Some(report_sha256) {
                 return Err(RegistryError::OperationConflict);
@@ -161,7 +161,7 @@ impl DeploymentRegistry {
     /// The newest completed cutover operation of the deployment, if any.
     pub fn latest_cutover(&self) -> Result<Option<OperationRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         let sql = format!(
             "SELECT {OP_COLUMNS} FROM scope_operations
              WHERE deployment_id = ?1 AND kind = 'cutover' AND state = 'completed'

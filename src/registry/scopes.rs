@@ -1,6 +1,6 @@
 //! SQL of the `scopes` table: create, look up, list and compare-and-set state transitions.
 
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
+use crate::registry::db::{params, Conn, OptionalExtension, Row};
 
 use super::{to_i64, to_u64, DeploymentRegistry, RegistryError, ScopeRecord, ScopeState};
 use crate::engine::Quota;
@@ -18,7 +18,7 @@ const TRANSITION_SQL: &str = "UPDATE scopes
       AND EXISTS (SELECT 1 FROM scope_state_transitions
                   WHERE from_state = scopes.state AND to_state = ?1)";
 
-pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawScope> {
+pub(super) fn from_row(row: &Row<'_>) -> crate::registry::db::Result<RawScope> {
     Ok(RawScope {
         deployment_id: row.get(0)?,
         scope_id: row.get(1)?,
@@ -83,11 +83,7 @@ impl RawScope {
 }
 
 /// Reads one scope by id.
-pub(super) fn get_in(
-    conn: &Connection,
-    deployment: &str,
-    scope: &ScopeId,
-) -> Result<Option<ScopeRecord>, RegistryError> {
+pub(super) fn get_in(conn: &Conn<'_>, deployment: &str, scope: &ScopeId) -> Result<Option<ScopeRecord>, RegistryError> {
     let sql = format!("SELECT {COLUMNS} FROM scopes WHERE deployment_id = ?1 AND scope_id = ?2");
     let raw = conn.query_row(&sql, params![deployment, scope.as_str()], from_row).optional()?;
     raw.map(RawScope::validate).transpose()
@@ -95,7 +91,7 @@ pub(super) fn get_in(
 
 /// Reads the scope bound to a thread.
 pub(super) fn find_by_thread_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     thread: &ThreadId,
 ) -> Result<Option<ScopeRecord>, RegistryError> {
@@ -106,7 +102,7 @@ pub(super) fn find_by_thread_in(
 
 /// Inserts a new scope in `provisioning`; a thread that already has a scope is refused.
 pub(super) fn insert_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     thread: &ThreadId,
     quota: Option<Quota>,
@@ -131,10 +127,8 @@ pub(super) fn insert_in(
     );
     match inserted {
         Ok(_) => {}
-        Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == ErrorCode::ConstraintViolation => {
-            let existing = find_by_thread_in(conn, deployment, thread)?.ok_or(RegistryError::NotFound)?;
-            return Err(RegistryError::ThreadAlreadyBound(existing.scope_id));
-        }
+        // The thread was checked above under the write lock: a violation here is a reused scope id.
+        Err(e) if e.is_constraint() => return Err(RegistryError::Corrupt("scope id collision".into())),
         Err(e) => return Err(e.into()),
     }
     get_in(conn, deployment, &scope)?.ok_or(RegistryError::NotFound)
@@ -142,7 +136,7 @@ pub(super) fn insert_in(
 
 /// Applies one state transition (revision CAS + transition table) inside the caller's transaction.
 pub(super) fn transition_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     deployment: &str,
     scope: &ScopeId,
     expected_revision: u64,
@@ -167,8 +161,8 @@ impl DeploymentRegistry {
     /// Creates a scope for `thread` in state `provisioning` (revision 1).
     pub fn create_scope(&self, thread: &ThreadId, quota: Option<Quota>) -> Result<ScopeRecord, RegistryError> {
         let deployment = self.id.as_str();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let now = self.now_ms();
         let rec = insert_in(&tx, deployment, thread, quota, now)?;
         super::owners::insert_primary_owner_in(&tx, deployment, &rec.scope_id, thread, now)?;
@@ -179,19 +173,19 @@ impl DeploymentRegistry {
     /// The scope bound to `thread`, if any.
     pub fn find_by_thread(&self, thread: &ThreadId) -> Result<Option<ScopeRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        find_by_thread_in(&self.conn.lock(), deployment, thread)
+        find_by_thread_in(&self.db.conn()?, deployment, thread)
     }
 
     /// The scope with id `scope`, if any.
     pub fn get(&self, scope: &ScopeId) -> Result<Option<ScopeRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        get_in(&self.conn.lock(), deployment, scope)
+        get_in(&self.db.conn()?, deployment, scope)
     }
 
     /// Every scope of the deployment, oldest first.
     pub fn list(&self) -> Result<Vec<ScopeRecord>, RegistryError> {
         let deployment = self.id.as_str();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         let sql = format!("SELECT {COLUMNS} FROM scopes WHERE deployment_id = ?1 ORDER BY created_at, scope_id");
         let mut stmt = conn.prepare(&sql)?;
         let rows = stmt.query_map(params![deployment], from_row)?;
@@ -206,7 +200,7 @@ impl DeploymentRegistry {
     /// (`user` or the one bound before: the caller compares). `NotFound` for an unknown scope.
     pub fn bind_scope_user(&self, scope: &ScopeId, user: &str) -> Result<String, RegistryError> {
         let deployment = self.id.as_str();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         conn.execute(
             "UPDATE scopes SET user_id = ?3 WHERE deployment_id = ?1 AND scope_id = ?2 AND user_id IS NULL",
             params![deployment, scope.as_str(), user],
@@ -230,8 +224,8 @@ impl DeploymentRegistry {
         to: ScopeState,
     ) -> Result<ScopeRecord, RegistryError> {
         let deployment = self.id.as_str();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let rec = transition_in(&tx, deployment, scope, expected_revision, to, self.now_ms())?;
         tx.commit()?;
         Ok(rec)
@@ -242,7 +236,7 @@ impl DeploymentRegistry {
 impl super::Registry {
     /// Whether `from → to` is in the transition table.
     pub fn transition_allowed(&self, from: ScopeState, to: ScopeState) -> Result<bool, RegistryError> {
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         let found = conn
             .query_row(
                 "SELECT 1 FROM scope_state_transitions WHERE from_state = ?1 AND to_state = ?2",

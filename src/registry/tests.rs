@@ -52,7 +52,7 @@ fn open_creates_private_dir_and_file_and_reopens() {
     drop(reg);
     let reg = Arc::new(Registry::open(&path).unwrap());
     assert_eq!(reg.deployment(DEP).get(&rec.scope_id).unwrap(), Some(rec));
-    let conn = reg.conn.lock();
+    let conn = reg.db.conn().unwrap();
     let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     let fk: i64 = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0)).unwrap();
     let sync: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
@@ -62,13 +62,23 @@ fn open_creates_private_dir_and_file_and_reopens() {
 #[test]
 fn refuses_a_newer_database() {
     let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("registry.sqlite3");
-    drop(Arc::new(Registry::open(&path).unwrap()));
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.pragma_update(None, "user_version", 99).unwrap();
-    drop(conn);
-    match Registry::open(&path) {
+    let place = super::test_backend::new_place(tmp.path());
+    let reg = super::test_backend::open_place(&place).unwrap();
+    match place.strip_prefix("pg:") {
+        Some(_) => {
+            reg.db.conn().unwrap().execute("UPDATE scopefs_schema_version SET version = ?1", [99]).unwrap();
+        }
+        None => {
+            let conn = rusqlite::Connection::open(&place).unwrap();
+            conn.pragma_update(None, "user_version", 99).unwrap();
+        }
+    }
+    drop(reg);
+    match super::test_backend::open_place(&place) {
         Err(RegistryError::Migrate(MigrateError::NewerDatabase { found: 99, .. })) => {}
+        Err(RegistryError::Postgres(super::PgOpenError::Migrate(MigrateError::NewerDatabase {
+            found: 99, ..
+        }))) => {}
         Err(other) => panic!("expected NewerDatabase, got {other:?}"),
         Ok(_) => panic!("a newer database was opened"),
     }
@@ -76,7 +86,7 @@ fn refuses_a_newer_database() {
 
 #[test]
 fn create_find_get_list() {
-    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let reg = Arc::new(Registry::open_for_tests().unwrap());
     let q = Quota { bytes: 1 << 20, inodes: 100 };
     let a = reg.deployment(DEP).create_scope(&thread("thread-a"), Some(q)).unwrap();
     let b = reg.deployment(DEP).create_scope(&thread("thread-b"), None).unwrap();
@@ -94,7 +104,7 @@ fn create_find_get_list() {
 
 #[test]
 fn one_scope_per_thread_per_deployment() {
-    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let reg = Arc::new(Registry::open_for_tests().unwrap());
     let a = reg.deployment(DEP).create_scope(&thread("t"), None).unwrap();
     match reg.deployment(DEP).create_scope(&thread("t"), None) {
         Err(RegistryError::ThreadAlreadyBound(id)) => assert_eq!(id, a.scope_id),
@@ -107,7 +117,7 @@ fn one_scope_per_thread_per_deployment() {
 
 #[test]
 fn every_transition_is_allowed_or_refused_as_specified() {
-    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let reg = Arc::new(Registry::open_for_tests().unwrap());
     let mut n = 0;
     for &from in ScopeState::ALL {
         for &to in ScopeState::ALL {
@@ -134,7 +144,7 @@ fn every_transition_is_allowed_or_refused_as_specified() {
 
 #[test]
 fn stale_revision_is_a_conflict_and_changes_nothing() {
-    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let reg = Arc::new(Registry::open_for_tests().unwrap());
     let rec = scope_in(&reg, "t", ScopeState::Draft);
     let err = reg.deployment(DEP).transition(&rec.scope_id, rec.revision - 1, ScopeState::Active).unwrap_err();
     match &err {
@@ -155,7 +165,7 @@ fn stale_revision_is_a_conflict_and_changes_nothing() {
 
 #[test]
 fn transition_of_unknown_scope_is_not_found() {
-    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let reg = Arc::new(Registry::open_for_tests().unwrap());
     let rec = scope_in(&reg, "t", ScopeState::Draft);
     let missing = ScopeId::generate();
     assert!(matches!(reg.deployment(DEP).transition(&missing, 1, ScopeState::Active), Err(RegistryError::NotFound)));
@@ -167,7 +177,7 @@ fn transition_of_unknown_scope_is_not_found() {
 
 #[test]
 fn provision_is_idempotent_on_operation_and_thread() {
-    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let reg = Arc::new(Registry::open_for_tests().unwrap());
     let first = reg.deployment(DEP).provision("op-1", &thread("t"), None).unwrap();
     assert!(first.created);
     assert_eq!(first.scope.state, ScopeState::Provisioning);
@@ -198,7 +208,7 @@ fn provision_is_idempotent_on_operation_and_thread() {
 
 #[test]
 fn failed_provision_stays_open_and_can_be_completed() {
-    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let reg = Arc::new(Registry::open_for_tests().unwrap());
     let p = reg.deployment(DEP).provision("op-1", &thread("t"), None).unwrap();
     reg.deployment(DEP).fail_provision(&p.scope.scope_id, "mount_failed").unwrap();
     let open = reg.deployment(DEP).open_operations().unwrap();
@@ -212,7 +222,7 @@ fn failed_provision_stays_open_and_can_be_completed() {
 
 #[test]
 fn complete_provision_of_unknown_scope_is_not_found() {
-    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let reg = Arc::new(Registry::open_for_tests().unwrap());
     assert!(matches!(reg.deployment(DEP).complete_provision(&ScopeId::generate()), Err(RegistryError::NotFound)));
 }
 
@@ -238,4 +248,39 @@ fn scopes_belong_to_their_first_user() {
     let again = dep.find_by_thread(&ThreadId::global_store("user-1")).unwrap().unwrap();
     assert_eq!(again.scope_id, global.scope_id);
     assert!(again.primary_thread_id.is_global_store());
+}
+
+/// The PostgreSQL migrations spell the same schema as the SQLite ones: same versions, and (on the
+/// PostgreSQL run) the same tables with the same columns.
+#[test]
+fn both_backends_have_the_same_schema() {
+    let versions = |m: &[crate::migrate::Migration]| m.iter().map(|m| m.version).collect::<Vec<_>>();
+    assert_eq!(versions(crate::migrate::REGISTRY), versions(crate::migrate::REGISTRY_POSTGRES));
+    let columns = |reg: &Registry, sql: &str| -> Vec<(String, String)> {
+        let conn = reg.db.conn().unwrap();
+        let mut out: Vec<(String, String)> =
+            conn.query_rows(sql, []).unwrap().iter().map(|r| (r.get(0).unwrap(), r.get(1).unwrap())).collect();
+        out.sort();
+        out
+    };
+    let sqlite = Registry::open_in_memory().unwrap();
+    let expected = columns(
+        &sqlite,
+        "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p WHERE m.type = 'table' AND m.name <> 'sqlite_sequence'",
+    );
+    assert!(expected.iter().any(|(t, c)| t == "wallet_ledger" && c == "entry_id"));
+    let reg = Registry::open_for_tests().unwrap();
+    if reg.backend_name() == "postgres" {
+        let found = columns(
+            &reg,
+            "SELECT table_name::text, column_name::text FROM information_schema.columns
+             WHERE table_schema = current_schema() AND table_name <> 'scopefs_schema_version'",
+        );
+        assert_eq!(found, expected);
+        // The state machines are data: both hold the same transitions.
+        for (table, _) in expected.iter().filter(|(t, c)| t.ends_with("_transitions") && c == "from_state") {
+            let sql = format!("SELECT from_state, to_state FROM {table}");
+            assert_eq!(columns(&reg, &sql), columns(&sqlite, &sql), "{table}");
+        }
+    }
 }

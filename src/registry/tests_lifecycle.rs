@@ -14,7 +14,7 @@ fn thread(s: &str) -> ThreadId {
 
 fn registry() -> (Arc<Registry>, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-    (Arc::new(Registry::open_in_memory().unwrap().with_clock(clock.clone())), clock)
+    (Arc::new(Registry::open_for_tests().unwrap().with_clock(clock.clone())), clock)
 }
 
 /// A provisioned draft scope of `name`.

@@ -290,9 +290,12 @@ fn from_registry(e: &RegistryError) -> ApiError {
         RegistryError::LeaseHeld => ApiError::new(StatusCode::CONFLICT, "lease_held", e.to_string()),
         RegistryError::LeaseNotHeld => ApiError::new(StatusCode::CONFLICT, "lease_not_held", e.to_string()),
         RegistryError::Invalid { .. } => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()),
-        RegistryError::Corrupt(_) | RegistryError::Io(_) | RegistryError::Sqlite(_) | RegistryError::Migrate(_) => {
-            ApiError::internal("registry_error", e)
-        }
+        RegistryError::Corrupt(_)
+        | RegistryError::Io(_)
+        | RegistryError::Db(_)
+        | RegistryError::Postgres(_)
+        | RegistryError::SqliteOnly(_)
+        | RegistryError::Migrate(_) => ApiError::internal("registry_error", e),
     }
 }
 

@@ -47,7 +47,7 @@ fn harness(limits: LimitsConfig) -> Harness {
     let storage =
         Storage::new(store.clone(), StorageSettings::default(), &tmp.join("data"), rt.handle().clone()).unwrap();
     let clock = Arc::new(ManualClock::starting_now());
-    let registry = Arc::new(Registry::open_in_memory().unwrap().with_clock(clock.clone())).deployment("d");
+    let registry = Arc::new(Registry::open_for_tests().unwrap().with_clock(clock.clone())).deployment("d");
     let mounter = Arc::new(FakeMounter::new(&tmp.join("mnt")));
     std::fs::create_dir_all(tmp.join("legacy")).unwrap();
     let cfg = Config { data_dir: tmp.join("data"), legacy_root: Some(tmp.join("legacy")), limits, ..Config::default() };

@@ -2,7 +2,7 @@
 //! (path, size, SHA-256, content type), their registration by the artifact registrar, and usage
 //! listings by settlement state for the admin API.
 
-use rusqlite::{params, Connection};
+use crate::registry::db::{params, Conn};
 use serde::{Deserialize, Serialize};
 
 use super::{query_usages, UsageRecord};
@@ -42,7 +42,7 @@ fn validate_entry(e: &ArtifactEntry) -> Result<(), RegistryError> {
 /// changed and the usage is not settled, its artifacts become `pending` again (registered before
 /// the money, seed 003 §10.3). Returns how many rows changed.
 pub(crate) fn record_manifest_in(
-    conn: &Connection,
+    conn: &Conn<'_>,
     now: i64,
     environment_id: &str,
     manifest: &[ArtifactEntry],
@@ -56,7 +56,8 @@ pub(crate) fn record_manifest_in(
              ON CONFLICT (environment_id, path) DO UPDATE SET
                  size_bytes = excluded.size_bytes, sha256 = excluded.sha256,
                  content_type = excluded.content_type, registered_at = NULL
-             WHERE artifacts.sha256 IS NOT excluded.sha256 OR artifacts.size_bytes IS NOT excluded.size_bytes",
+             WHERE artifacts.sha256 IS DISTINCT FROM excluded.sha256
+                OR artifacts.size_bytes IS DISTINCT FROM excluded.size_bytes",
             params![
                 environment_id,
                 e.path,
@@ -79,7 +80,7 @@ pub(crate) fn record_manifest_in(
     Ok(changed)
 }
 
-fn manifest_in(conn: &Connection, environment_id: &str) -> Result<Vec<ArtifactRow>, RegistryError> {
+fn manifest_in(conn: &Conn<'_>, environment_id: &str) -> Result<Vec<ArtifactRow>, RegistryError> {
     let mut stmt = conn.prepare(
         "SELECT path, size_bytes, sha256, content_type, registered_at FROM artifacts
          WHERE environment_id = ?1 ORDER BY path",
@@ -104,8 +105,8 @@ impl Registry {
     /// ended it); see `record_manifest_in`. Returns how many rows changed.
     pub fn record_artifacts(&self, environment_id: &str, manifest: &[ArtifactEntry]) -> Result<usize, BillingError> {
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let changed = record_manifest_in(&tx, now, environment_id, manifest)?;
         tx.commit()?;
         Ok(changed)
@@ -113,14 +114,14 @@ impl Registry {
 
     /// The manifest recorded for an environment, by path.
     pub fn artifact_manifest(&self, environment_id: &str) -> Result<Vec<ArtifactRow>, BillingError> {
-        Ok(manifest_in(&self.conn.lock(), environment_id)?)
+        Ok(manifest_in(&self.db.conn()?, environment_id)?)
     }
 
     /// The registration of the registry's own registrar: stamps every unregistered artifact of the
     /// environment with now. Returns how many rows it stamped.
     pub fn stamp_artifacts_registered(&self, environment_id: &str) -> Result<usize, BillingError> {
         let now = self.now_ms();
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         Ok(conn.execute(
             "UPDATE artifacts SET registered_at = ?2 WHERE environment_id = ?1 AND registered_at IS NULL",
             params![environment_id, now],
@@ -132,8 +133,8 @@ impl Registry {
     /// Returns how many records changed.
     pub fn mark_artifacts_registered(&self, usage_ids: &[i64]) -> Result<usize, BillingError> {
         let now = self.now_ms();
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
         let mut changed = 0;
         for id in usage_ids {
             changed += tx.execute(
@@ -155,6 +156,6 @@ impl Registry {
     pub fn usage_by_state(&self, settled: bool, limit: usize) -> Result<Vec<UsageRecord>, BillingError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let state = if settled { "settled" } else { "pending" };
-        Ok(query_usages(&self.conn.lock(), "settlement_status = ?1 ORDER BY usage_id LIMIT ?2", &[&state, &limit])?)
+        Ok(query_usages(&self.db.conn()?, "settlement_status = ?1 ORDER BY usage_id LIMIT ?2", &[&state, &limit])?)
     }
 }

@@ -10,7 +10,7 @@ impl Registry {
     /// lifetime minutes = Σ settled minutes; each settled usage has exactly its one ledger row and
     /// no pending usage has one.
     pub fn billing_audit(&self) -> Result<BillingAudit, BillingError> {
-        let conn = self.conn.lock();
+        let conn = self.db.conn()?;
         let mut audit = BillingAudit::default();
         let accounts: Vec<Account> = {
             let mut stmt = conn.prepare(&format!("SELECT {ACCOUNT_COLS} FROM accounts ORDER BY user_id"))?;
@@ -20,15 +20,15 @@ impl Registry {
         audit.accounts = accounts.len();
         for a in &accounts {
             let (credits, debits, compute_rows): (i64, i64, i64) = conn.query_row(
-                "SELECT COALESCE(SUM(CASE WHEN direction = 'credit' THEN amount_micros END), 0),
-                        COALESCE(SUM(CASE WHEN direction = 'debit' THEN amount_micros END), 0),
+                "SELECT CAST(COALESCE(SUM(CASE WHEN direction = 'credit' THEN amount_micros END), 0) AS BIGINT),
+                        CAST(COALESCE(SUM(CASE WHEN direction = 'debit' THEN amount_micros END), 0) AS BIGINT),
                         COUNT(CASE WHEN entry_type = 'compute_overtime' THEN 1 END)
                  FROM wallet_ledger WHERE user_id = ?1",
                 [&a.user_id],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )?;
             let (settled, minutes, overtime): (i64, i64, i64) = conn.query_row(
-                "SELECT COUNT(*), COALESCE(SUM(compute_minutes), 0), COALESCE(SUM(overtime_charged_micros), 0)
+                "SELECT COUNT(*), CAST(COALESCE(SUM(compute_minutes), 0) AS BIGINT), CAST(COALESCE(SUM(overtime_charged_micros), 0) AS BIGINT)
                  FROM compute_usage_log WHERE user_id = ?1 AND settlement_status = 'settled'",
                 [&a.user_id],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),

@@ -1,6 +1,6 @@
 //! The compute preflight against what a user has already committed (review M7).
 
-use rusqlite::Connection;
+use crate::registry::db::Conn;
 
 use crate::billing::{after_commitments, compute_minutes, BillingError, Preflight, PricingConfig};
 use crate::registry::{Registry, RegistryError};
@@ -17,7 +17,7 @@ impl Registry {
         requested_runtime_seconds: Option<u64>,
     ) -> Result<Preflight, BillingError> {
         let acc = self.ensure_account(pricing, user)?;
-        let committed = committed_minutes_in(&self.conn.lock(), user)?;
+        let committed = committed_minutes_in(&self.db.conn()?, user)?;
         let balance = after_commitments(&acc.balance(), committed, pricing.overtime_price_per_minute);
         Ok(pricing.preflight(&balance, requested_runtime_seconds))
     }
@@ -35,7 +35,7 @@ impl Registry {
 
 /// Minutes `user` has committed and not paid: `compute_minutes(effective max runtime)` of each live
 /// (creating or running) environment, plus the minutes of each pending usage record.
-fn committed_minutes_in(conn: &Connection, user: &str) -> Result<i64, RegistryError> {
+fn committed_minutes_in(conn: &Conn<'_>, user: &str) -> Result<i64, RegistryError> {
     let live: Vec<i64> = {
         let mut stmt = conn.prepare(
             "SELECT effective_max_runtime_seconds FROM environments
@@ -45,7 +45,7 @@ fn committed_minutes_in(conn: &Connection, user: &str) -> Result<i64, RegistryEr
         rows.collect::<Result<_, _>>()?
     };
     let pending: i64 = conn.query_row(
-        "SELECT COALESCE(SUM(compute_minutes), 0) FROM compute_usage_log
+        "SELECT CAST(COALESCE(SUM(compute_minutes), 0) AS BIGINT) FROM compute_usage_log
          WHERE user_id = ?1 AND settlement_status = 'pending'",
         [user],
         |r| r.get(0),

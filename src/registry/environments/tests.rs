@@ -7,7 +7,7 @@ use crate::ids::ThreadId;
 use crate::registry::Registry;
 
 fn setup() -> (Arc<Registry>, ScopeId) {
-    let reg = Arc::new(Registry::open_in_memory().unwrap());
+    let reg = Arc::new(Registry::open_for_tests().unwrap());
     let p = reg.deployment("d").provision("op1", &ThreadId::parse("t1").unwrap(), None).unwrap();
     let scope = p.scope.scope_id.clone();
     let scope = if p.scope.state == crate::registry::ScopeState::Provisioning {
