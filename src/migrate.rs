@@ -29,6 +29,7 @@ pub const REGISTRY: &[Migration] = &[
     Migration { version: 7, sql: include_str!("../migrations/registry/0007_environment_outputs.sql") },
     Migration { version: 8, sql: include_str!("../migrations/registry/0008_operations_sagas.sql") },
     Migration { version: 9, sql: include_str!("../migrations/registry/0009_scope_users.sql") },
+    Migration { version: 10, sql: include_str!("../migrations/registry/0010_nodes.sql") },
 ];
 
 /// The same registry on PostgreSQL, from `migrations/registry-postgres/` (one file per SQLite
@@ -43,6 +44,7 @@ pub const REGISTRY_POSTGRES: &[Migration] = &[
     Migration { version: 7, sql: include_str!("../migrations/registry-postgres/0007_environment_outputs.sql") },
     Migration { version: 8, sql: include_str!("../migrations/registry-postgres/0008_operations_sagas.sql") },
     Migration { version: 9, sql: include_str!("../migrations/registry-postgres/0009_scope_users.sql") },
+    Migration { version: 10, sql: include_str!("../migrations/registry-postgres/0010_nodes.sql") },
 ];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.

@@ -128,7 +128,7 @@ fn a_durability_point_waits_for_the_bucket_and_fails_while_the_store_is_down() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let copy = h.dir.path().join("restored.sqlite3");
-    let restored = h.rt.block_on(restore::restore_scope(&*h.store, id.as_str(), &copy)).unwrap().unwrap();
+    let restored = h.rt.block_on(restore::restore_scope(&*h.store, id.as_str(), &copy, None)).unwrap().unwrap();
     assert!(restored.seq > 0 && restored.blocks_missing == 0, "{restored:?}");
 }
 

@@ -46,7 +46,7 @@ pub fn run(cfg: &Config, scope: Option<&str>, all: bool) -> anyhow::Result<()> {
             println!("scope {id}: a local database exists; left as it is");
             continue;
         }
-        match rt.block_on(restore::restore_scope(store.as_ref(), id.as_str(), &db)) {
+        match rt.block_on(restore::restore_scope(store.as_ref(), id.as_str(), &db, None)) {
             Ok(Some(r)) => {
                 restored += 1;
                 println!(

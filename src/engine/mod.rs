@@ -14,6 +14,7 @@ mod dirs;
 mod dirty;
 mod error;
 mod errseq;
+pub mod fence;
 mod fileio;
 mod journal;
 mod lazy_meta;

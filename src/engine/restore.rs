@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::meta::shipped::Rebuild;
+use super::fence::Head;
 use super::ship::{self, Shipped};
 use super::{EngineError, EngineResult};
 use crate::db_files;
@@ -42,29 +43,45 @@ where
 /// Restores the database of `scope` at `db_path` from the bucket; `None` when the bucket holds no
 /// metadata of it (nothing is written then). Whatever was at `db_path` (and its WAL and redo log)
 /// is replaced once the rebuilt copy is complete; its directory is created if missing.
+///
+/// `upto`: with several nodes, the head the registry recorded (`Some(None)`: nothing recorded,
+/// so nothing is the scope's state yet); the restore rebuilds exactly it, from its generation
+/// only. Without (`None`), the newest generation's whole chain.
 pub async fn restore_scope(
     store: &dyn ObjectStore,
     scope: &str,
     db_path: &Path,
+    upto: Option<Option<Head>>,
 ) -> EngineResult<Option<RestoredScope>> {
     let prefix = ship::prefix(scope);
     let listed = retried(|| store.list(&prefix)).await?;
     let found: Vec<Shipped> = listed.iter().filter_map(|o| Shipped::parse(scope, &o.key)).collect();
-    // The newest generation with a snapshot (a generation's first object is its snapshot).
+    let recorded = match upto {
+        Some(None) => return Ok(None),
+        Some(Some(head)) => Some(head),
+        None => None,
+    };
+    // The newest snapshot of the generation to restore (a generation's first object is its
+    // snapshot): the recorded one, at or before the recorded batch; else the newest generation.
     let Some((gen, seq, state)) = found
         .iter()
         .filter_map(|o| match *o {
             Shipped::Snapshot { gen, seq, state } => Some((gen, seq, state)),
             Shipped::Log { .. } => None,
         })
+        .filter(|&(g, s, _)| recorded.is_none_or(|(rg, rs, _)| g == rg && s <= rs))
         .max()
     else {
-        return Ok(None);
+        return match recorded {
+            Some(_) => Err(EngineError::Invalid("the recorded metadata chain has no snapshot in the bucket")),
+            None => Ok(None),
+        };
     };
+    let last = recorded.map_or(u64::MAX, |(_, s, _)| s);
     let logs: BTreeMap<u64, Shipped> = found
         .iter()
         .filter_map(|o| match *o {
-            Shipped::Log { gen: g, first, .. } if g == gen && first > seq => Some((first, *o)),
+            Shipped::Log { gen: g, first, last: l, .. } if g == gen && first > seq && l <= last => Some((first, *o)),
             _ => None,
         })
         .collect();
@@ -72,6 +89,10 @@ pub async fn restore_scope(
     let bytes = retried(|| store.get(&snapshot)).await?;
     let tmp = db_files::staged_copy(db_path, &bytes)?;
     let restored = match rebuild(store, scope, &tmp, &logs, seq).await {
+        Ok(r) if recorded.is_some_and(|(_, s, _)| s != r.seq) => {
+            let _ = db_files::remove_with(&tmp, &["", "-wal", "-shm"]);
+            return Err(EngineError::Invalid("the recorded metadata chain is incomplete in the bucket"));
+        }
         Ok(r) => r,
         Err(e) => {
             let _ = db_files::remove_with(&tmp, &["", "-wal", "-shm"]);

@@ -20,6 +20,11 @@
 //! create/write/close path waits for the network: a commit only queues its records (a scope's queue
 //! past `limits.metadata_queue_per_scope_bytes`, or one that would take the daemon's queues past
 //! `limits.metadata_queue_max_bytes`, is dropped for a snapshot, which covers it).
+//!
+//! With several nodes (a [`ShipFence`], `fence.rs`), generations carry their writer's epoch, a
+//! shipped object counts (and an `fsync` waiting for it returns) only once the registry recorded it
+//! as the scope's head, a process continues a generation only from the recorded head, and objects
+//! are deleted only after a recorded snapshot supersedes them.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +35,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 use super::error::{EngineError, EngineResult};
+use super::fence::{epoch_of, first_gen, Head};
 use super::scope::ScopeEngine;
 use super::storage::Storage;
 use crate::store::StoreError;
@@ -197,6 +203,10 @@ struct ShipState {
     /// The last failure, and how many there were (waiters give up on a new one).
     error: Option<String>,
     failures: u64,
+    /// With a fence: the epoch this process writes under (set by the first look).
+    epoch: Option<u64>,
+    /// With a fence: another node serves the scope now; nothing more is shipped or acknowledged.
+    deposed: bool,
 }
 
 impl ShipState {
@@ -324,6 +334,9 @@ impl MetaShip {
         let mut st = self.state.lock();
         let failures = st.failures;
         while st.shipped < seq {
+            if st.deposed {
+                return Err(deposed());
+            }
             if st.failures > failures {
                 let why = st.error.clone().unwrap_or_default();
                 return Err(EngineError::Store(StoreError::Unavailable(why)));
@@ -374,6 +387,9 @@ impl MetaShip {
         loop {
             let step = {
                 let mut st = self.state.lock();
+                if st.deposed {
+                    return Err(deposed());
+                }
                 if st.gen.is_none() {
                     Step::Look
                 } else if st.need_snapshot {
@@ -403,6 +419,14 @@ impl MetaShip {
             self.storage.store.list(&prefix(&self.scope)).await
         });
         let found: Vec<Shipped> = objects.await?.iter().filter_map(|o| Shipped::parse(&self.scope, &o.key)).collect();
+        if let Some(fence) = self.storage.fence() {
+            let scope = self.scope.clone();
+            let fence2 = fence.clone();
+            let ownership = tokio::task::spawn_blocking(move || (fence2.epoch(&scope), fence2.recorded(&scope)))
+                .await
+                .map_err(|e| EngineError::Io(std::io::Error::other(e)))?;
+            return self.look_fenced(&found, ownership);
+        }
         let newest = found.iter().map(Shipped::gen).max();
         let head = newest.and_then(|g| found.iter().filter(|o| o.gen() == g).map(Shipped::head).max());
         let mut st = self.state.lock();
@@ -420,6 +444,67 @@ impl MetaShip {
             st.need_snapshot = true;
         }
         Ok(())
+    }
+
+    /// `look` with a fence: continues the recorded generation only when it is of this node's epoch
+    /// and ends where the database opened; else starts the next generation of the epoch with a
+    /// snapshot. Objects past the recorded head were never the scope's state: stale.
+    fn look_fenced(
+        &self,
+        found: &[Shipped],
+        (epoch, recorded): (Option<u64>, Result<Option<Head>, String>),
+    ) -> EngineResult<()> {
+        let mut st = self.state.lock();
+        let Some(epoch) = epoch else {
+            st.deposed = true;
+            return Err(deposed());
+        };
+        let recorded = recorded.map_err(|e| EngineError::Store(StoreError::Unavailable(e)))?;
+        let newest = found.iter().map(Shipped::gen).max();
+        if newest.is_some_and(|g| epoch_of(g) > epoch) {
+            // A later epoch wrote here: another node serves the scope.
+            st.deposed = true;
+            return Err(deposed());
+        }
+        st.epoch = Some(epoch);
+        let keys = |keep: &dyn Fn(&Shipped) -> bool| -> Vec<String> {
+            found.iter().filter(|o| keep(o)).map(|o| o.key(&self.scope)).collect()
+        };
+        match recorded {
+            Some((gen, seq, state)) if epoch_of(gen) == epoch && (seq, state) == st.base => {
+                let live = |o: &Shipped| o.gen() == gen && o.head().0 <= seq;
+                st.gen = Some(gen);
+                st.shipped = seq;
+                st.current = keys(&live);
+                st.stale = keys(&|o| !live(o));
+            }
+            _ => {
+                let next = newest.filter(|g| epoch_of(*g) == epoch).map_or(first_gen(epoch), |g| g + 1);
+                st.gen = Some(next);
+                st.stale = keys(&|_| true);
+                st.need_snapshot = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// With a fence, records `head` as the scope's state; a refusal marks this shipper deposed.
+    async fn record(&self, head: Head) -> EngineResult<()> {
+        let (Some(fence), Some(epoch)) = (self.storage.fence(), self.state.lock().epoch) else { return Ok(()) };
+        let scope = self.scope.clone();
+        let fence = fence.clone();
+        let recorded = tokio::task::spawn_blocking(move || fence.record(&scope, epoch, head))
+            .await
+            .map_err(|e| EngineError::Io(std::io::Error::other(e)))?;
+        match recorded {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.state.lock().deposed = true;
+                self.shipped_cv.notify_all();
+                Err(deposed())
+            }
+            Err(e) => Err(EngineError::Store(StoreError::Unavailable(e))),
+        }
     }
 
     /// Puts a snapshot of the database as it is now, then deletes what it supersedes.
@@ -440,6 +525,7 @@ impl MetaShip {
         let key = object.key(&self.scope);
         let size = bytes.len() as u64;
         self.put(&key, Bytes::from(bytes)).await?;
+        self.record((gen, seq, state)).await?;
         let superseded = {
             let mut st = self.state.lock();
             while st.queue.front().is_some_and(|b| b.seq <= seq) {
@@ -475,7 +561,11 @@ impl MetaShip {
         let key = object.key(&self.scope);
         let body = encode_log(&batches);
         let size = body.len() as u64;
-        if let Err(e) = self.put(&key, Bytes::from(body)).await {
+        let shipped = match self.put(&key, Bytes::from(body)).await {
+            Ok(()) => self.record((gen, last.0, last.1)).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = shipped {
             let mut st = self.state.lock();
             for b in batches.into_iter().rev() {
                 st.push_front(b);
@@ -501,6 +591,11 @@ impl MetaShip {
         BYTES_SHIPPED.fetch_add(size, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// What a deposed shipper answers: the program is told its data did not reach the scope's state.
+fn deposed() -> EngineError {
+    EngineError::Store(StoreError::Unavailable("another node serves this scope now (a newer epoch)".into()))
 }
 
 #[cfg(test)]

@@ -47,6 +47,8 @@ pub struct Storage {
     pub(crate) meta_budget: Arc<super::lazy_meta::MetaBudget>,
     /// Bytes of listings held at once, daemon-wide and per scope (`listing.rs`).
     pub(crate) listing_memory: Arc<super::listing::ListingMemory>,
+    /// With several nodes: who serves each scope, and the registry's record of its chain.
+    fence: std::sync::OnceLock<Arc<dyn super::fence::ShipFence>>,
 }
 
 /// Largest block of a local object directory that a read fetches again (and verifies) rather
@@ -129,6 +131,7 @@ impl Storage {
             census: Mutex::new(census),
             meta_budget,
             listing_memory,
+            fence: std::sync::OnceLock::new(),
         }))
     }
 
@@ -251,7 +254,13 @@ impl Storage {
     /// Restores a scope's metadata database at `db_path` from the bucket (`restore.rs`); `false`
     /// when the bucket holds none of it.
     pub(crate) fn restore_scope_now(&self, scope: &str, db_path: &Path) -> EngineResult<bool> {
-        let restored = self.rt.block_on(super::restore::restore_scope(&*self.store, scope, db_path))?;
+        let upto = match self.fence() {
+            Some(fence) => {
+                Some(fence.recorded(scope).map_err(|e| EngineError::Store(crate::store::StoreError::Unavailable(e)))?)
+            }
+            None => None,
+        };
+        let restored = self.rt.block_on(super::restore::restore_scope(&*self.store, scope, db_path, upto))?;
         if let Some(r) = &restored {
             tracing::info!(
                 scope,
@@ -262,6 +271,16 @@ impl Storage {
             );
         }
         Ok(restored.is_some())
+    }
+
+    /// Several nodes serve this deployment: `fence` says which scopes this one serves and records
+    /// their shipped heads (set once, before any scope opens).
+    pub fn set_ship_fence(&self, fence: Arc<dyn super::fence::ShipFence>) {
+        let _ = self.fence.set(fence);
+    }
+
+    pub(crate) fn fence(&self) -> Option<&Arc<dyn super::fence::ShipFence>> {
+        self.fence.get()
     }
 
     pub(crate) fn scope_meta_dir(&self, scope: &str) -> PathBuf {

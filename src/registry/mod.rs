@@ -50,6 +50,7 @@ pub mod environments;
 pub mod imports;
 mod leases;
 mod lifecycle;
+pub mod nodes;
 pub mod nonces;
 mod operations;
 mod owners;
@@ -62,6 +63,8 @@ pub mod test_backend;
 mod tests;
 #[cfg(test)]
 mod tests_lifecycle;
+#[cfg(test)]
+mod tests_nodes;
 
 use std::fmt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -134,6 +137,12 @@ pub enum RegistryError {
     LeaseHeld,
     #[error("lease is not held by this operation or has expired")]
     LeaseNotHeld,
+    #[error("no such node")]
+    NodeNotFound,
+    #[error("node transition refused: current state {current}, requested {requested}")]
+    NodeTransition { current: nodes::NodeState, requested: nodes::NodeState },
+    #[error("the node still serves {0} scopes: drain it first")]
+    NodeHasScopes(u64),
     #[error("invalid {field}: {reason}")]
     Invalid { field: &'static str, reason: &'static str },
     #[error("registry contains an invalid value: {0}")]

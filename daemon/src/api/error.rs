@@ -289,6 +289,10 @@ fn from_registry(e: &RegistryError) -> ApiError {
         }
         RegistryError::LeaseHeld => ApiError::new(StatusCode::CONFLICT, "lease_held", e.to_string()),
         RegistryError::LeaseNotHeld => ApiError::new(StatusCode::CONFLICT, "lease_not_held", e.to_string()),
+        RegistryError::NodeNotFound => ApiError::new(StatusCode::NOT_FOUND, "node_not_found", e.to_string()),
+        RegistryError::NodeTransition { .. } | RegistryError::NodeHasScopes(_) => {
+            ApiError::new(StatusCode::CONFLICT, "node_conflict", e.to_string())
+        }
         RegistryError::Invalid { .. } => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()),
         RegistryError::Corrupt(_)
         | RegistryError::Io(_)

@@ -1,0 +1,46 @@
+-- Registry: the nodes of a deployment and which node serves each scope (issue 23: several
+-- daemons). A node renews `lease_until` with its heartbeat; a scope is served by the node its
+-- placement names, under an `epoch` that increases at every change of node, and its metadata's
+-- shipped chain is the generation and batch recorded here (a deposed node cannot record).
+
+CREATE TABLE node_state_transitions (
+    from_state TEXT NOT NULL,
+    to_state   TEXT NOT NULL,
+    PRIMARY KEY (from_state, to_state)
+) WITHOUT ROWID;
+INSERT INTO node_state_transitions (from_state, to_state) VALUES
+    ('active', 'draining'),
+    ('draining', 'active'),
+    ('active', 'removed'),
+    ('draining', 'removed'),
+    ('removed', 'active');
+
+CREATE TABLE nodes (
+    deployment_id TEXT    NOT NULL,
+    node_id       TEXT    NOT NULL CHECK (length(node_id) BETWEEN 1 AND 64),
+    api_address   TEXT    NOT NULL CHECK (length(api_address) BETWEEN 1 AND 256),
+    state         TEXT    NOT NULL CHECK (state IN ('active', 'draining', 'removed')),
+    max_scopes    INTEGER NOT NULL CHECK (max_scopes >= 0),
+    started_at    INTEGER NOT NULL,
+    heartbeat_at  INTEGER NOT NULL,
+    lease_until   INTEGER NOT NULL,
+    -- What the node reported with its last heartbeat (placement weighs them).
+    bytes_used    INTEGER NOT NULL DEFAULT 0,
+    environments  INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (deployment_id, node_id)
+);
+
+CREATE TABLE scope_placement (
+    deployment_id TEXT    NOT NULL,
+    scope_id      TEXT    NOT NULL,
+    node_id       TEXT    NOT NULL,
+    epoch         INTEGER NOT NULL CHECK (epoch >= 1),
+    meta_gen      INTEGER,
+    meta_seq      INTEGER,
+    meta_state    INTEGER,
+    updated_at    INTEGER NOT NULL,
+    PRIMARY KEY (deployment_id, scope_id),
+    FOREIGN KEY (deployment_id, scope_id) REFERENCES scopes (deployment_id, scope_id),
+    FOREIGN KEY (deployment_id, node_id) REFERENCES nodes (deployment_id, node_id)
+);
+CREATE INDEX scope_placement_by_node ON scope_placement (deployment_id, node_id);
