@@ -208,6 +208,8 @@ start_postgres() {
     # Kept apart: only the registry-backends step (and tests that ask for it) use PostgreSQL.
     REGISTRY_POSTGRES_URL=$(sed -n 's/^export SCOPEFS_TEST_POSTGRES_URL=//p' <<<"$out")
     [ -n "$REGISTRY_POSTGRES_URL" ] || { echo "scripts/postgres.sh env printed no URL" >&2; return 1; }
+    # The several-node tests run their daemons on it (each in a schema of its own).
+    export SCOPEFS_TEST_NODES_POSTGRES_URL="$REGISTRY_POSTGRES_URL"
 }
 run_step "postgresql (registry backend)" start_postgres
 

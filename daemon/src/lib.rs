@@ -14,6 +14,7 @@ pub mod fdstore;
 pub mod http;
 pub mod memory_bound;
 pub mod metrics;
+pub mod node_cmd;
 pub mod notify;
 pub mod ops_cmd;
 pub mod pools;

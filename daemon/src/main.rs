@@ -1,7 +1,9 @@
 //! `scopefs`: the host daemon and its command-line interface (argument parsing and dispatch).
 
 use scopefs_daemon::datadir_lock::{DataDirLock, Holder};
-use scopefs_daemon::{bench, doctor, ops_cmd, restore_cmd, scope_cmd, serve, service_stop, setup, supervisor};
+use scopefs_daemon::{
+    bench, doctor, node_cmd, ops_cmd, restore_cmd, scope_cmd, serve, service_stop, setup, supervisor,
+};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -94,6 +96,11 @@ enum Command {
         #[arg(long)]
         unit: String,
     },
+    /// The nodes of a deployment of several daemons (`[node]`, a PostgreSQL registry).
+    Node {
+        #[command(subcommand)]
+        command: NodeCommand,
+    },
     /// Show or rotate the generated secrets in <data_dir>/control.
     Token {
         #[command(subcommand)]
@@ -113,6 +120,28 @@ enum TokenCommand {
         #[arg(value_enum, default_value = "service")]
         kind: ops_cmd::TokenKind,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum NodeCommand {
+    /// List the nodes: state, lease, scopes placed, load.
+    Ls,
+    /// Move every scope away from NODE (an upgrade, a host taken out of service): the node hands
+    /// them, a batch per heartbeat, to the nodes placement chooses; each scope's containers stop
+    /// there only once the new node serves it.
+    Drain {
+        node: String,
+        /// Wait until no scope is placed on the node.
+        #[arg(long)]
+        wait: bool,
+        /// Bound on --wait, in seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout_secs: u64,
+    },
+    /// Take a draining node back into placement.
+    Undrain { node: String },
+    /// Remove a node that serves no scope (drain it first).
+    Remove { node: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -177,6 +206,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             setup::init_logging("warn");
             let cfg = setup::load_config(cli.config.as_deref())?;
             ops_cmd::import(&cfg, &dir, &thread)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Node { command } => {
+            setup::init_logging("warn");
+            let cfg = setup::load_config(cli.config.as_deref())?;
+            match command {
+                NodeCommand::Ls => node_cmd::ls(&cfg)?,
+                NodeCommand::Drain { node, wait, timeout_secs } => {
+                    node_cmd::drain(&cfg, &node, wait, std::time::Duration::from_secs(timeout_secs))?
+                }
+                NodeCommand::Undrain { node } => node_cmd::undrain(&cfg, &node)?,
+                NodeCommand::Remove { node } => node_cmd::remove(&cfg, &node)?,
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Token { command } => {

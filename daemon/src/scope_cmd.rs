@@ -16,7 +16,7 @@ pub fn create(cfg: &Config, thread: &str) -> anyhow::Result<()> {
     let rec =
         scopes::create_unmounted(cfg.default_quota(), registry, storage, &thread).context("creating the scope")?;
     println!("{}", header());
-    println!("{}", row(&rec));
+    println!("{}", row(&rec, "-"));
     Ok(())
 }
 
@@ -25,15 +25,20 @@ pub fn ls(cfg: &Config) -> anyhow::Result<()> {
     let registry = open_registry(cfg)?;
     println!("{}", header());
     for rec in registry.list().context("listing scopes")? {
-        println!("{}", row(&rec));
+        // The node that serves it (several nodes), with its fencing epoch.
+        let node = match registry.placement(&rec.scope_id).context("reading the scope's placement")? {
+            Some(p) => format!("{}@{}", p.node_id, p.epoch),
+            None => "-".to_string(),
+        };
+        println!("{}", row(&rec, &node));
     }
     Ok(())
 }
 
 fn header() -> String {
-    format!("{:<36}  {:<12}  {:>8}  {}", "SCOPE_ID", "STATE", "REVISION", "PRIMARY_THREAD_ID")
+    format!("{:<36}  {:<12}  {:>8}  {:<20}  {}", "SCOPE_ID", "STATE", "REVISION", "NODE", "PRIMARY_THREAD_ID")
 }
 
-fn row(rec: &ScopeRecord) -> String {
-    format!("{:<36}  {:<12}  {:>8}  {}", rec.scope_id, rec.state, rec.revision, rec.primary_thread_id)
+fn row(rec: &ScopeRecord, node: &str) -> String {
+    format!("{:<36}  {:<12}  {:>8}  {:<20}  {}", rec.scope_id, rec.state, rec.revision, node, rec.primary_thread_id)
 }

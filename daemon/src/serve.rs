@@ -33,6 +33,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use crate::api::{self, AppState};
 use crate::datadir_lock::{DataDirLock, Holder};
 use crate::notify::notify_or_log;
+use crate::services::cluster::{Cluster, ClusterSettings};
 use crate::services::compute::{Compute, ComputeSettings};
 use crate::services::files::WorkspaceSettings;
 use crate::services::open_scopes::OpenScopes;
@@ -120,6 +121,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         tools: Arc::new(tools_auth),
         admin_token: Arc::new(admin_token),
         billing,
+        cluster: services.cluster,
     };
     let listener = Listener { addr, inherited: inherited.http, keeper };
     let result = rt.block_on(serve(listener, state, signals));
@@ -182,11 +184,14 @@ fn build_services(
         ComputeService::new(registry.clone(), open.clone(), rt.clone()).with_compute(compute).with_billing(billing),
     );
     let files = Arc::new(WorkspaceFiles::new(registry.clone(), open.clone(), WorkspaceSettings::from_config(cfg)));
+    let cluster = ClusterSettings::from_config(cfg)
+        .map(|settings| Cluster::new(settings, registry.clone(), open.clone(), compute.clone()));
     let scopes = Arc::new(
         Scopes::new(registry, open, compute.clone(), LifecycleSettings::from_config(cfg))
-            .with_cutover(crate::services::CutoverGate::from_config(cfg)),
+            .with_cutover(crate::services::CutoverGate::from_config(cfg))
+            .with_cluster(cluster.clone()),
     );
-    Services { scopes, files, compute }
+    Services { scopes, files, compute, cluster }
 }
 
 /// Runs a maintenance pass (open operations, draft expiry, purge, local scan) every interval until
@@ -295,6 +300,7 @@ async fn serve(listener: Listener, state: AppState, (term, int, hup): (Signal, S
 
     let service = state.scopes.clone();
     let compute = state.compute.clone();
+    let cluster = state.cluster.clone();
     let billing = state.billing.clone();
     let listener = listener.open().await?;
     let limits = state.tools.limits.clone();
@@ -325,6 +331,10 @@ async fn serve(listener: Listener, state: AppState, (term, int, hup): (Signal, S
             tracing::info!(mounted = report.mounted, failed = report.failed, ?maintenance, "scopes recovered");
             tokio::spawn(maintenance_loop(service.clone(), stop_rx.clone()));
             tokio::spawn(crate::billing_loop::run(billing.clone(), stop_rx.clone()));
+            if let Some(cluster) = cluster {
+                tracing::info!(node = cluster.node_id(), serves = cluster.served(), "serving as one node of several");
+                tokio::spawn(cluster.run(stop_rx.clone()));
+            }
             service.set_ready(true);
             notify_or_log("READY=1");
             tracing::info!("ready");

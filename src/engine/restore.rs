@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use super::meta::shipped::Rebuild;
 use super::fence::Head;
+use super::meta::shipped::Rebuild;
 use super::ship::{self, Shipped};
 use super::{EngineError, EngineResult};
 use crate::db_files;

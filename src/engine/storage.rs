@@ -51,6 +51,9 @@ pub struct Storage {
     fence: std::sync::OnceLock<Arc<dyn super::fence::ShipFence>>,
 }
 
+/// The file in a scope's metadata directory naming the epoch it was served under (`local_epoch`).
+const EPOCH_FILE: &str = "node-epoch";
+
 /// Largest block of a local object directory that a read fetches again (and verifies) rather
 /// than reading in place once verified.
 const LOCAL_REREAD_MAX_BYTES: usize = 128 * 1024;
@@ -213,6 +216,25 @@ impl Storage {
                 _ => {}
             }
         }
+        Ok(())
+    }
+
+    /// The fencing epoch under which this data directory last served `scope` (several nodes:
+    /// a local database of another epoch is not the scope's state); `None` when never noted.
+    pub fn local_epoch(&self, scope_id: &ScopeId) -> Option<u64> {
+        let text = std::fs::read_to_string(self.scope_meta_dir(scope_id.as_str()).join(EPOCH_FILE)).ok()?;
+        text.trim().parse().ok()
+    }
+
+    /// Notes (durably) that this data directory serves `scope` under `epoch`.
+    pub fn set_local_epoch(&self, scope_id: &ScopeId, epoch: u64) -> EngineResult<()> {
+        let dir = self.scope_meta_dir(scope_id.as_str());
+        let tmp = dir.join(format!("{EPOCH_FILE}.tmp"));
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, epoch.to_string().as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, dir.join(EPOCH_FILE))?;
+        std::fs::File::open(&dir)?.sync_all()?;
         Ok(())
     }
 

@@ -27,7 +27,7 @@ use crate::migrate::{MigrateError, Migration};
 /// partitioned node's transaction is ended by the server, so its lock does not stall the others).
 const STATEMENT_TIMEOUT_MS: u64 = 30_000;
 const LOCK_TIMEOUT_MS: u64 = 10_000;
-const IDLE_IN_TRANSACTION_MS: u64 = 10_000;
+const IDLE_IN_TRANSACTION_MS: u64 = 5_000;
 /// How long a caller waits for a pooled connection, or for a new one.
 const POOL_WAIT: Duration = Duration::from_secs(10);
 
@@ -95,8 +95,13 @@ impl PgBackend {
         let backend = PgBackend { runtime: Some(runtime), handle, pool, lock_key };
         if let Some(schema) = &settings.schema {
             // The search path names it; it must exist before the first statement that uses it.
+            // Under the registry's lock: nodes starting together would race to create it.
             let c = backend.conn().map_err(OpenError::Db)?;
-            c.batch(&format!("CREATE SCHEMA IF NOT EXISTS {schema}")).map_err(OpenError::Db)?;
+            let created = c.begin().and_then(|()| c.batch(&format!("CREATE SCHEMA IF NOT EXISTS {schema}; COMMIT")));
+            if let Err(e) = created {
+                let _ = c.batch("ROLLBACK");
+                return Err(OpenError::Db(e));
+            }
         }
         let version = backend.migrate(migrations)?;
         Ok((backend, version))

@@ -111,7 +111,8 @@ fn placement_row(r: &Row<'_>) -> crate::registry::db::Result<Result<Placement, R
             _ => None,
         };
         Ok(Placement {
-            scope_id: ScopeId::parse(&scope).map_err(|_| RegistryError::Corrupt("scope_id in scope_placement".into()))?,
+            scope_id: ScopeId::parse(&scope)
+                .map_err(|_| RegistryError::Corrupt("scope_id in scope_placement".into()))?,
             node_id,
             epoch: to_u64(epoch, "epoch")?,
             head,
@@ -254,7 +255,8 @@ impl DeploymentRegistry {
             "INSERT INTO scope_placement (deployment_id, scope_id, node_id, epoch, updated_at) VALUES (?1, ?2, ?3, 1, ?4)",
             params![self.id(), scope.as_str(), node, now],
         )?;
-        let p = get_placement_in(&tx, self.id(), scope)?.ok_or_else(|| RegistryError::Corrupt("new placement".into()))?;
+        let p =
+            get_placement_in(&tx, self.id(), scope)?.ok_or_else(|| RegistryError::Corrupt("new placement".into()))?;
         tx.commit()?;
         Ok(p)
     }
@@ -284,7 +286,13 @@ impl DeploymentRegistry {
 
     /// Records the head of a scope's shipped chain, if `node` still serves it at `epoch`; `false`
     /// when it does not (the node was deposed: what it shipped is not the scope's state).
-    pub fn record_shipped(&self, scope: &ScopeId, node: &str, epoch: u64, head: ShippedHead) -> Result<bool, RegistryError> {
+    pub fn record_shipped(
+        &self,
+        scope: &ScopeId,
+        node: &str,
+        epoch: u64,
+        head: ShippedHead,
+    ) -> Result<bool, RegistryError> {
         let conn = self.db.conn()?;
         let n = conn.execute(
             "UPDATE scope_placement SET meta_gen = ?5, meta_seq = ?6, meta_state = ?7, updated_at = ?8

@@ -318,6 +318,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::Registry(r) => from_registry(r),
             ServiceError::Engine(en) => from_engine(en),
             ServiceError::Mount(_) => ApiError::internal("mount_failed", &e),
+            ServiceError::ServedElsewhere => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "scope_moving", e.to_string())
+            }
         }
     }
 }

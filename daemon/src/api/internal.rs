@@ -234,6 +234,9 @@ struct MountView {
     scope_id: ScopeId,
     mountpoint: String,
     bind_source: String,
+    /// Several nodes: the node that serves (and mounted) the scope; its paths are on that host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_id: Option<String>,
 }
 
 /// The one route that returns host paths: for the orchestrator that bind-mounts a scope into a container.
@@ -247,7 +250,8 @@ async fn mount(State(st): State<AppState>, ScopePath(scope, ()): ScopePath) -> R
     };
     let mountpoint = utf8(st.scopes.open_scopes().mounter().view(&rec.scope_id))?;
     let bind_source = utf8(bind_source)?;
-    Ok(Json(MountView { scope_id: rec.scope_id, mountpoint, bind_source }))
+    let node_id = st.cluster.as_ref().map(|c| c.node_id().to_string());
+    Ok(Json(MountView { scope_id: rec.scope_id, mountpoint, bind_source, node_id }))
 }
 
 #[derive(Debug, Deserialize)]

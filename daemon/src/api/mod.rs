@@ -3,6 +3,7 @@
 mod admin;
 mod error;
 mod extract;
+pub mod forward;
 mod held_answer;
 mod internal;
 pub mod routes;
@@ -42,6 +43,8 @@ pub struct AppState {
     pub admin_token: Arc<Token>,
     /// Accounts, usage and pricing (SPEC §9).
     pub billing: Arc<crate::billing_loop::BillingService>,
+    /// With several nodes: this node, and where each scope is served (`forward`).
+    pub cluster: Option<Arc<crate::services::cluster::Cluster>>,
 }
 
 /// Bytes one streamed `/api` download or upload holds outside every budget: its chunks in the
@@ -83,7 +86,10 @@ pub fn router(state: AppState) -> Router {
     for (auth, group) in groups.into_iter().filter(|(_, g)| g.has_routes()) {
         let group = match auth {
             Auth::Public => group,
-            Auth::Service => group.route_layer(middleware::from_fn_with_state(state.clone(), require_service_token)),
+            // Authenticated first, then forwarded to the node that serves the scope (if another).
+            Auth::Service => group
+                .route_layer(middleware::from_fn_with_state(state.clone(), forward::to_owner))
+                .route_layer(middleware::from_fn_with_state(state.clone(), require_service_token)),
             // Every signed route verifies its request in the `SignedRequest` extractor.
             Auth::Signed => group,
             Auth::Admin => group.route_layer(middleware::from_fn_with_state(state.clone(), require_admin_token)),

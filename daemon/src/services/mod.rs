@@ -7,6 +7,8 @@
 //! Dependencies run one way: `api` → services → (registry, engine, `mounter`, `executor`); inside,
 //! `scopes` → `compute` (a deleted scope's work is stopped) → `open_scopes` → `mounter`.
 
+pub mod cluster;
+mod cluster_tick;
 pub mod compute;
 pub mod files;
 mod lifecycle;
@@ -50,6 +52,9 @@ pub enum ServiceError {
     Engine(#[from] EngineError),
     #[error("{0}")]
     Mount(#[from] MountError),
+    /// Several nodes: another node serves this scope (or none does until a takeover).
+    #[error("this scope is served by another node or is moving between nodes; retry")]
+    ServedElsewhere,
 }
 
 impl ServiceError {
@@ -64,6 +69,7 @@ impl ServiceError {
             ServiceError::Registry(_) => "registry_error",
             ServiceError::Engine(_) => "engine_error",
             ServiceError::Mount(_) => "mount_failed",
+            ServiceError::ServedElsewhere => "scope_moving",
         }
     }
 }
@@ -105,6 +111,8 @@ pub struct Services {
     pub scopes: Arc<Scopes>,
     pub files: Arc<WorkspaceFiles>,
     pub compute: Arc<ComputeService>,
+    /// With several nodes: this node.
+    pub cluster: Option<Arc<cluster::Cluster>>,
 }
 
 /// Whether a scope in `state` has files the API can work on: `NotMountable(Deleting)` while it is

@@ -15,6 +15,14 @@ use scopefs::registry::ScopeRecord;
 use super::mounter::Mounter;
 use super::ServiceError;
 
+/// Several nodes: which scopes this node may open (it serves them), asked before a scope opens.
+pub trait ServesScope: Send + Sync {
+    /// `Ok` when this node serves `scope` (or may start to: nobody does); else `ServedElsewhere`.
+    fn admit(&self, scope: &ScopeId) -> Result<(), ServiceError>;
+    /// The scope's engine opened here.
+    fn opened(&self, scope: &ScopeId);
+}
+
 /// One open scope.
 struct OpenScope {
     engine: Arc<ScopeEngine>,
@@ -35,11 +43,24 @@ pub struct OpenScopes {
     mounter: Arc<dyn Mounter>,
     default_quota: Quota,
     table: Mutex<HashMap<ScopeId, OpenScope>>,
+    /// With several nodes: the scopes this node serves (`services::cluster`).
+    gate: std::sync::OnceLock<Arc<dyn ServesScope>>,
 }
 
 impl OpenScopes {
     pub fn new(storage: Arc<Storage>, mounter: Arc<dyn Mounter>, default_quota: Quota) -> OpenScopes {
-        OpenScopes { storage, mounter, default_quota, table: Mutex::new(HashMap::new()) }
+        OpenScopes {
+            storage,
+            mounter,
+            default_quota,
+            table: Mutex::new(HashMap::new()),
+            gate: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Opens only the scopes `gate` admits from now on (set once, before any scope opens).
+    pub fn set_gate(&self, gate: Arc<dyn ServesScope>) {
+        let _ = self.gate.set(gate);
     }
 
     pub fn storage(&self) -> &Arc<Storage> {
@@ -57,12 +78,18 @@ impl OpenScopes {
         if let Some(open) = self.table.lock().get(&rec.scope_id) {
             return Ok(open.engine.clone());
         }
+        if let Some(gate) = self.gate.get() {
+            gate.admit(&rec.scope_id)?;
+        }
         let quota = rec.quota_or(self.default_quota);
         let engine = if self.mounter.will_resume(&rec.scope_id) {
             self.storage.open_scope_resumed(&rec.scope_id, quota)?
         } else {
             self.storage.open_scope(&rec.scope_id, quota)?
         };
+        if let Some(gate) = self.gate.get() {
+            gate.opened(&rec.scope_id);
+        }
         let mut table = self.table.lock();
         let open = table.entry(rec.scope_id.clone()).or_insert(OpenScope { engine, mount: None });
         Ok(open.engine.clone())

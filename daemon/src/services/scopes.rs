@@ -45,6 +45,8 @@ pub struct Scopes {
     pub(super) lifecycle_lock: Mutex<()>,
     pub(super) lifecycle: LifecycleSettings,
     pub(super) cutover: CutoverGate,
+    /// With several nodes: this node (startup claims the scopes placed on it).
+    pub(super) cluster: Option<Arc<super::cluster::Cluster>>,
     ready: AtomicBool,
 }
 
@@ -63,8 +65,15 @@ impl Scopes {
             lifecycle_lock: Mutex::new(()),
             lifecycle,
             cutover: CutoverGate::default(),
+            cluster: None,
             ready: AtomicBool::new(false),
         }
+    }
+
+    /// This daemon is one node of several (`[node]`).
+    pub fn with_cluster(mut self, cluster: Option<Arc<super::cluster::Cluster>>) -> Scopes {
+        self.cluster = cluster;
+        self
     }
 
     /// Sets the cutover gate (config `[cutover]`; off by default).
@@ -229,11 +238,18 @@ impl Scopes {
         if ops != Default::default() {
             tracing::info!(?ops, "open operations recovered");
         }
+        if let Some(cluster) = &self.cluster {
+            // The scopes placed on this node (restored when the local copy is not theirs).
+            let (claimed, failed) = cluster.start()?;
+            report.mounted += claimed;
+            report.failed += failed;
+        }
         let (provisioning, mountable): (Vec<_>, Vec<_>) = self
             .registry
             .list()?
             .into_iter()
             .filter(|rec| rec.state == ScopeState::Provisioning || rec.state.is_mountable())
+            .filter(|rec| self.placed_nowhere(&rec.scope_id))
             .partition(|rec| rec.state == ScopeState::Provisioning);
         let mut results: Vec<_> = provisioning
             .iter()
@@ -254,6 +270,11 @@ impl Scopes {
             }
         }
         Ok(report)
+    }
+
+    /// Whether no node serves `scope` (always, for a daemon alone): startup finishes and mounts it.
+    fn placed_nowhere(&self, scope: &ScopeId) -> bool {
+        self.cluster.is_none() || matches!(self.registry.placement(scope), Ok(None))
     }
 
     /// Shutdown: ends (and bills) every live environment, so no container is left on a dead mount;

@@ -279,13 +279,46 @@ fn verify_body<T: DeserializeOwned>(
     Ok(Verified { ctx, body })
 }
 
-impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedRequest<T> {
-    type Rejection = ApiError;
+/// A verified request: this node serves its scope, or the node at `address` does (several nodes).
+enum Verdict<S> {
+    Here(S),
+    Elsewhere { address: String, node: String },
+}
 
-    async fn from_request(req: Request, st: &AppState) -> Result<Self, ApiError> {
+impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedRequest<T> {
+    type Rejection = axum::response::Response;
+
+    async fn from_request(req: Request, st: &AppState) -> Result<Self, axum::response::Response> {
+        use axum::response::IntoResponse;
+        let method = req.method().clone();
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
+        let headers = req.headers().clone();
+        let (verdict, raw) = Self::verify(req, st).await.map_err(IntoResponse::into_response)?;
+        match verdict {
+            Verdict::Here(signed) => Ok(signed),
+            // The other node verifies it again and spends its nonce.
+            Verdict::Elsewhere { address, node } => Err(super::super::forward::proxy_bytes(
+                &address,
+                &node,
+                method,
+                &path,
+                &headers,
+                raw.unwrap_or_default(),
+            )
+            .await),
+        }
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> SignedRequest<T> {
+    /// Reads and verifies the request (see the module docs); with several nodes, a request for a
+    /// scope another node serves comes back as `Elsewhere` with its body, its nonce unspent.
+    async fn verify(req: Request, st: &AppState) -> Result<(Verdict<Self>, Option<bytes::Bytes>), ApiError> {
         if !st.scopes.is_ready() {
             return Err(ApiError::not_ready());
         }
+        let forwarded = req.headers().contains_key(super::super::forward::FORWARDED_BY);
+        let cluster = st.cluster.clone().filter(|_| !forwarded);
         let method = req.method().as_str().to_owned();
         let path = req.uri().path().to_owned();
         let auth = st.tools.clone();
@@ -304,14 +337,28 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
             ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", "the request body did not arrive in time")
         })??;
         body_memory.trim((bytes.len() as u64).saturating_mul(VERIFY_COPIES));
+        let bytes = bytes::Bytes::from(bytes);
+        // Kept to forward it when another node serves its scope.
+        let raw = cluster.as_ref().map(|_| bytes.clone());
         let service = st.files.clone();
-        let work = move || -> Result<SignedRequest<T>, ApiError> {
+        let work = move || -> Result<Verdict<SignedRequest<T>>, ApiError> {
             let now_ms = service.now_ms();
             let verified = verify_body::<T>(&auth, &method, &path, &bytes, now_ms.div_euclid(1000));
             body_memory.trim(bytes.len() as u64);
             drop((bytes, permit));
             let Verified { ctx, body } = verified?;
             let thread_id = ThreadId::parse(ctx.thread_id.as_deref().unwrap_or(""))?;
+            if let Some(cluster) = &cluster {
+                match super::super::forward::route_thread(cluster, &thread_id, false)? {
+                    crate::services::cluster::Route::Local => {}
+                    crate::services::cluster::Route::Forward(address) => {
+                        return Ok(Verdict::Elsewhere { address, node: cluster.node_id().to_string() });
+                    }
+                    crate::services::cluster::Route::Moving => {
+                        return Err(crate::services::ServiceError::ServedElsewhere.into())
+                    }
+                }
+            }
             let user_id = ctx.user_id.clone().filter(|u| !u.is_empty() && u.len() <= MAX_USER_ID).ok_or_else(|| {
                 ApiError::new(
                     StatusCode::BAD_REQUEST,
@@ -334,7 +381,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
             }
             let (binding, engine) = service.tool_scope(&thread_id, &user_id).map_err(ApiError::tools)?;
             let inflight = crate::pools::scope_slot(binding.scope.scope_id.as_str())?;
-            Ok(SignedRequest {
+            Ok(Verdict::Here(SignedRequest {
                 body,
                 user_id,
                 thread_id,
@@ -345,14 +392,14 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<AppState> for SignedReque
                 engine,
                 _inflight: inflight,
                 _body_memory: body_memory,
-            })
+            }))
         };
         // Not on the /tools class: its workers may all be busy with one tenant's long tools, and
         // checking a signature must not wait for them. The verification is bounded by the
         // admission permit (`tools_max_unauthenticated_bodies`); binding a verified request to its
         // scope (a nonce, a registry lookup) is short, one per connection at most.
         match tokio::task::spawn_blocking(work).await {
-            Ok(result) => result,
+            Ok(result) => Ok((result?, raw)),
             Err(join) => Err(ApiError::internal("task_failed", &join)),
         }
     }

@@ -362,7 +362,7 @@ impl ComputeService {
     ) -> Result<ReconcileReport, ComputeError> {
         let Some(compute) = self.compute.as_ref() else { return Ok(ReconcileReport::default()) };
         let mut report = ReconcileReport::default();
-        for env in self.registry.live_environments()? {
+        for env in self.registry.live_environments()?.into_iter().filter(|e| self.is_local(&e.scope_id)) {
             if resumed.contains(&env.scope_id) && env.state == EnvironmentState::Running {
                 if self.adopt_environment(compute, &env)? {
                     report.environments_ended += 1;

@@ -331,11 +331,17 @@ pub struct ComputeService {
     billing: Option<Arc<crate::billing_loop::BillingService>>,
     /// Runs the max-runtime timers.
     rt: tokio::runtime::Handle,
+    /// With several nodes: whether a scope's environments are this node's (it serves the scope);
+    /// the others' are started, watched and ended by their own node.
+    local: std::sync::OnceLock<LocalScopes>,
 }
+
+/// Whether a scope is served by this node (`ComputeService::set_local_scopes`).
+pub type LocalScopes = Arc<dyn Fn(&ScopeId) -> bool + Send + Sync>;
 
 impl ComputeService {
     pub fn new(registry: DeploymentRegistry, open: Arc<OpenScopes>, rt: tokio::runtime::Handle) -> ComputeService {
-        ComputeService { registry, open, compute: None, billing: None, rt }
+        ComputeService { registry, open, compute: None, billing: None, rt, local: std::sync::OnceLock::new() }
     }
 
     /// Runs environments through `compute`.
@@ -348,6 +354,22 @@ impl ComputeService {
     pub fn with_billing(mut self, billing: Arc<crate::billing_loop::BillingService>) -> ComputeService {
         self.billing = Some(billing);
         self
+    }
+
+    /// Several nodes: only environments of the scopes `local` accepts are this node's to reconcile,
+    /// watch for their runtime, end at a stop, and count (set once, at startup).
+    pub fn set_local_scopes(&self, local: LocalScopes) {
+        let _ = self.local.set(local);
+    }
+
+    /// Whether `scope`'s environments are this node's (always, for a daemon alone).
+    pub(crate) fn is_local(&self, scope: &ScopeId) -> bool {
+        self.local.get().is_none_or(|f| f(scope))
+    }
+
+    /// Live environments of this node's scopes.
+    pub fn live_environment_count(&self) -> Result<u64, ComputeError> {
+        Ok(self.registry.live_environments()?.iter().filter(|e| self.is_local(&e.scope_id)).count() as u64)
     }
 
     /// The deployment's registry (environment and process rows for permission checks).

@@ -122,7 +122,7 @@ impl ComputeService {
         }
         let now = self.registry.now_ms();
         let mut ended = 0;
-        for env in self.registry.live_environments()? {
+        for env in self.registry.live_environments()?.into_iter().filter(|e| self.is_local(&e.scope_id)) {
             if env.state == EnvironmentState::Running && remaining(&env, now).is_none() {
                 tracing::warn!(scope_id = %env.scope_id, environment_id = %env.environment_id, "environment past its max runtime found by maintenance: stopping it");
                 ended += usize::from(self.stop_environment(&env.environment_id, reason::MAX_RUNTIME, true)?.1);
@@ -146,7 +146,7 @@ impl ComputeService {
             }
         };
         let mut ended = 0;
-        for env in live {
+        for env in live.into_iter().filter(|e| self.is_local(&e.scope_id)) {
             match self.stop_environment(&env.environment_id, reason::DAEMON_STOPPED, true) {
                 Ok((_, now)) => ended += usize::from(now),
                 Err(e) => {
