@@ -220,3 +220,65 @@ fn c_a_frozen_node_s_late_writes_never_become_the_scope_s_state() {
     assert!(after.is_empty(), "a deposed node acknowledged fsyncs after the freeze: {after:?}");
     assert!(!served.join(&failed).exists(), "{failed}, in flight at the freeze, became part of the scope");
 }
+
+#[test]
+fn d_a_drained_node_hands_its_scopes_over_with_their_files() {
+    let lab = NetLab::new(2);
+    let shared = Shared::new(&lab);
+    let root = tempfile::tempdir().unwrap();
+    let http = http();
+    let mut nodes: Vec<Node> = (0..2).map(|i| Node::start(&lab, &shared, i, root.path(), 3_000, 500)).collect();
+    for n in &mut nodes {
+        n.wait_ready(&http);
+    }
+    let mut scopes = BTreeMap::new();
+    for t in 0..8 {
+        let scope = provision(&http, &nodes[0], &format!("drain-{t}"));
+        let (node, mnt) = mount(&http, &nodes[0], &scope).unwrap();
+        scopes.insert(scope, (node, write_fsynced(&mnt, 2, 100 + t)));
+    }
+    let on_zero = scopes.values().filter(|(n, _)| *n == nodes[0].id).count();
+    assert!(on_zero > 0, "placement put no scope on node-0");
+
+    let out = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(nodes[0].dir.join("scopefs.toml"))
+        .args(["node", "drain", "node-0", "--wait", "--timeout-secs", "120"])
+        .env_remove("SCOPEFS_CONFIG")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "drain failed: {said}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        nodes[0].log_tail()
+    );
+    assert!(said.contains("drained"), "{said}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !mounts_under(&nodes[0].mount_root()).is_empty() {
+        assert!(Instant::now() < deadline, "node-0 still mounts scopes after the drain");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let registry = shared.registry();
+    let dep = registry.deployment("default");
+    for (scope, (was, files)) in &scopes {
+        let (node, mnt) = mount(&http, &nodes[0], scope).unwrap();
+        assert_eq!(node, nodes[1].id, "{scope}");
+        for (name, want) in files {
+            assert_eq!(&sha(&std::fs::read(mnt.join(name)).unwrap()), want, "{scope}/{name}");
+        }
+        let p = dep.placement(&ScopeId::parse(scope).unwrap()).unwrap().unwrap();
+        assert_eq!(p.epoch, if *was == nodes[0].id { 2 } else { 1 }, "{scope}");
+    }
+    // A drained node takes no new scope.
+    let fresh = provision(&http, &nodes[0], "drain-after");
+    assert_eq!(mount(&http, &nodes[0], &fresh).unwrap().0, nodes[1].id);
+    let removed = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(nodes[0].dir.join("scopefs.toml"))
+        .args(["node", "remove", "node-0"])
+        .output()
+        .unwrap();
+    assert!(removed.status.success(), "{}", String::from_utf8_lossy(&removed.stderr));
+}

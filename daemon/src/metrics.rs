@@ -176,6 +176,7 @@ pub fn render(
     unsupported_families(&mut t);
     store_families(&mut t, storage);
     shipping_families(&mut t);
+    node_families(&mut t, registry)?;
     refusal_families(&mut t);
     compute_families(&mut t, registry)?;
     consistency_families(&mut t);
@@ -257,6 +258,49 @@ fn scope_families(t: &mut Text, scopes: &[ScopeRecord], engines: &[Arc<ScopeEngi
         "Committed metadata batches of open scopes not yet in the object store (metadata_sync_interval_ms).",
     );
     t.sample("scopefs_metadata_unshipped_batches", &[], metadata_queue);
+}
+
+/// Scopes this process took over from nodes whose lease ran out, and let go (deposed or drained).
+static TAKEN_OVER: AtomicU64 = AtomicU64::new(0);
+static LET_GO: AtomicU64 = AtomicU64::new(0);
+
+pub fn note_node_moves(taken_over: usize, let_go: usize) {
+    TAKEN_OVER.fetch_add(taken_over as u64, Ordering::Relaxed);
+    LET_GO.fetch_add(let_go as u64, Ordering::Relaxed);
+}
+
+/// Several nodes: each node's placed scopes, liveness and reported load; this process's moves.
+fn node_families(t: &mut Text, registry: &DeploymentRegistry) -> Result<(), RegistryError> {
+    let nodes = registry.nodes()?;
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    let now = registry.now_ms();
+    t.family("scopefs_node_scopes", "gauge", "Scopes placed on each node of the deployment.");
+    for n in &nodes {
+        t.sample("scopefs_node_scopes", &[("node_id", &n.node_id), ("state", n.state.as_str())], n.scopes);
+    }
+    t.family("scopefs_node_live", "gauge", "Whether each node's lease is running (1) or ran out (0).");
+    for n in &nodes {
+        t.sample("scopefs_node_live", &[("node_id", &n.node_id)], u64::from(n.is_live(now)));
+    }
+    t.family("scopefs_node_bytes", "gauge", "Bytes of the scopes open on each node, as its last heartbeat reported.");
+    for n in &nodes {
+        t.sample("scopefs_node_bytes", &[("node_id", &n.node_id)], n.bytes_used);
+    }
+    t.family("scopefs_node_environments", "gauge", "Live environments on each node, as its last heartbeat reported.");
+    for n in &nodes {
+        t.sample("scopefs_node_environments", &[("node_id", &n.node_id)], n.environments);
+    }
+    t.family("scopefs_node_scopes_taken_over_total", "counter", "Scopes this process took over from expired nodes.");
+    t.sample("scopefs_node_scopes_taken_over_total", &[], TAKEN_OVER.load(Ordering::Relaxed));
+    t.family(
+        "scopefs_node_scopes_let_go_total",
+        "counter",
+        "Scopes this process stopped serving (deposed or drained).",
+    );
+    t.sample("scopefs_node_scopes_let_go_total", &[], LET_GO.load(Ordering::Relaxed));
+    Ok(())
 }
 
 /// What metadata shipping put in the object store, and what of the registry it has yet to.

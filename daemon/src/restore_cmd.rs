@@ -39,6 +39,11 @@ pub fn run(cfg: &Config, scope: Option<&str>, all: bool) -> anyhow::Result<()> {
         }
         _ => bail!("name one scope (--scope ID) or every scope (--all)"),
     };
+    // Several nodes: a scope's state is the head its placement records, not the bucket's newest.
+    let placements = match cfg.node.id {
+        Some(_) => Some(ops_cmd::open_registry(cfg)?),
+        None => None,
+    };
     let mut restored = 0usize;
     for id in &ids {
         let db = cfg.data_dir.join("scopes").join(id.as_str()).join("meta.sqlite3");
@@ -46,7 +51,14 @@ pub fn run(cfg: &Config, scope: Option<&str>, all: bool) -> anyhow::Result<()> {
             println!("scope {id}: a local database exists; left as it is");
             continue;
         }
-        match rt.block_on(restore::restore_scope(store.as_ref(), id.as_str(), &db, None)) {
+        let upto = match &placements {
+            Some(registry) => {
+                let p = registry.placement(id).context("reading the scope's placement")?;
+                Some(p.and_then(|p| p.head).map(|h| (h.gen, h.seq, h.state)))
+            }
+            None => None,
+        };
+        match rt.block_on(restore::restore_scope(store.as_ref(), id.as_str(), &db, upto)) {
             Ok(Some(r)) => {
                 restored += 1;
                 println!(

@@ -22,6 +22,15 @@ const MAX_BATCH: usize = 500;
 pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
     table
         .add(
+            "GET",
+            "/admin/nodes",
+            Auth::Admin,
+            "The nodes of the deployment (several daemons): {nodes: [{node_id, api_address, state, max_scopes, \
+             started_at, heartbeat_at, lease_until, bytes_used, environments, scopes}], this_node}; empty for a \
+             daemon alone",
+            get(nodes),
+        )
+        .add(
             "POST",
             "/admin/pending-usage",
             Auth::Admin,
@@ -134,6 +143,13 @@ impl PendingView {
         let artifacts_registered = usage.artifacts_state != ArtifactsState::Pending;
         Ok(PendingView { id: usage.usage_id, artifacts_registered, output_manifest_json, artifacts, usage })
     }
+}
+
+async fn nodes(State(st): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let registry = st.scopes.registry().clone();
+    let nodes = blocking(Internal, move || registry.nodes().map_err(crate::services::ServiceError::Registry)).await?;
+    let this_node = st.cluster.as_ref().map(|c| c.node_id().to_string());
+    Ok(Json(serde_json::json!({ "nodes": nodes, "this_node": this_node })))
 }
 
 async fn pending_usage(

@@ -67,6 +67,9 @@ pub struct Cluster {
     pub(super) compute: Arc<ComputeService>,
     /// Scopes this node serves, with the epoch it serves each under.
     pub(super) owned: Mutex<HashMap<ScopeId, u64>>,
+    /// Held while a scope is admitted, claimed or let go: the heartbeat and a request opening the
+    /// scope never act on it at once (one would drop what the other just opened).
+    pub(super) moving: scopefs::scope_locks::ScopeLocks,
 }
 
 impl Cluster {
@@ -76,7 +79,14 @@ impl Cluster {
         open: Arc<OpenScopes>,
         compute: Arc<ComputeService>,
     ) -> Arc<Cluster> {
-        let cluster = Arc::new(Cluster { settings, registry, open, compute, owned: Mutex::new(HashMap::new()) });
+        let cluster = Arc::new(Cluster {
+            settings,
+            registry,
+            open,
+            compute,
+            owned: Mutex::new(HashMap::new()),
+            moving: Default::default(),
+        });
         cluster.open.storage().set_ship_fence(cluster.clone());
         cluster.open.set_gate(cluster.clone());
         let node = Arc::downgrade(&cluster);
@@ -146,6 +156,10 @@ impl Cluster {
     /// dropped, the recorded head restored, and a draft or active scope mounted; its first
     /// snapshot at the new epoch is shipped and recorded at once (the proof it is served here).
     pub(super) fn claim(&self, p: &Placement) -> Result<(), ServiceError> {
+        let _moving = self.moving.of(&p.scope_id).lock();
+        if self.owned.lock().get(&p.scope_id) == Some(&p.epoch) {
+            return Ok(());
+        }
         let storage = self.open.storage().clone();
         if storage.local_epoch(&p.scope_id) != Some(p.epoch) {
             self.open.close(&p.scope_id)?;
@@ -166,6 +180,20 @@ impl Cluster {
             self.owned.lock().remove(&p.scope_id);
         }
         result
+    }
+
+    /// Stops serving `scope` if the registry no longer places it here at the epoch this node
+    /// serves it under (checked again under the scope's lock); whether it did.
+    pub(super) fn let_go_if_moved(&self, scope: &ScopeId) -> Result<bool, ServiceError> {
+        let _moving = self.moving.of(scope).lock();
+        let Some(epoch) = self.owned.lock().get(scope).copied() else { return Ok(false) };
+        let p = self.registry.placement(scope)?;
+        if p.is_some_and(|p| p.node_id == self.settings.node && p.epoch == epoch) {
+            return Ok(false);
+        }
+        tracing::warn!(scope_id = %scope, epoch, "another node serves this scope now; letting it go");
+        self.let_go(scope);
+        Ok(true)
     }
 
     /// Stops serving a scope another node serves now (this one was deposed, or handed it away):
@@ -214,6 +242,10 @@ impl Cluster {
 impl ServesScope for Cluster {
     /// A scope placed on this node and claimed, or one no node serves yet (placed here now).
     fn admit(&self, scope: &ScopeId) -> Result<(), ServiceError> {
+        if self.serves_now(scope) {
+            return Ok(());
+        }
+        let _moving = self.moving.of(scope).lock();
         if self.serves_now(scope) {
             return Ok(());
         }

@@ -1,5 +1,5 @@
 //! The periodic work of a node (issue 23 item 3), every `node.heartbeat_ms`: renew the lease and
-//! report the load; let go of scopes placed elsewhere now (this node was deposed: it stops serving
+//! report the load (a loop of its own, never delayed by the rest); let go of scopes placed elsewhere now (this node was deposed: it stops serving
 //! them within one heartbeat); claim scopes placed here and not served yet (a drained scope
 //! arriving); take over this node's share of the scopes of nodes whose lease ran out; and, while
 //! draining, hand scopes to other nodes one batch at a time.
@@ -36,8 +36,22 @@ impl TickReport {
 }
 
 impl Cluster {
-    /// Runs `tick` every heartbeat until `stop`.
-    pub async fn run(self: std::sync::Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    /// Renews the lease every heartbeat, and runs `tick` every heartbeat, until `stop`. The two
+    /// loops are apart: a long takeover or drain never delays the lease.
+    pub async fn run(self: std::sync::Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
+        let renew = {
+            let node = self.clone();
+            let stop = stop.clone();
+            Self::every(node, stop, |node| node.renew().map(|_| TickReport::default()))
+        };
+        tokio::join!(renew, Self::every(self, stop, |node| node.tick()));
+    }
+
+    async fn every(
+        self: std::sync::Arc<Self>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+        work: fn(&Cluster) -> Result<TickReport, ServiceError>,
+    ) {
         let mut every = tokio::time::interval(self.settings.heartbeat);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -46,7 +60,7 @@ impl Cluster {
                 _ = stop.wait_for(|s| *s) => return,
             }
             let node = self.clone();
-            match tokio::task::spawn_blocking(move || node.tick()).await {
+            match tokio::task::spawn_blocking(move || work(&node)).await {
                 Ok(Ok(r)) if !r.is_quiet() => tracing::info!(?r, "node heartbeat"),
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => tracing::error!(error = %e, "node heartbeat failed"),
@@ -55,21 +69,27 @@ impl Cluster {
         }
     }
 
+    /// Renews this node's lease (registering it again if its row is gone) and reports its load.
+    fn renew(&self) -> Result<NodeRecord, ServiceError> {
+        let s = &self.settings;
+        Ok(match self.registry.heartbeat(&s.node, s.lease, self.load())? {
+            Some(me) => me,
+            None => self.registry.register_node(&s.node, &s.api_address, s.max_scopes, s.lease)?,
+        })
+    }
+
     /// One heartbeat (see the module docs).
     pub fn tick(&self) -> Result<TickReport, ServiceError> {
         let s = &self.settings;
-        let me = match self.registry.heartbeat(&s.node, s.lease, self.load())? {
-            Some(me) => me,
-            None => self.registry.register_node(&s.node, &s.api_address, s.max_scopes, s.lease)?,
-        };
+        let me = self.renew()?;
         let mut report = TickReport::default();
+        // Owned first: a scope admitted after this snapshot is not judged by the older placements.
+        let owned: Vec<(ScopeId, u64)> = self.owned.lock().iter().map(|(k, v)| (k.clone(), *v)).collect();
         let placed: HashMap<ScopeId, Placement> =
             self.registry.placements_on(&s.node)?.into_iter().map(|p| (p.scope_id.clone(), p)).collect();
-        let owned: Vec<(ScopeId, u64)> = self.owned.lock().iter().map(|(k, v)| (k.clone(), *v)).collect();
         for (scope, epoch) in owned {
-            if placed.get(&scope).map(|p| p.epoch) != Some(epoch) {
-                tracing::warn!(scope_id = %scope, epoch, "another node serves this scope now; letting it go");
-                self.let_go(&scope);
+            // Checked again under the scope's lock, with its placement read anew.
+            if placed.get(&scope).map(|p| p.epoch) != Some(epoch) && self.let_go_if_moved(&scope)? {
                 report.let_go += 1;
             }
         }
@@ -89,6 +109,7 @@ impl Cluster {
             NodeState::Draining => report.handed_away += self.drain_some()?,
             NodeState::Removed => {}
         }
+        crate::metrics::note_node_moves(report.taken_over, report.let_go + report.handed_away);
         Ok(report)
     }
 
@@ -157,6 +178,7 @@ impl Cluster {
                 continue;
             };
             self.owned.lock().remove(&p.scope_id);
+            let _ = self.renew();
             let deadline = Instant::now() + HANDOFF_WAIT;
             while Instant::now() < deadline {
                 let served = self.registry.placement(&p.scope_id)?.and_then(|q| q.head).map(|h| h.gen);

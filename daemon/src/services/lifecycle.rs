@@ -346,6 +346,8 @@ impl Scopes {
         let mismatched: Vec<String> = scopes
             .iter()
             .filter(|r| matches!(r.state, ScopeState::Draft | ScopeState::Active | ScopeState::Deleting))
+            // Several nodes: only the scopes this node serves have metadata here.
+            .filter(|r| self.cluster.as_ref().is_none_or(|c| c.serves_now(&r.scope_id)))
             .filter(|r| !storage.has_local_metadata(&r.scope_id))
             .map(|r| r.scope_id.to_string())
             .collect();
