@@ -30,6 +30,7 @@ pub const REGISTRY: &[Migration] = &[
     Migration { version: 8, sql: include_str!("../migrations/registry/0008_operations_sagas.sql") },
     Migration { version: 9, sql: include_str!("../migrations/registry/0009_scope_users.sql") },
     Migration { version: 10, sql: include_str!("../migrations/registry/0010_nodes.sql") },
+    Migration { version: 11, sql: include_str!("../migrations/registry/0011_forks.sql") },
 ];
 
 /// The same registry on PostgreSQL, from `migrations/registry-postgres/` (one file per SQLite
@@ -45,6 +46,7 @@ pub const REGISTRY_POSTGRES: &[Migration] = &[
     Migration { version: 8, sql: include_str!("../migrations/registry-postgres/0008_operations_sagas.sql") },
     Migration { version: 9, sql: include_str!("../migrations/registry-postgres/0009_scope_users.sql") },
     Migration { version: 10, sql: include_str!("../migrations/registry-postgres/0010_nodes.sql") },
+    Migration { version: 11, sql: include_str!("../migrations/registry-postgres/0011_forks.sql") },
 ];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.
@@ -59,6 +61,7 @@ pub const SCOPE_META: &[Migration] = &[
     Migration { version: 8, sql: include_str!("../migrations/scope/0008_redo_state.sql") },
     Migration { version: 9, sql: include_str!("../migrations/scope/0009_redo_v2.sql") },
     Migration { version: 10, sql: include_str!("../migrations/scope/0010_ship_seq.sql") },
+    Migration { version: 11, sql: include_str!("../migrations/scope/0011_block_homes.sql") },
 ];
 
 /// The pack database of a local object directory (its small objects), from `migrations/store/`.

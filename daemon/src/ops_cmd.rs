@@ -76,6 +76,8 @@ pub(crate) fn open_offline(cfg: &Config, name: &str) -> anyhow::Result<Offline> 
     };
     let storage = Storage::new(store, cfg.storage_settings(), &cfg.data_dir, rt.handle().clone())
         .context("opening local storage")?;
+    // gc keeps the blocks forks and snapshots share, and lets go of those it shared.
+    storage.set_shared_blocks(Arc::new(crate::services::forks::RegistryHolds(registry.clone())));
     Ok(Offline { registry, storage, _rt: rt, _lock: lock })
 }
 

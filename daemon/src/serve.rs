@@ -179,6 +179,7 @@ fn build_services(
     billing: Arc<crate::billing_loop::BillingService>,
     rt: tokio::runtime::Handle,
 ) -> Services {
+    storage.set_shared_blocks(Arc::new(crate::services::forks::RegistryHolds(registry.clone())));
     let open = Arc::new(OpenScopes::new(storage, mounter, cfg.default_quota()));
     let compute = Arc::new(
         ComputeService::new(registry.clone(), open.clone(), rt.clone()).with_compute(compute).with_billing(billing),

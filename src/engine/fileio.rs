@@ -238,7 +238,7 @@ impl ScopeEngine {
             }
         }
         if !ahead.is_empty() {
-            self.storage.prefetch(self.scope_id.as_str(), &self.shares.fetch, ahead);
+            self.prefetch(ahead)?;
         }
         let mut out = Vec::with_capacity(size as usize);
         for p in pieces {
@@ -277,6 +277,15 @@ impl ScopeEngine {
             return Ok(());
         }
         if self.read_inline(&b.sha256, offset, buf, false)? {
+            return Ok(());
+        }
+        // A block shared with the scope this one was forked from lives under that scope's prefix.
+        let home = self.home_of(&b.sha256)?;
+        let scope = home.as_deref().unwrap_or(scope);
+        if home.is_some()
+            && (cache.read_at(scope, &b.sha256, offset, buf)
+                || self.storage.read_local_range(scope, &b.sha256, offset, buf)?)
+        {
             return Ok(());
         }
         let data = self.storage.fetch_block(scope, &self.shares.fetch, &b.sha256)?;

@@ -10,6 +10,7 @@ use super::paths::WriteMode;
 use super::types::{FileKind, Ino, Owner, RenameMode, TimeSet, Usage, ROOT_INO};
 
 pub(crate) mod batch;
+pub(crate) mod forked;
 mod open;
 pub(crate) mod redo;
 pub(crate) mod shipped;

@@ -16,6 +16,7 @@ mod error;
 mod errseq;
 pub mod fence;
 mod fileio;
+mod fork;
 mod journal;
 mod lazy_meta;
 mod listing;
@@ -36,6 +37,7 @@ mod xattr;
 
 pub use error::{EngineError, EngineResult, Refusal};
 pub use fileio::alloc::AllocMode;
+pub use fork::SharedBlocks;
 pub use lazy_meta::open_databases;
 pub use listing::{Listing, ListingMemory};
 pub use paths::{Change, ChangeObserver, PathEntry, WriteMode, WRITE_FILL_BYTES};

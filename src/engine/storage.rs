@@ -49,6 +49,8 @@ pub struct Storage {
     pub(crate) listing_memory: Arc<super::listing::ListingMemory>,
     /// With several nodes: who serves each scope, and the registry's record of its chain.
     fence: std::sync::OnceLock<Arc<dyn super::fence::ShipFence>>,
+    /// Which scopes refer to which blocks of others (forks, snapshots): `fork.rs`.
+    pub(crate) shared: std::sync::OnceLock<Arc<dyn super::fork::SharedBlocks>>,
 }
 
 /// The file in a scope's metadata directory naming the epoch it was served under (`local_epoch`).
@@ -135,6 +137,7 @@ impl Storage {
             meta_budget,
             listing_memory,
             fence: std::sync::OnceLock::new(),
+            shared: std::sync::OnceLock::new(),
         }))
     }
 
@@ -192,12 +195,20 @@ impl Storage {
     pub fn purge_objects(&self, scope_id: &ScopeId) -> EngineResult<u64> {
         let prefix = crate::store::scope_prefix(scope_id.as_str());
         let attempts = self.settings.store_attempts;
+        // Blocks a fork or a snapshot still refers to stay; the last to let go deletes each.
+        let held: HashSet<String> = self
+            .held_blocks(scope_id.as_str())?
+            .iter()
+            .map(|sha| crate::store::block_key(scope_id.as_str(), sha))
+            .collect();
         self.rt.block_on(async {
             let objects = self.with_retry(attempts, || self.store.list(&prefix)).await?;
-            for obj in &objects {
+            let mut deleted = 0;
+            for obj in objects.iter().filter(|o| !held.contains(&o.key)) {
                 self.with_retry(attempts, || self.store.delete(&obj.key)).await?;
+                deleted += 1;
             }
-            Ok(objects.len() as u64)
+            Ok(deleted)
         })
     }
 

@@ -37,14 +37,32 @@ impl ScopeEngine {
         let cutoff = super::meta::now_ns() / 1_000_000_000 - grace.as_secs() as i64;
         let mut report = GcReport::default();
         let mut meta = self.meta.lock()?;
+        let mut after = String::new();
         loop {
-            let batch = meta.take_unreferenced(cutoff, 256)?;
-            if batch.is_empty() {
-                break;
+            let page = meta.unreferenced(cutoff, &after, 256)?;
+            let Some(last) = page.last() else { break };
+            after = last.sha256.clone();
+            // A block of this scope a fork or a snapshot still refers to stays (its row too, so
+            // a later gc looks again).
+            let mut batch = Vec::with_capacity(page.len());
+            for b in page {
+                if b.home.is_some() || !self.held_elsewhere(&b.sha256)? {
+                    batch.push(b);
+                }
             }
+            meta.take_unreferenced(&mut batch)?;
             meta.make_durable()?;
             for block in batch {
-                self.delete_collected(&block.sha256, block.len, block.inline, block.uploaded)?;
+                match &block.home {
+                    // Another scope's block: this scope lets go of it; it goes once nobody refers
+                    // to it and its scope was purged (else that scope's gc deletes it).
+                    Some(home) => {
+                        if self.release_shared(home, &block.sha256)? {
+                            self.delete_object(home, &block.sha256)?;
+                        }
+                    }
+                    None => self.delete_collected(&block.sha256, block.len, block.inline, block.uploaded)?,
+                }
                 report.blocks_deleted += 1;
                 report.bytes_deleted += block.len;
             }
@@ -66,10 +84,16 @@ impl ScopeEngine {
         }
         self.storage.cache.remove(scope, sha);
         if uploaded {
-            let key = crate::store::block_key(scope, sha);
-            let st = &self.storage;
-            st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&key)))?;
+            self.delete_object(scope, sha)?;
         }
+        Ok(())
+    }
+
+    /// Deletes the stored object of block `sha` under scope `home`'s prefix.
+    fn delete_object(&self, home: &str, sha: &str) -> EngineResult<()> {
+        let key = crate::store::block_key(home, sha);
+        let st = &self.storage;
+        st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&key)))?;
         Ok(())
     }
 
@@ -119,10 +143,12 @@ impl ScopeEngine {
         Ok(report)
     }
 
-    /// Whether the store holds block `sha` with its bytes intact (downloading it).
+    /// Whether the store holds block `sha` with its bytes intact (downloading it), under this
+    /// scope's prefix or the one it shares the block with.
     fn stored_intact(&self, sha: &str) -> EngineResult<bool> {
         let st = &self.storage;
-        let key = crate::store::block_key(self.scope_id.as_str(), sha);
+        let home = self.home_of(sha)?;
+        let key = crate::store::block_key(home.as_deref().unwrap_or(self.scope_id.as_str()), sha);
         let _room = st.fetch_room(&self.shares.fetch)?;
         match st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.get(&key))) {
             Ok(data) => {

@@ -47,6 +47,7 @@ pub mod billing;
 pub mod db;
 mod db_pg;
 pub mod environments;
+pub mod forks;
 pub mod imports;
 mod leases;
 mod lifecycle;
@@ -61,6 +62,8 @@ mod scopes;
 pub mod test_backend;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_forks;
 #[cfg(test)]
 mod tests_lifecycle;
 #[cfg(test)]

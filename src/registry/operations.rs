@@ -265,6 +265,33 @@ impl DeploymentRegistry {
         thread: &ThreadId,
         quota: Option<Quota>,
     ) -> Result<Provisioned, RegistryError> {
+        self.provision_as(operation_id, thread, quota, None)
+    }
+
+    /// `provision` of a scope made as a copy of `parent` (a fork, a snapshot's scope): a new scope
+    /// is recorded as `parent`'s copy in the same transaction (`forked_from`), so a copy a crash
+    /// interrupts is made again rather than finished as an empty scope. An existing scope of the
+    /// thread that is not `parent`'s copy is `OperationConflict`.
+    pub fn provision_fork(
+        &self,
+        operation_id: &str,
+        thread: &ThreadId,
+        parent: &ScopeId,
+    ) -> Result<Provisioned, RegistryError> {
+        let p = self.provision_as(operation_id, thread, None, Some(parent))?;
+        if self.forked_from(&p.scope.scope_id)?.as_ref() != Some(parent) {
+            return Err(RegistryError::OperationConflict);
+        }
+        Ok(p)
+    }
+
+    fn provision_as(
+        &self,
+        operation_id: &str,
+        thread: &ThreadId,
+        quota: Option<Quota>,
+        parent: Option<&ScopeId>,
+    ) -> Result<Provisioned, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.db.conn()?;
@@ -291,6 +318,12 @@ impl DeploymentRegistry {
             None => {
                 let scope = insert_in(&tx, deployment, thread, quota, now)?;
                 insert_primary_owner_in(&tx, deployment, &scope.scope_id, thread, now)?;
+                if let Some(parent) = parent {
+                    tx.execute(
+                        "INSERT INTO scope_forks (deployment_id, scope_id, parent_scope_id, created_at) VALUES (?1, ?2, ?3, ?4)",
+                        params![deployment, scope.scope_id.as_str(), parent.as_str(), now],
+                    )?;
+                }
                 (scope, true)
             }
         };

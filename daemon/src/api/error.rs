@@ -321,6 +321,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::ServedElsewhere => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "scope_moving", e.to_string())
             }
+            ServiceError::Busy(_) => ApiError::new(StatusCode::CONFLICT, "scope_busy", e.to_string()),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! node, as it came (method, path, query, headers, body streamed both ways), and its answer is
 //! returned as it goes; the other node authenticates it again. Which node: `services::cluster`
 //! (`Cluster::route`). Scopes named in the path (`/internal/workspace-scopes/{scope_id}...`,
-//! `.../by-thread/{thread_id}`) or by the `thread_id` of `/api/workspace*` are routed here, before
+//! `.../by-thread/{thread_id}`) or by the `threadId` of `/api/workspace*` are routed here, before
 //! the handler; a provision goes to the node placement chooses (or the one serving the thread);
 //! signed `/tools/*` requests are routed by their `SignedRequest` extractor, after the signature
 //! is checked and before the nonce is spent. A forwarded request carries `X-Scopefs-Forwarded-By`
@@ -55,7 +55,9 @@ fn target_of(req: &Request) -> Option<Target> {
     }
     if path == "/api/workspace" || path.starts_with("/api/workspace/") {
         let query = req.uri().query()?;
-        let thread = query.split('&').find_map(|kv| kv.strip_prefix("thread_id="))?;
+        // The WebUI's name (`threadId`), and the snake_case one.
+        let thread =
+            query.split('&').find_map(|kv| kv.strip_prefix("threadId=").or_else(|| kv.strip_prefix("thread_id=")))?;
         let thread = percent_encoding::percent_decode_str(thread).decode_utf8().ok()?;
         return ThreadId::parse(&thread).ok().map(Target::Thread);
     }

@@ -173,6 +173,11 @@ impl ScopeView {
     }
 }
 
+/// The JSON view of a scope record (for routes of other modules).
+pub(super) fn scope_view(rec: ScopeRecord) -> impl Serialize {
+    ScopeView::of(rec)
+}
+
 fn created_status(created: bool) -> StatusCode {
     if created {
         StatusCode::CREATED

@@ -3,6 +3,7 @@
 mod admin;
 mod error;
 mod extract;
+mod forks;
 pub mod forward;
 mod held_answer;
 mod internal;
@@ -74,6 +75,7 @@ pub fn route_table() -> RouteTable<AppState> {
         .add("GET", "/openapi.json", Auth::Public, "This document", get(openapi_json))
         .add("GET", "/metrics", Auth::Service, "Prometheus metrics (counts and ids only)", get(metrics))
         .merge_from(internal::add_routes)
+        .merge_from(forks::add_routes)
         .merge_from(workspace::add_routes)
         .merge_from(tools::add_routes)
         .merge_from(admin::add_routes)

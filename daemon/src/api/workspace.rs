@@ -125,9 +125,22 @@ struct WsQuery {
     recursive: Option<String>,
     download: Option<String>,
     overwrite: Option<String>,
+    /// Read a snapshot of the thread's scope instead of its live files (listing, file, zip).
+    #[serde(rename = "snapshotId")]
+    snapshot_id: Option<String>,
 }
 
 impl WsQuery {
+    /// Refuses `snapshotId` on a route that changes files (a snapshot is read-only).
+    fn live_only(&self) -> Result<(), ApiError> {
+        match self.snapshot_id {
+            Some(_) => {
+                Err(ApiError::new(StatusCode::BAD_REQUEST, "snapshot_read_only", "a snapshot cannot be changed"))
+            }
+            None => Ok(()),
+        }
+    }
+
     /// A required file path.
     fn file_path(&self) -> Result<String, ApiError> {
         Ok(vpath::normalize_virtual(self.path.as_deref().unwrap_or(""))?)
@@ -232,9 +245,10 @@ async fn list(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -> Resul
     let dir = vpath::normalize_virtual_dir(q.path.as_deref().unwrap_or(""))?;
     let recursive = flag(&q.recursive);
     let service = st.files.clone();
+    let snapshot = q.snapshot_id.clone();
     let listed = dir.clone();
     let (rec, listing): (ScopeRecord, Listing) = run(of(&thread), move || {
-        let (rec, engine) = service.engine_for_thread(&thread)?;
+        let (rec, engine) = service.engine_for_thread_at(&thread, snapshot.as_deref())?;
         Ok((rec, engine.list_path(&listed, recursive)?))
     })
     .await?;
@@ -345,6 +359,7 @@ async fn upload(
     WsArgs { thread, q }: WsArgs,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<(StatusCode, Json<UploadView>), ApiError> {
+    q.live_only()?;
     let mut dir = vpath::normalize_virtual_dir(q.dir.as_deref().unwrap_or(""))?;
     let mode = if flag(&q.overwrite) { WriteMode::Replace } else { WriteMode::CreateNew };
     let mut multipart = multipart?;
@@ -374,6 +389,7 @@ async fn write_file(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<EntryView>, ApiError> {
+    q.live_only()?;
     let path = q.file_path()?;
     let max_len = st.files.settings().max_upload_bytes;
     let declared =
@@ -390,6 +406,7 @@ async fn write_file(
 }
 
 async fn delete_file(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -> Result<StatusCode, ApiError> {
+    q.live_only()?;
     let path = q.file_path()?;
     let recursive = flag(&q.recursive);
     let service = st.files.clone();
@@ -446,9 +463,10 @@ async fn read_file(
     let path = q.file_path()?;
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let service = st.files.clone();
+    let snapshot = q.snapshot_id.clone();
     let lookup = path.clone();
     let plan = run(of(&thread), move || {
-        let (rec, engine) = service.engine_for_thread(&thread)?;
+        let (rec, engine) = service.engine_for_thread_at(&thread, snapshot.as_deref())?;
         let attr = engine.resolve_path(&lookup)?;
         match attr.kind {
             FileKind::File => {}
@@ -502,11 +520,12 @@ async fn read_file(
     Ok(resp)
 }
 
-async fn download(State(st): State<AppState>, WsArgs { thread, .. }: WsArgs) -> Result<Response, ApiError> {
+async fn download(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -> Result<Response, ApiError> {
     let service = st.files.clone();
+    let snapshot = q.snapshot_id;
     let name = format!("workspace-{}.zip", thread.as_str());
     let (rec, engine, entries) = run(of(&thread), move || {
-        let (rec, engine) = service.engine_for_thread(&thread)?;
+        let (rec, engine) = service.engine_for_thread_at(&thread, snapshot.as_deref())?;
         let entries = engine.list_path("", true)?;
         Ok((rec, engine, entries))
     })

@@ -39,6 +39,23 @@ impl WorkspaceFiles {
         Ok((rec, engine))
     }
 
+    /// `engine_for_thread`, or with `snapshot`, the read-only engine of that snapshot of the
+    /// thread's scope (`ScopeNotFound` for a snapshot of another scope).
+    pub fn engine_for_thread_at(
+        &self,
+        thread: &ThreadId,
+        snapshot: Option<&str>,
+    ) -> Result<(ScopeRecord, Arc<ScopeEngine>), ServiceError> {
+        let (rec, live) = self.engine_for_thread(thread)?;
+        let Some(id) = snapshot else { return Ok((rec, live)) };
+        let snap =
+            self.registry.snapshot(id)?.filter(|s| s.scope_id == rec.scope_id).ok_or(ServiceError::ScopeNotFound)?;
+        let snap_rec = self.registry.get(&snap.snapshot_scope_id)?.ok_or(ServiceError::ScopeNotFound)?;
+        let engine = self.open.engine(&snap_rec)?;
+        engine.set_read_only(true);
+        Ok((rec, engine))
+    }
+
     /// Now by the registry's clock (Unix milliseconds), so windows and nonce expiry agree.
     pub fn now_ms(&self) -> i64 {
         self.registry.now_ms()

@@ -223,6 +223,13 @@ impl Scopes {
         failpoint("purge_after_objects");
         self.open.remove_local(scope)?;
         self.registry.complete_purge(scope)?;
+        // Blocks of other scopes it shared (a fork, a snapshot): let go; the last holder of a
+        // purged scope's block deletes it.
+        for (home, sha) in self.registry.holds_of(scope)? {
+            if self.registry.release_block(scope.as_str(), &home, &sha)? {
+                self.open.storage().delete_block_object(&home, &sha)?;
+            }
+        }
         tracing::info!(scope_id = %scope, "scope purged");
         Ok(())
     }

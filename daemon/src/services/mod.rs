@@ -11,6 +11,7 @@ pub mod cluster;
 mod cluster_tick;
 pub mod compute;
 pub mod files;
+pub mod forks;
 mod lifecycle;
 pub mod mounter;
 pub mod open_scopes;
@@ -52,6 +53,9 @@ pub enum ServiceError {
     Engine(#[from] EngineError),
     #[error("{0}")]
     Mount(#[from] MountError),
+    /// The scope is in use in a way the request cannot proceed through.
+    #[error("scope is busy: {0}")]
+    Busy(&'static str),
     /// Several nodes: another node serves this scope (or none does until a takeover).
     #[error("this scope is served by another node or is moving between nodes; retry")]
     ServedElsewhere,
@@ -70,6 +74,7 @@ impl ServiceError {
             ServiceError::Engine(_) => "engine_error",
             ServiceError::Mount(_) => "mount_failed",
             ServiceError::ServedElsewhere => "scope_moving",
+            ServiceError::Busy(_) => "scope_busy",
         }
     }
 }

@@ -124,6 +124,11 @@ impl OpenScopes {
         results.into_inner()
     }
 
+    /// Whether a scope is mounted.
+    pub fn is_mounted(&self, scope: &ScopeId) -> bool {
+        self.table.lock().get(scope).is_some_and(|o| o.mount.is_some())
+    }
+
     /// The engine of a scope if it is open.
     pub fn get(&self, scope: &ScopeId) -> Option<Arc<ScopeEngine>> {
         self.table.lock().get(scope).map(|open| open.engine.clone())

@@ -104,6 +104,10 @@ impl Scopes {
 
     /// Opens and mounts a `provisioning` scope, then records it as `draft` (see the module docs).
     pub(super) fn finish_provisioning(&self, rec: &ScopeRecord) -> Result<ScopeRecord, ServiceError> {
+        // A copy (fork, snapshot) is finished by copying, never as an empty scope.
+        if let Some(parent) = self.registry.forked_from(&rec.scope_id)? {
+            return self.finish_fork(rec, &parent);
+        }
         let _one_at_a_time = self.provisioning.lock();
         let mounted = self.open.mount(rec);
         if mounted.is_ok() {
@@ -244,12 +248,15 @@ impl Scopes {
             report.mounted += claimed;
             report.failed += failed;
         }
+        let snapshots = self.registry.snapshot_scopes()?;
         let (provisioning, mountable): (Vec<_>, Vec<_>) = self
             .registry
             .list()?
             .into_iter()
             .filter(|rec| rec.state == ScopeState::Provisioning || rec.state.is_mountable())
             .filter(|rec| self.placed_nowhere(&rec.scope_id))
+            // Snapshots are read through the API, never mounted.
+            .filter(|rec| !snapshots.contains(&rec.scope_id))
             .partition(|rec| rec.state == ScopeState::Provisioning);
         let mut results: Vec<_> = provisioning
             .iter()

@@ -82,31 +82,40 @@ impl MetaDb {
         Ok(rows.map(|r| r.map(|i| i as Ino)).collect::<Result<Vec<_>, _>>()?)
     }
 
-    /// Blocks with no reference since before `cutoff_unix` (at most `limit`): deletes their rows
-    /// and returns them.
-    pub fn take_unreferenced(&mut self, cutoff_unix: i64, limit: usize) -> EngineResult<Vec<Unreferenced>> {
+    /// Up to `limit` blocks no file has referenced since before `cutoff_unix`, after `after` in
+    /// hash order (gc's pages).
+    pub fn unreferenced(&self, cutoff_unix: i64, after: &str, limit: usize) -> EngineResult<Vec<Unreferenced>> {
+        let mut st = self.conn.prepare(
+            "SELECT sha256, len, state = 'uploaded', home FROM blocks
+             WHERE refcount = 0 AND unreferenced_since <= ?1 AND sha256 > ?2 ORDER BY sha256 LIMIT ?3",
+        )?;
+        let rows = st.query_map(params![cutoff_unix, after, limit as i64], |r| {
+            Ok(Unreferenced {
+                sha256: r.get(0)?,
+                len: r.get::<_, i64>(1)? as u64,
+                uploaded: r.get(2)?,
+                inline: false,
+                home: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Deletes the rows of `blocks` (still unreferenced) and their journaled bytes, in one batch;
+    /// marks which had bytes journaled inline. Those referenced again meanwhile are dropped from it.
+    pub fn take_unreferenced(&mut self, blocks: &mut Vec<Unreferenced>) -> EngineResult<()> {
         let tx = self.tx()?;
-        let mut found = {
-            let mut st = tx.prepare(
-                "SELECT sha256, len, state = 'uploaded' FROM blocks
-                 WHERE refcount = 0 AND unreferenced_since <= ?1 LIMIT ?2",
-            )?;
-            let rows = st.query_map(params![cutoff_unix, limit as i64], |r| {
-                Ok(Unreferenced {
-                    sha256: r.get(0)?,
-                    len: r.get::<_, i64>(1)? as u64,
-                    uploaded: r.get(2)?,
-                    inline: false,
-                })
-            })?;
-            rows.collect::<Result<Vec<_>, _>>()?
-        };
-        for b in &mut found {
-            exec(&tx, st::DELETE_UNREFERENCED, params![&b.sha256])?;
+        let mut taken = Vec::with_capacity(blocks.len());
+        for mut b in blocks.drain(..) {
+            if exec(&tx, st::DELETE_UNREFERENCED, params![&b.sha256])? == 0 {
+                continue;
+            }
             b.inline = exec(&tx, st::DELETE_INLINE, params![&b.sha256])? > 0;
+            taken.push(b);
         }
         tx.commit()?;
-        Ok(found)
+        *blocks = taken;
+        Ok(())
     }
 }
 
@@ -118,6 +127,8 @@ pub(crate) struct Unreferenced {
     pub uploaded: bool,
     /// Whether its bytes were journaled inline (now deleted with the row).
     pub inline: bool,
+    /// The scope whose prefix holds its object when not this one (shared with a fork's parent).
+    pub home: Option<String>,
 }
 
 /// Journals the bytes of a block new to the scope inline, in the caller's transaction.

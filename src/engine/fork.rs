@@ -1,0 +1,118 @@
+//! Forks and snapshots (issue 23 item 5): a new scope whose files are another's at one instant,
+//! made by copying the parent's metadata database (O(metadata)), never a block: the copy's blocks
+//! are read from where they live (`blocks.home`, the parent's prefix or further up). Which scope
+//! refers to which block of another is the registry's to keep ([`SharedBlocks`]): gc and purge of
+//! the scope that holds a block delete it only once no other scope refers to it, and the last
+//! scope letting go of a block of a purged scope deletes it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::error::{EngineError, EngineResult};
+use super::scope::ScopeEngine;
+use super::storage::Storage;
+use crate::ids::ScopeId;
+
+/// Which scopes refer to which blocks of others (implemented over the registry).
+pub trait SharedBlocks: Send + Sync {
+    /// Whether another scope refers to `home`'s block `sha`.
+    fn held(&self, home: &str, sha: &str) -> Result<bool, String>;
+    /// `holder` no longer refers to `home`'s block `sha`; `true` when no scope does any more and
+    /// `home` no longer keeps its blocks (it was purged): the caller deletes the object.
+    fn release(&self, holder: &str, home: &str, sha: &str) -> Result<bool, String>;
+    /// `home`'s blocks that other scopes refer to (a purge keeps them).
+    fn held_blocks(&self, home: &str) -> Result<HashSet<String>, String>;
+}
+
+fn shared_error(e: String) -> EngineError {
+    EngineError::Store(crate::store::StoreError::Unavailable(e))
+}
+
+impl Storage {
+    /// Makes `child` (a scope with no local database yet) a copy of `parent` as it is now: every
+    /// block `parent` committed is put in the store first, its database copied and made the
+    /// child's. Returns the (home, sha) of every block the child refers to, for the registry.
+    pub fn fork_scope(&self, parent: &Arc<ScopeEngine>, child: &ScopeId) -> EngineResult<Vec<(String, String)>> {
+        let dir = self.scope_meta_dir(child.as_str());
+        crate::durable_dirs::create_private_dir(&dir)?;
+        let db = dir.join("meta.sqlite3");
+        if db.exists() {
+            return Err(EngineError::Exists);
+        }
+        parent.sync()?;
+        let tmp = dir.join("meta.sqlite3-fork");
+        let _ = crate::db_files::remove_with(&tmp, &["", "-wal", "-shm"]);
+        parent.meta.lock()?.snapshot_to(&tmp)?;
+        // What the copy names and was still staged is in the store once this returns.
+        parent.sync()?;
+        let homed = super::meta::forked::prepare_copy(&tmp, parent.scope_id().as_str(), child.as_str())?;
+        crate::db_files::replace_with(&db, &tmp, &["-wal", "-shm", "-redo"])?;
+        Ok(homed)
+    }
+
+    /// Deletes the object of block `sha` under scope `home`'s prefix (the last holder of a block of
+    /// a purged scope let go of it).
+    pub fn delete_block_object(&self, home: &str, sha: &str) -> EngineResult<()> {
+        let key = crate::store::block_key(home, sha);
+        self.rt.block_on(self.with_retry(self.settings.store_attempts, || self.store.delete(&key)))?;
+        Ok(())
+    }
+
+    /// Several scopes may share blocks: `shared` says which (set once, before a scope opens).
+    pub fn set_shared_blocks(&self, shared: Arc<dyn SharedBlocks>) {
+        let _ = self.shared.set(shared);
+    }
+
+    pub(crate) fn shared_blocks(&self) -> Option<&Arc<dyn SharedBlocks>> {
+        self.shared.get()
+    }
+
+    /// `scope`'s blocks other scopes refer to (none without a [`SharedBlocks`]).
+    pub(crate) fn held_blocks(&self, scope: &str) -> EngineResult<HashSet<String>> {
+        match self.shared_blocks() {
+            Some(s) => s.held_blocks(scope).map_err(shared_error),
+            None => Ok(HashSet::new()),
+        }
+    }
+}
+
+impl ScopeEngine {
+    /// The scope whose prefix holds block `sha`: this one, or the one it shares it with.
+    pub(crate) fn home_of(&self, sha: &str) -> EngineResult<Option<String>> {
+        self.meta.lock()?.block_home(sha)
+    }
+
+    /// Starts background downloads of `shas`, each from the prefix it lives under.
+    pub(crate) fn prefetch(&self, shas: Vec<String>) -> EngineResult<()> {
+        let mut by_home: std::collections::BTreeMap<Option<String>, Vec<String>> = Default::default();
+        for sha in shas {
+            by_home.entry(self.home_of(&sha)?).or_default().push(sha);
+        }
+        for (home, shas) in by_home {
+            let scope = home.as_deref().unwrap_or(self.scope_id.as_str());
+            self.storage.prefetch(scope, &self.shares.fetch, shas);
+        }
+        Ok(())
+    }
+
+    /// Blocks of other scopes this scope refers to: (home, sha).
+    pub fn shared_blocks(&self) -> EngineResult<Vec<(String, String)>> {
+        self.meta.lock()?.homed_blocks()
+    }
+
+    /// Whether another scope refers to this scope's block `sha` (gc keeps it then).
+    pub(crate) fn held_elsewhere(&self, sha: &str) -> EngineResult<bool> {
+        match self.storage.shared_blocks() {
+            Some(s) => s.held(self.scope_id.as_str(), sha).map_err(shared_error),
+            None => Ok(false),
+        }
+    }
+
+    /// This scope no longer refers to `home`'s block `sha`: whether the object must go now.
+    pub(crate) fn release_shared(&self, home: &str, sha: &str) -> EngineResult<bool> {
+        match self.storage.shared_blocks() {
+            Some(s) => s.release(self.scope_id.as_str(), home, sha).map_err(shared_error),
+            None => Ok(false),
+        }
+    }
+}
