@@ -15,6 +15,7 @@
 //! prerequisite fails the test.
 
 pub mod nodes_support;
+pub mod signing_support;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 use nodes_support::*;
 use scopefs::engine::fence::epoch_of;
 use scopefs::ids::ScopeId;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 fn sha(data: &[u8]) -> String {
@@ -47,24 +49,25 @@ fn write_fsynced(mnt: &Path, n: usize, seed: u64) -> BTreeMap<String, String> {
 
 #[test]
 fn b_a_killed_node_s_scopes_are_served_by_the_survivors_within_30_seconds() {
-    let lab = NetLab::new(3);
-    let shared = Shared::new(&lab);
-    let root = tempfile::tempdir().unwrap();
     let http = http();
-    let mut nodes: Vec<Node> = (0..3).map(|i| Node::start(&lab, &shared, i, root.path(), 3_000, 500)).collect();
-    for n in &mut nodes {
-        n.wait_ready(&http);
-    }
+    let mut deployment = Deployment::start(3, &http);
+    let Deployment { nodes, shared, .. } = &mut deployment;
 
     // 60 scopes through node 0 (SCOPEFS_TEST_NODES_SCOPES for a larger measurement): placement
     // spreads them; each gets fsynced files on its node.
     let total: usize = std::env::var("SCOPEFS_TEST_NODES_SCOPES").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
     let mut scopes: BTreeMap<String, (String, BTreeMap<String, String>)> = BTreeMap::new();
+    let mut threads: BTreeMap<String, String> = BTreeMap::new();
     for t in 0..total {
-        let scope = provision(&http, &nodes[0], &format!("thread-{t}"));
+        let thread = format!("thread-{t}");
+        let scope = provision(&http, &nodes[0], &thread);
         let (node, mnt) = mount(&http, &nodes[0], &scope).unwrap();
         let files = write_fsynced(&mnt, if total > 100 { 1 } else { 4 }, t as u64);
-        scopes.insert(scope, (node, files));
+        let mut note = std::fs::File::create(mnt.join("note.txt")).unwrap();
+        note.write_all(thread.as_bytes()).unwrap();
+        note.sync_all().unwrap();
+        scopes.insert(scope.clone(), (node, files));
+        threads.insert(scope, thread);
     }
     let per_node = |n: &str| scopes.values().filter(|(node, _)| node == n).count();
     let counts: Vec<usize> = nodes.iter().map(|n| per_node(&n.id)).collect();
@@ -106,6 +109,36 @@ fn b_a_killed_node_s_scopes_are_served_by_the_survivors_within_30_seconds() {
     let takeover = killed.elapsed();
     println!("takeover of {} scopes (lease 3 s, heartbeat 0.5 s): {:.2} s", theirs.len(), takeover.as_secs_f64());
 
+    // Any node answers for any scope: the WebUI's file route and a signed tool call, each through
+    // a surviving node that does not serve the scope (forwarded to the one that does).
+    for scope in theirs.iter().take(6) {
+        let (owner, _) = mount(&http, &nodes[0], scope).unwrap();
+        let other = if owner == nodes[0].id { &nodes[2] } else { &nodes[0] };
+        let thread = &threads[scope];
+        let url = format!("{}/api/workspace/file?threadId={thread}&path=/note.txt", other.base());
+        let body = http.get(url).bearer_auth(SERVICE).send().unwrap();
+        assert_eq!(body.status(), 200, "{scope} through {}", other.id);
+        assert_eq!(body.text().unwrap(), *thread);
+        let path = "/tools/read_file";
+        let signed = signing_support::signed_body_with(
+            "nodes-test-hmac-secret",
+            path,
+            thread,
+            &json!({"path": "/workspace/note.txt"}),
+            signing_support::now_secs(),
+            &signing_support::fresh_nonce(),
+        );
+        let answer = http
+            .post(format!("{}{path}", other.base()))
+            .header("content-type", "application/json")
+            .body(signed)
+            .send()
+            .unwrap();
+        assert_eq!(answer.status(), 200, "signed read of {scope} through {}", other.id);
+        let answer: Value = answer.json().unwrap();
+        assert_eq!(answer["content"], thread.as_str(), "{answer}");
+    }
+
     // Every fsynced file of every scope, through the node that serves it now.
     let registry = shared.registry();
     let dep = registry.deployment("default");
@@ -127,14 +160,9 @@ fn b_a_killed_node_s_scopes_are_served_by_the_survivors_within_30_seconds() {
 
 #[test]
 fn c_a_frozen_node_s_late_writes_never_become_the_scope_s_state() {
-    let lab = NetLab::new(2);
-    let shared = Shared::new(&lab);
-    let root = tempfile::tempdir().unwrap();
     let http = http();
-    let mut nodes: Vec<Node> = (0..2).map(|i| Node::start(&lab, &shared, i, root.path(), 3_000, 500)).collect();
-    for n in &mut nodes {
-        n.wait_ready(&http);
-    }
+    let mut deployment = Deployment::start(2, &http);
+    let Deployment { nodes, shared, .. } = &mut deployment;
     let registry = shared.registry();
     let dep = registry.deployment("default");
 
@@ -223,14 +251,9 @@ fn c_a_frozen_node_s_late_writes_never_become_the_scope_s_state() {
 
 #[test]
 fn d_a_drained_node_hands_its_scopes_over_with_their_files() {
-    let lab = NetLab::new(2);
-    let shared = Shared::new(&lab);
-    let root = tempfile::tempdir().unwrap();
     let http = http();
-    let mut nodes: Vec<Node> = (0..2).map(|i| Node::start(&lab, &shared, i, root.path(), 3_000, 500)).collect();
-    for n in &mut nodes {
-        n.wait_ready(&http);
-    }
+    let mut deployment = Deployment::start(2, &http);
+    let Deployment { nodes, shared, .. } = &mut deployment;
     let mut scopes = BTreeMap::new();
     for t in 0..8 {
         let scope = provision(&http, &nodes[0], &format!("drain-{t}"));

@@ -160,6 +160,20 @@ enum ScopeCommand {
     Ls,
 }
 
+fn run_node(config: Option<&std::path::Path>, command: NodeCommand) -> anyhow::Result<ExitCode> {
+    setup::init_logging("warn");
+    let cfg = &setup::load_config(config)?;
+    match command {
+        NodeCommand::Ls => node_cmd::ls(cfg)?,
+        NodeCommand::Drain { node, wait, timeout_secs } => {
+            node_cmd::drain(cfg, &node, wait, std::time::Duration::from_secs(timeout_secs))?
+        }
+        NodeCommand::Undrain { node } => node_cmd::undrain(cfg, &node)?,
+        NodeCommand::Remove { node } => node_cmd::remove(cfg, &node)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Bench(args) => {
@@ -208,19 +222,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ops_cmd::import(&cfg, &dir, &thread)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Node { command } => {
-            setup::init_logging("warn");
-            let cfg = setup::load_config(cli.config.as_deref())?;
-            match command {
-                NodeCommand::Ls => node_cmd::ls(&cfg)?,
-                NodeCommand::Drain { node, wait, timeout_secs } => {
-                    node_cmd::drain(&cfg, &node, wait, std::time::Duration::from_secs(timeout_secs))?
-                }
-                NodeCommand::Undrain { node } => node_cmd::undrain(&cfg, &node)?,
-                NodeCommand::Remove { node } => node_cmd::remove(&cfg, &node)?,
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Node { command } => run_node(cli.config.as_deref(), command),
         Command::Token { command } => {
             setup::init_logging("warn");
             let cfg = setup::load_config(cli.config.as_deref())?;

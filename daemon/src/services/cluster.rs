@@ -154,14 +154,17 @@ impl Cluster {
 
     /// Starts serving a scope placed on this node at `p.epoch`: a local copy of another epoch is
     /// dropped, the recorded head restored, and a draft or active scope mounted; its first
-    /// snapshot at the new epoch is shipped and recorded at once (the proof it is served here).
+    /// snapshot at the new epoch is shipped and recorded at once (the proof it is served here). A
+    /// local copy of this epoch (this node restarted) is mounted as it is.
     pub(super) fn claim(&self, p: &Placement) -> Result<(), ServiceError> {
         let _moving = self.moving.of(&p.scope_id).lock();
         if self.owned.lock().get(&p.scope_id) == Some(&p.epoch) {
             return Ok(());
         }
         let storage = self.open.storage().clone();
-        if storage.local_epoch(&p.scope_id) != Some(p.epoch) {
+        // The local copy is this epoch's (a restart of this node): kept as it is, nothing to prove.
+        let moved = storage.local_epoch(&p.scope_id) != Some(p.epoch);
+        if moved {
             self.open.close(&p.scope_id)?;
             storage.remove_scope_local(&p.scope_id)?;
         }
@@ -170,9 +173,11 @@ impl Cluster {
             let Some(rec) = self.registry.get(&p.scope_id)? else { return Ok(()) };
             if rec.state.is_mountable() {
                 self.open.mount(&rec)?;
-                let engine = self.open.get(&p.scope_id).ok_or(ServiceError::ScopeNotFound)?;
-                engine.sync()?;
-                storage.set_local_epoch(&p.scope_id, p.epoch)?;
+                if moved {
+                    let engine = self.open.get(&p.scope_id).ok_or(ServiceError::ScopeNotFound)?;
+                    engine.sync()?;
+                    storage.set_local_epoch(&p.scope_id, p.epoch)?;
+                }
             }
             Ok(())
         })();

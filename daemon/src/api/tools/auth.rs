@@ -253,6 +253,21 @@ async fn read_body(req: Request, limit: usize) -> Result<Vec<u8>, ApiError> {
     Ok(out)
 }
 
+/// With several nodes: `Elsewhere` when another node serves `thread`'s scope (the request goes
+/// there, its nonce unspent), 503 `scope_moving` while it moves, `None` when this node serves it.
+fn served_elsewhere<S>(
+    cluster: Option<&crate::services::cluster::Cluster>,
+    thread: &ThreadId,
+) -> Result<Option<Verdict<S>>, ApiError> {
+    use crate::services::cluster::Route;
+    let Some(cluster) = cluster else { return Ok(None) };
+    match super::super::forward::route_thread(cluster, thread, false)? {
+        Route::Local => Ok(None),
+        Route::Forward(address) => Ok(Some(Verdict::Elsewhere { address, node: cluster.node_id().to_string() })),
+        Route::Moving => Err(crate::services::ServiceError::ServedElsewhere.into()),
+    }
+}
+
 /// What the blocking part of verification returns.
 struct Verified<T> {
     ctx: signing::AuthContext,
@@ -317,8 +332,7 @@ impl<T: DeserializeOwned + Send + 'static> SignedRequest<T> {
         if !st.scopes.is_ready() {
             return Err(ApiError::not_ready());
         }
-        let forwarded = req.headers().contains_key(super::super::forward::FORWARDED_BY);
-        let cluster = st.cluster.clone().filter(|_| !forwarded);
+        let cluster = st.cluster.clone().filter(|_| !req.headers().contains_key(super::super::forward::FORWARDED_BY));
         let method = req.method().as_str().to_owned();
         let path = req.uri().path().to_owned();
         let auth = st.tools.clone();
@@ -338,8 +352,7 @@ impl<T: DeserializeOwned + Send + 'static> SignedRequest<T> {
         })??;
         body_memory.trim((bytes.len() as u64).saturating_mul(VERIFY_COPIES));
         let bytes = bytes::Bytes::from(bytes);
-        // Kept to forward it when another node serves its scope.
-        let raw = cluster.as_ref().map(|_| bytes.clone());
+        let raw = cluster.as_ref().map(|_| bytes.clone()); // to forward it if another node serves it
         let service = st.files.clone();
         let work = move || -> Result<Verdict<SignedRequest<T>>, ApiError> {
             let now_ms = service.now_ms();
@@ -348,16 +361,8 @@ impl<T: DeserializeOwned + Send + 'static> SignedRequest<T> {
             drop((bytes, permit));
             let Verified { ctx, body } = verified?;
             let thread_id = ThreadId::parse(ctx.thread_id.as_deref().unwrap_or(""))?;
-            if let Some(cluster) = &cluster {
-                match super::super::forward::route_thread(cluster, &thread_id, false)? {
-                    crate::services::cluster::Route::Local => {}
-                    crate::services::cluster::Route::Forward(address) => {
-                        return Ok(Verdict::Elsewhere { address, node: cluster.node_id().to_string() });
-                    }
-                    crate::services::cluster::Route::Moving => {
-                        return Err(crate::services::ServiceError::ServedElsewhere.into())
-                    }
-                }
+            if let Some(elsewhere) = served_elsewhere(cluster.as_deref(), &thread_id)? {
+                return Ok(elsewhere);
             }
             let user_id = ctx.user_id.clone().filter(|u| !u.is_empty() && u.len() <= MAX_USER_ID).ok_or_else(|| {
                 ApiError::new(
