@@ -131,6 +131,9 @@ pub struct Config {
     /// How long a closed file's new blocks wait before their background upload (grouping a
     /// burst of closes into a few uploads); `fsync` never waits for it.
     pub upload_delay_ms: u64,
+    /// Whether a block a writer has filled is uploaded to a remote store while the file is still
+    /// being written (fsync then uploads only the rest).
+    pub early_upload: bool,
     /// How long a file held open may keep changes uncommitted (in memory, in staging, in the
     /// open-file log) before they are committed and its new blocks queued for upload.
     pub dirty_writeback_secs: u64,
@@ -218,6 +221,7 @@ impl Default for Config {
             upload_parallelism: s.upload_parallelism,
             upload_parallelism_per_scope: s.upload_parallelism_per_scope,
             upload_delay_ms: s.upload_delay.as_millis() as u64,
+            early_upload: s.early_upload,
             dirty_writeback_secs: s.dirty_writeback.as_secs(),
             metadata_shipping: true,
             metadata_sync_interval_ms: 1000,
@@ -344,6 +348,7 @@ impl Config {
             upload_parallelism: self.upload_parallelism,
             upload_parallelism_per_scope: self.upload_parallelism_per_scope,
             upload_delay: Duration::from_millis(self.upload_delay_ms),
+            early_upload: self.early_upload,
             store_timeout: Duration::from_millis(self.store_timeout_ms),
             store_attempts: self.store_attempts,
             readahead_blocks: self.readahead_blocks,

@@ -19,11 +19,14 @@ use scopefs::store::ObjectStore;
 
 /// Blocks of 64 KiB (the inline bound of 16 KiB: smaller blocks are kept in memory, larger ones in
 /// working files); uploads wait long, so a kill finds them journaled.
+/// Uploads wait (a staged block stays staged until a test uploads it): no background uploads, none
+/// while a file is written (`early_upload`).
 fn harness() -> Harness {
     Harness::new(StorageSettings {
         block_size: 64 * 1024,
         inline_block_max_bytes: 16 * 1024,
         upload_delay: Duration::from_secs(3600),
+        early_upload: false,
         store_timeout: Duration::from_secs(2),
         ..StorageSettings::default()
     })

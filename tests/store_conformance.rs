@@ -40,6 +40,14 @@ async fn conformance(store: &dyn ObjectStore, ns: &str) {
     assert!(back == big, "{}: bytes differ after round trip", store.describe());
     assert_eq!(store.head(&big_key).await.expect("head"), Some(big.len() as u64));
 
+    // `put_hashed` with the bytes' own hash stores them like `put`.
+    let hashed_key = format!("{ns}blocks/hashed");
+    let hashed = random_body(1024 * 1024 + 7);
+    let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&hashed));
+    store.put_hashed(&hashed_key, hashed.clone(), &sha).await.expect("put_hashed");
+    assert!(store.get(&hashed_key).await.expect("get of put_hashed") == hashed, "{}: put_hashed", store.describe());
+    store.delete(&hashed_key).await.expect("delete of put_hashed");
+
     // Overwrite replaces the whole object.
     store.put(&big_key, Bytes::from_static(b"short")).await.expect("overwrite");
     assert_eq!(store.get(&big_key).await.expect("get after overwrite"), Bytes::from_static(b"short"));
@@ -214,6 +222,28 @@ fn s3_store_lists_across_pages() {
         for info in listed {
             store.delete(&info.key).await.expect("cleanup");
         }
+    });
+}
+
+/// The hash `put_hashed` signs is checked by the server: bytes that are not the named hash's are
+/// refused and never stored (the signature covers the hash, not a copy of the bytes).
+#[test]
+fn s3_put_hashed_with_a_wrong_hash_is_refused() {
+    let store = S3Store::new(garage_settings("")).expect("s3 store");
+    let ns = unique_ns("s3-hash");
+    let key = format!("{ns}blocks/wrong");
+    let body = random_body(64 * 1024);
+    let other = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"other bytes"));
+    runtime().block_on(async {
+        match store.put_hashed(&key, body.clone(), &other).await {
+            Err(StoreError::Rejected(_)) => {}
+            other => panic!("a wrong payload hash gave {other:?}, want Rejected"),
+        }
+        assert_eq!(store.head(&key).await.expect("head"), None, "refused bytes were stored");
+        let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body));
+        store.put_hashed(&key, body.clone(), &sha).await.expect("the right hash");
+        assert!(store.get(&key).await.expect("get") == body);
+        store.delete(&key).await.expect("delete");
     });
 }
 

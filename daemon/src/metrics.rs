@@ -107,6 +107,9 @@ impl ObjectStore for CountingStore {
     async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError> {
         count(0, self.0.put(key, data).await)
     }
+    async fn put_hashed(&self, key: &str, data: Bytes, sha256_hex: &str) -> Result<(), StoreError> {
+        count(0, self.0.put_hashed(key, data, sha256_hex).await)
+    }
     async fn put_many(&self, items: Vec<(String, Bytes)>, concurrency: usize) -> Vec<Result<(), StoreError>> {
         let results = self.0.put_many(items, concurrency).await;
         results.into_iter().map(|r| count(0, r)).collect()

@@ -11,6 +11,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest, Sha256};
 
@@ -39,6 +40,11 @@ pub(crate) struct DirtyBlock {
     /// Staging charged for a working file (0 in memory): `PAGE` per page written, or its length
     /// once sealed; given back exactly when the file goes.
     charged: u64,
+    /// Its working file was handed to an early upload (`early.rs`): at most one per dirty block.
+    early: bool,
+    /// Where that upload puts the hash of the bytes it read; dropped at the first change after the
+    /// hand-over, so a hash found here is the hash of the block's bytes as they are.
+    early_hash: Option<Arc<OnceLock<String>>>,
 }
 
 /// The pages of a working file that have been written (a bit each).
@@ -97,6 +103,25 @@ impl DirtyBlock {
         self.len
     }
 
+    /// The working file of a block every page of which is written up to `block_size`, unless it was
+    /// handed to an early upload already; marks it handed.
+    /// Returns it with the slot the upload fills with the hash of what it read.
+    pub(crate) fn take_full_for_early(&mut self, block_size: u64) -> Option<(PathBuf, Arc<OnceLock<String>>)> {
+        let DirtyData::File { path, pages, .. } = &self.data else { return None };
+        if self.early || self.len != block_size || pages.unwritten(0, block_size.div_ceil(PAGE)) > 0 {
+            return None;
+        }
+        self.early = true;
+        let slot = Arc::new(OnceLock::new());
+        self.early_hash = Some(slot.clone());
+        Some((path.clone(), slot))
+    }
+
+    /// The block's bytes change: a hash an early upload computes is no longer theirs.
+    fn changed(&mut self) {
+        self.early_hash = None;
+    }
+
     /// Reads `buf.len()` bytes at `off`; the caller keeps `off + buf.len()` within `len`.
     pub(crate) fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
         match &self.data {
@@ -113,6 +138,7 @@ impl DirtyBlock {
     /// file's new pages, `ScopeEngine::write_pages`).
     fn overwrite(&mut self, src: &[u8], off: u64) -> std::io::Result<()> {
         debug_assert!(off + src.len() as u64 <= self.len);
+        self.changed();
         match &mut self.data {
             DirtyData::Mem(v) => {
                 v[off as usize..off as usize + src.len()].copy_from_slice(src);
@@ -131,6 +157,10 @@ impl DirtyBlock {
     }
 
     fn sha256(&mut self) -> std::io::Result<String> {
+        // Unchanged since an early upload read it (and hashed it): that hash is the bytes' hash.
+        if let Some(sha) = self.early_hash.as_ref().and_then(|slot| slot.get()) {
+            return Ok(sha.clone());
+        }
         match &mut self.data {
             DirtyData::Mem(v) => Ok(hex::encode(Sha256::digest(v.as_slice()))),
             DirtyData::File { file, .. } => hash_file(file, self.len),
@@ -192,12 +222,26 @@ impl ScopeEngine {
                 None => Ok(Vec::new()),
             };
             let data = data.inspect_err(|_| self.dirty_memory_release(copy_len))?;
-            f.dirty.insert(idx, DirtyBlock { len: data.len() as u64, data: DirtyData::Mem(data), charged: 0 });
+            f.dirty.insert(
+                idx,
+                DirtyBlock {
+                    len: data.len() as u64,
+                    data: DirtyData::Mem(data),
+                    charged: 0,
+                    early: false,
+                    early_hash: None,
+                },
+            );
             return Ok(());
         }
         let (file, path) = self.working_file(ino, idx)?;
-        let mut block =
-            DirtyBlock { data: DirtyData::File { file, path, pages: Pages::default() }, len: 0, charged: 0 };
+        let mut block = DirtyBlock {
+            data: DirtyData::File { file, path, pages: Pages::default() },
+            len: 0,
+            charged: 0,
+            early: false,
+            early_hash: None,
+        };
         if let Some(b) = committed {
             let copied = self.read_block(&b).and_then(|data| {
                 let len = data.len() as u64;
@@ -241,6 +285,7 @@ impl ScopeEngine {
     /// Writes `src` at `off` of a working file: the pages it writes for the first time are charged
     /// first, and given back if the write fails.
     fn write_pages(&self, d: &mut DirtyBlock, src: &[u8], off: u64) -> EngineResult<()> {
+        d.changed();
         let DirtyData::File { file, pages, .. } = &mut d.data else { return Ok(d.overwrite(src, off)?) };
         let page = self.page();
         let (first, end) = page_span(off, src.len() as u64, page);
@@ -262,6 +307,7 @@ impl ScopeEngine {
         if len == d.len {
             return Ok(());
         }
+        d.changed();
         if let DirtyData::Mem(v) = &mut d.data {
             if len < d.len {
                 v.truncate(len as usize);

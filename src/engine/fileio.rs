@@ -363,6 +363,12 @@ impl ScopeEngine {
                 self.ensure_dirty(f, ino, idx, in_off, n)?;
                 let d = f.dirty.get_mut(&idx).ok_or(EngineError::BadHandle)?;
                 self.write_dirty(d, ino, idx, src, in_off)?;
+                // A sequential writer just filled this block: upload it while the writer goes on.
+                if in_off + n == bs && self.uploads_early() {
+                    if let Some((path, hash)) = d.take_full_for_early(bs) {
+                        self.upload_early(ino, path, hash);
+                    }
+                }
                 pos += n;
             }
             Ok(())
@@ -486,17 +492,7 @@ impl ScopeEngine {
         f.changed = None;
         f.version = version;
         self.open_log.settled(true);
-        // Sealed copies of blocks the scope already had uploaded are redundant.
-        for sha in sealed.iter().filter(|s| !new.contains(s)) {
-            if self.meta.lock()?.block_uploaded(sha)? == Some(true) {
-                let path = self.blocks_dir.join(sha);
-                if let Ok(m) = std::fs::metadata(&path) {
-                    if std::fs::remove_file(&path).is_ok() {
-                        self.staging_sub(m.len());
-                    }
-                }
-            }
-        }
+        self.retire_redundant_sealed(&sealed, &new)?;
         if !foreground {
             for sha in &new {
                 self.enqueue_upload(sha.clone());
@@ -582,6 +578,9 @@ impl ScopeEngine {
     /// queued), then flushes locally. Uploading first lets the flush also make the blocks'
     /// "uploaded" marks durable.
     fn commit_and_upload(&self, ino: Ino, file: &Mutex<OpenFile>) -> EngineResult<()> {
+        if self.uploads_early() {
+            self.wait_early_uploads(ino);
+        }
         let mut f = file.lock();
         let new = self.commit_with(ino, &mut f, true)?;
         let shas: Vec<String> = f.blocks.values().map(|b| b.sha256.clone()).collect();

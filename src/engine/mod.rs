@@ -12,6 +12,7 @@ mod cache;
 mod census;
 mod dirs;
 mod dirty;
+mod early;
 mod error;
 mod errseq;
 pub mod fence;

@@ -57,6 +57,8 @@ pub struct ScopeEngine {
     /// Set when the mount is about to be handed to another process: every write commits.
     pub(crate) commit_each_write: AtomicBool,
     pub(crate) uploads: UploadQueue,
+    /// Full blocks uploaded while their file is written (`early.rs`).
+    pub(crate) early: super::early::EarlyUploads,
     /// This scope's share of the storage's upload slots (`upload_parallelism_per_scope`): taken
     /// before a slot, so its backlog waits here and not in the slots' queue.
     pub(crate) shares: super::storage::StoreShares,
@@ -105,8 +107,7 @@ impl ScopeEngine {
         let id = scope_id.as_str().to_string();
         let meta_dir = storage.scope_meta_dir(&id);
         let staging = storage.scope_staging_dir(&id);
-        let blocks_dir = staging.join("blocks");
-        let open_dir = staging.join("open");
+        let (blocks_dir, open_dir) = (staging.join("blocks"), staging.join("open"));
         let db_path = meta_dir.join("meta.sqlite3");
         let mut db_exists = db_path.exists();
         let ship = super::ship::MetaShip::for_scope(&storage, &id);
@@ -160,6 +161,7 @@ impl ScopeEngine {
             next_fh: AtomicU64::new(first_handle()),
             commit_each_write: AtomicBool::new(false),
             uploads: UploadQueue::default(),
+            early: Default::default(),
             inline: Default::default(),
             observer: Mutex::new(None),
             kernel_unknown: AtomicBool::new(resumed),

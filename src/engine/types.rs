@@ -192,6 +192,9 @@ pub struct StorageSettings {
     /// How long a queued block waits before its background upload, unless a whole group is
     /// queued or someone waits for the queue (`upload_delay_ms`).
     pub upload_delay: Duration,
+    /// Whether a block a writer has filled is uploaded (to a remote store) while its file is still
+    /// being written, instead of at the file's commit (`early_upload`; `early.rs`).
+    pub early_upload: bool,
     /// Bound on one object-store request.
     pub store_timeout: Duration,
     /// Attempts of a foreground request (read miss, fsync) before `EIO`.
@@ -263,6 +266,7 @@ impl Default for StorageSettings {
             upload_parallelism: 8,
             upload_parallelism_per_scope: 4,
             upload_delay: Duration::from_secs(1),
+            early_upload: true,
             store_timeout: Duration::from_secs(10),
             store_attempts: 3,
             readahead_blocks: 2,

@@ -218,7 +218,8 @@ impl ScopeEngine {
             let _slot = self.storage.upload_slots.acquire().await;
             let Some(block) = self.staged_block(sha).await? else { return Ok(None) };
             let timeout = self.storage.settings.store_timeout;
-            match tokio::time::timeout(timeout, self.storage.store.put(&block.key, block.data.clone())).await {
+            let put = self.storage.store.put_hashed(&block.key, block.data.clone(), sha);
+            match tokio::time::timeout(timeout, put).await {
                 Ok(r) => r?,
                 Err(_) => return Err(StoreError::Timeout(timeout)),
             }
@@ -251,20 +252,23 @@ impl ScopeEngine {
     /// The bytes of a staged block to upload and its key; `None` when there is nothing to upload
     /// (uploaded and moved by a foreground upload, collected, or found in the store already).
     /// Damaged bytes (their hash is not the block's) are never uploaded: `drop_damaged` decides.
+    /// The store is given the block's hash with its bytes (`put_hashed`).
     async fn staged_block(&self, sha: &str) -> Result<Option<StagedBlock>, StoreError> {
         let unavailable = |e: EngineError| StoreError::Unavailable(format!("reading the inline journal: {e}"));
         let row = self.meta.lock().and_then(|m| m.inline_block(sha)).map_err(unavailable)?;
         let inline = row.is_some();
         let key = block_key(self.scope_id.as_str(), sha);
-        let data = match row {
-            Some(d) => Bytes::from(d),
+        // A journal file this process sealed holds the bytes it hashed (nothing writes it after);
+        // one an earlier process left is hashed, as its first read does (`staged_is_whole`).
+        let (data, trusted) = match row {
+            Some(d) => (Bytes::from(d), false),
             None => match tokio::fs::read(self.blocks_dir.join(sha)).await {
-                Ok(d) => Bytes::from(d),
+                Ok(d) => (Bytes::from(d), !self.unverified_staged.lock().contains(sha)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.missing_staged(sha, &key).await,
                 Err(e) => return Err(e.into()),
             },
         };
-        if hex::encode(Sha256::digest(&data)) != sha {
+        if !trusted && hex::encode(Sha256::digest(&data)) != sha {
             self.drop_damaged(sha, &key).await?;
             return Ok(None);
         }
@@ -351,7 +355,7 @@ impl ScopeEngine {
 
     /// Records a group of stored blocks (with the length of each inline one), then moves their
     /// journal files out of staging.
-    fn finish_uploads(&self, done: &[(&str, Option<u64>)]) -> EngineResult<()> {
+    pub(crate) fn finish_uploads(&self, done: &[(&str, Option<u64>)]) -> EngineResult<()> {
         self.record_uploads(done)?;
         let mut unsynced = self.uploads.unsynced.lock();
         for (sha, _) in done {
@@ -376,6 +380,26 @@ impl ScopeEngine {
                 let adopted = keep_in_cache && cache.adopt_file(self.scope_id.as_str(), sha, &staged).is_ok();
                 if adopted || std::fs::remove_file(&staged).is_ok() {
                     self.staging_sub(m.len());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After a commit: the sealed copies (`sealed`) of blocks the scope already had uploaded (not
+    /// `new` to it; an early upload's among them) are redundant: kept in the cache of a remote store
+    /// (a read finds them there), else removed.
+    pub(crate) fn retire_redundant_sealed(&self, sealed: &[String], new: &[String]) -> EngineResult<()> {
+        let keep_in_cache = !self.storage.store.reads_are_local();
+        for sha in sealed.iter().filter(|s| !new.contains(s)) {
+            if self.meta.lock()?.block_uploaded(sha)? == Some(true) {
+                let path = self.blocks_dir.join(sha);
+                if let Ok(m) = std::fs::metadata(&path) {
+                    let adopted =
+                        keep_in_cache && self.storage.cache.adopt_file(self.scope_id.as_str(), sha, &path).is_ok();
+                    if adopted || std::fs::remove_file(&path).is_ok() {
+                        self.staging_sub(m.len());
+                    }
                 }
             }
         }
@@ -564,10 +588,13 @@ impl ScopeEngine {
         self.uploads.flushes.load(Ordering::Relaxed)
     }
 
-    /// Waits until the upload queue is empty (uploading what is queued without `upload_delay`);
-    /// `false` if `timeout` passed first.
+    /// Waits until the upload queue is empty (uploading what is queued without `upload_delay`) and
+    /// no early upload is in flight; `false` if `timeout` passed first.
     pub fn wait_uploads(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        if !self.wait_all_early_uploads(deadline) {
+            return false;
+        }
         {
             let mut waiting = self.uploads.waiting.lock();
             if waiting.uploader_running {

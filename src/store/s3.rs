@@ -4,12 +4,18 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_runtime::auth::PayloadSigningOverride;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCalculation};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextMut;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
 use bytes::Bytes;
 
 use super::{ObjectInfo, ObjectStore, StoreError};
@@ -67,6 +73,28 @@ impl fmt::Debug for S3Store {
     }
 }
 
+/// Signs a request with a payload hash the caller already computed (SigV4's
+/// `x-amz-content-sha256`), instead of the SDK hashing the body again; the server checks the body
+/// against it, so a wrong hash is refused, never stored.
+#[derive(Debug)]
+struct KnownPayloadHash(String);
+
+impl Intercept for KnownPayloadHash {
+    fn name(&self) -> &'static str {
+        "scopefs.KnownPayloadHash"
+    }
+
+    fn modify_before_signing(
+        &self,
+        _context: &mut BeforeTransmitInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        cfg.interceptor_state().store_put(PayloadSigningOverride::Precomputed(self.0.to_ascii_lowercase()));
+        Ok(())
+    }
+}
+
 /// Picks static credentials from the settings, else from the standard environment variables.
 fn credentials(settings: &S3Settings) -> Result<Credentials, StoreError> {
     credentials_with(settings, |name| std::env::var(name).ok())
@@ -116,6 +144,9 @@ impl S3Store {
             .credentials_provider(creds)
             .force_path_style(settings.path_style)
             .retry_config(RetryConfig::standard().with_max_attempts(SDK_MAX_ATTEMPTS))
+            // Every body is covered by the signature's SHA-256 (the server checks it), so a second
+            // checksum (CRC32) is computed only where an operation requires one.
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .timeout_config(timeouts);
         let endpoint_label = match &settings.endpoint {
             Some(url) => {
@@ -209,6 +240,21 @@ impl ObjectStore for S3Store {
             .bucket(&self.bucket)
             .key(full)
             .body(ByteStream::from(data))
+            .send()
+            .await
+            .map_err(|e| map_sdk_error("put", key, e))?;
+        Ok(())
+    }
+
+    async fn put_hashed(&self, key: &str, data: Bytes, sha256_hex: &str) -> Result<(), StoreError> {
+        let full = self.full_key(key)?;
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(full)
+            .body(ByteStream::from(data))
+            .customize()
+            .interceptor(KnownPayloadHash(sha256_hex.to_string()))
             .send()
             .await
             .map_err(|e| map_sdk_error("put", key, e))?;

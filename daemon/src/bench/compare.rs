@@ -30,7 +30,7 @@ pub const TARGETS: [(&str, &str); 6] = [
 ];
 
 /// Table rows in order.
-pub const LINES: [&str; 7] = ["W1", "W2 cold", "W2 warm", "W3", "W4", "W5", "W6"];
+pub const LINES: [&str; 10] = ["W1", "W2 cold", "W2 warm", "W3", "W4", "W5", "W6", "W7", "W8 p50", "W8 p99"];
 
 /// Ratio columns: (title, numerator target, denominator target).
 const RATIOS: [(&str, &str, &str); 4] = [
@@ -68,6 +68,9 @@ fn line_of(row: &ReportRow) -> Option<&'static str> {
         "W4" => "W4",
         "W5" => "W5",
         "W6" => "W6",
+        "W7" => "W7",
+        "W8" if row.name.ends_with("p99") => "W8 p99",
+        "W8" => "W8 p50",
         _ => return None,
     })
 }

@@ -1,4 +1,4 @@
-//! `scopefs bench`: timed file-system workloads (W1–W6) against any mounted directory.
+//! `scopefs bench`: timed file-system workloads (W1–W8) against any mounted directory.
 //!
 //! The workloads run inside a fresh subdirectory of DIR, so the same command
 //! measures a native directory, a scopefs mount, s3fs or an rclone mount:
@@ -11,6 +11,8 @@
 //! | W4 | `stat` every file and list every directory |
 //! | W5 | unpack a real source tree (thousands of files), then `git init/add/commit` |
 //! | W6 | `rm -rf` of everything created |
+//! | W7 | `--streams` parallel sequential writers, each its own file of `size_mib / streams` MiB, each `fsync`ed (timed until the last one returns) |
+//! | W8 | 200 × (create a file, write 4 KiB, `fsync`), each timed: median and 99th percentile |
 //!
 //! `scopefs bench compare RESULTS_DIR` turns the `--json` results of several targets
 //! (native, bindfs, scopefs, s3fs, rclone) into one table with ratios ([`compare`]).
@@ -46,6 +48,9 @@ pub struct BenchArgs {
     /// Size of the W1/W2 file in MiB.
     #[arg(long, default_value_t = 1024)]
     pub size_mib: u64,
+    /// Parallel writers of W7 (together they write `--size-mib`).
+    #[arg(long, default_value_t = 8)]
+    pub streams: u64,
     /// Number of 4 KiB files for W3/W4.
     #[arg(long, default_value_t = 10_000)]
     pub files: u64,
@@ -89,9 +94,12 @@ pub enum Workload {
     W4,
     W5,
     W6,
+    W7,
+    W8,
 }
 
-const ALL: [Workload; 6] = [Workload::W1, Workload::W2, Workload::W3, Workload::W4, Workload::W5, Workload::W6];
+const ALL: [Workload; 8] =
+    [Workload::W1, Workload::W2, Workload::W3, Workload::W4, Workload::W5, Workload::W6, Workload::W7, Workload::W8];
 
 /// Whether a row's rate is reported as throughput or as operations per second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -167,6 +175,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 fn run_workloads(args: BenchArgs) -> Result<()> {
     ensure!(args.size_mib > 0, "--size-mib must be at least 1");
     ensure!(args.files > 0, "--files must be at least 1");
+    ensure!((1..=256).contains(&args.streams), "--streams must be between 1 and 256");
     let dir = args.dir.clone().context("DIR is required")?;
     let meta = fs::metadata(&dir).with_context(|| format!("cannot access {}", dir.display()))?;
     ensure!(meta.is_dir(), "{} is not a directory", dir.display());
@@ -181,6 +190,7 @@ fn run_workloads(args: BenchArgs) -> Result<()> {
         work,
         size_mib: args.size_mib,
         files: args.files,
+        streams: args.streams,
         tree: args.tree.clone(),
         rows: Vec::new(),
         notes: Vec::new(),

@@ -3,7 +3,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::workloads::{crate_name, create_small_files, read_file, remove_tree, write_big_file};
+use super::workloads::{crate_name, create_small_files, read_file, remove_tree, write_big_file, Bench};
 use super::*;
 use clap::Parser;
 
@@ -27,7 +27,7 @@ fn parses_workload_list_and_sizes() {
     let defaults = Cli::try_parse_from(["bench", "/d"]).expect("defaults");
     assert!(defaults.bench.only.is_empty());
     assert_eq!((defaults.bench.size_mib, defaults.bench.files), (1024, 10_000));
-    assert!(Cli::try_parse_from(["bench", "/d", "--only", "W7"]).is_err());
+    assert!(Cli::try_parse_from(["bench", "/d", "--only", "W9"]).is_err());
     assert!(Cli::try_parse_from(["bench"]).is_err(), "DIR is required without a mode");
 
     let cmp = Cli::try_parse_from(["bench", "compare", "/results"]).expect("compare mode");
@@ -92,9 +92,10 @@ fn small_run_creates_measures_and_removes() {
     let args = BenchArgs {
         mode: None,
         dir: Some(tmp.path().to_path_buf()),
-        only: vec![Workload::W6, Workload::W1, Workload::W2, Workload::W3, Workload::W4],
+        only: vec![Workload::W6, Workload::W7, Workload::W8, Workload::W1, Workload::W2, Workload::W3, Workload::W4],
         size_mib: 2,
         files: 150,
+        streams: 3,
         tree: None,
         json: true,
         keep: false,
@@ -119,4 +120,34 @@ fn workloads_count_what_they_do() {
     // 250 files + 100 dirs + w3 itself.
     assert_eq!(remove_tree(&tmp.path().join("w3")).expect("remove"), 351);
     assert!(!tmp.path().join("w3").exists());
+}
+
+#[test]
+fn parallel_writers_write_their_share_and_leave_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let work = tmp.path().join("work");
+    fs::create_dir(&work).expect("work dir");
+    let mut bench = Bench {
+        work: work.clone(),
+        size_mib: 6,
+        files: 1,
+        streams: 3,
+        tree: None,
+        rows: Vec::new(),
+        notes: Vec::new(),
+        big_written: false,
+        small_written: false,
+    };
+    bench.run_all(&[Workload::W7]).expect("W7");
+    let row = &bench.rows[0];
+    assert_eq!((row.workload.as_str(), row.ops, row.bytes), ("W7", 6, 6 * MIB));
+    assert_eq!(row.name, "3 parallel sequential writes + fsync");
+    assert!(work.exists(), "W7 keeps a work directory it did not create");
+    assert_eq!(fs::read_dir(&work).expect("list").count(), 0, "W7 removes its files");
+    bench.run_all(&[Workload::W8]).expect("W8");
+    let (p50, p99) = (&bench.rows[1], &bench.rows[2]);
+    assert_eq!((p50.workload.as_str(), p99.workload.as_str()), ("W8", "W8"));
+    assert!(p50.name.ends_with("p50") && p99.name.ends_with("p99"));
+    assert!(p50.seconds > 0.0 && p50.seconds <= p99.seconds, "{} > {}", p50.seconds, p99.seconds);
+    assert_eq!(fs::read_dir(&work).expect("list").count(), 0, "W8 removes its files");
 }

@@ -1,4 +1,4 @@
-//! The W1–W6 workloads of `scopefs bench`: each one timed against a work directory.
+//! The W1–W8 workloads of `scopefs bench`: each one timed against a work directory.
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -37,6 +37,7 @@ pub(super) struct Bench {
     pub(super) work: PathBuf,
     pub(super) size_mib: u64,
     pub(super) files: u64,
+    pub(super) streams: u64,
     pub(super) tree: Option<PathBuf>,
     pub(super) rows: Vec<Row>,
     pub(super) notes: Vec<String>,
@@ -55,6 +56,8 @@ impl Bench {
                 Workload::W4 => self.w4()?,
                 Workload::W5 => self.w5()?,
                 Workload::W6 => self.w6()?,
+                Workload::W7 => self.w7()?,
+                Workload::W8 => self.w8()?,
             }
         }
         Ok(())
@@ -185,12 +188,93 @@ impl Bench {
         self.push("W6", "rm -rf everything", removed, 0, secs, RateKind::Ops);
         Ok(())
     }
+
+    /// W7: `streams` writers at once, each writing its own file of `size_mib / streams` MiB (one at
+    /// least) in 1 MiB writes and fsyncing it; timed from the first create to the last fsync's
+    /// return. Its files are removed afterwards (untimed), so it runs after W6 as well.
+    fn w7(&mut self) -> Result<()> {
+        let dir = self.work.join("w7");
+        // W6 removes the work directory; then W7 removes it again when done.
+        let work_existed = self.work.exists();
+        fs::create_dir_all(&dir).context("W7 cannot create its directory")?;
+        let per_stream = (self.size_mib / self.streams).max(1);
+        let start = Instant::now();
+        let results: Vec<Result<(u64, u64, f64)>> = std::thread::scope(|s| {
+            let writers: Vec<_> = (0..self.streams)
+                .map(|i| {
+                    let path = dir.join(format!("stream-{i}.bin"));
+                    s.spawn(move || write_file(&path, per_stream, i))
+                })
+                .collect();
+            writers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a W7 writer panicked"))))
+                .collect()
+        });
+        let secs = start.elapsed().as_secs_f64();
+        let (mut ops, mut bytes) = (0, 0);
+        for r in results {
+            let (o, b, _) = r?;
+            ops += o;
+            bytes += b;
+        }
+        let name = format!("{} parallel sequential writes + fsync", self.streams);
+        self.push("W7", &name, ops, bytes, secs, RateKind::Bytes);
+        remove_tree(&dir)?;
+        if !work_existed {
+            fs::remove_dir(&self.work).context("W7 cannot remove the work directory")?;
+        }
+        Ok(())
+    }
 }
+
+impl Bench {
+    /// W8: `fsync` latency of small files: `FSYNC_FILES` times, create a file, write 4 KiB, `fsync`
+    /// it (each timed alone); rows for the median and the 99th percentile. Its files are removed
+    /// afterwards (untimed).
+    fn w8(&mut self) -> Result<()> {
+        let dir = self.work.join("w8");
+        let work_existed = self.work.exists();
+        fs::create_dir_all(&dir).context("W8 cannot create its directory")?;
+        let mut data = vec![0u8; W3_FILE_SIZE];
+        let mut rng = 0x2545_f491_4f6c_dd1du64 ^ unix_nanos();
+        let mut times = Vec::with_capacity(FSYNC_FILES);
+        for i in 0..FSYNC_FILES {
+            for chunk in data.chunks_exact_mut(8) {
+                chunk.copy_from_slice(&xorshift(&mut rng).to_le_bytes());
+            }
+            let start = Instant::now();
+            let mut file = File::create(dir.join(format!("f{i}"))).context("W8 create")?;
+            file.write_all(&data).context("W8 write")?;
+            file.sync_all().context("W8 fsync")?;
+            times.push(start.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let at = |q: f64| times[((times.len() as f64 * q).ceil() as usize).clamp(1, times.len()) - 1];
+        let bytes = W3_FILE_SIZE as u64;
+        self.push("W8", "create + 4 KiB write + fsync, p50", 1, bytes, at(0.50), RateKind::Ops);
+        self.push("W8", "create + 4 KiB write + fsync, p99", 1, bytes, at(0.99), RateKind::Ops);
+        remove_tree(&dir)?;
+        if !work_existed {
+            fs::remove_dir(&self.work).context("W8 cannot remove the work directory")?;
+        }
+        Ok(())
+    }
+}
+
+/// Files W8 fsyncs (one at a time).
+const FSYNC_FILES: usize = 200;
 
 /// Writes `size_mib` MiB in 1 MiB writes and fsyncs; returns (writes, bytes, seconds).
 pub(super) fn write_big_file(path: &Path, size_mib: u64) -> Result<(u64, u64, f64)> {
+    write_file(path, size_mib, 0)
+}
+
+/// Writes `size_mib` MiB of stream `stream` in 1 MiB writes and fsyncs; every 4 KiB page is
+/// unique across streams too. Returns (writes, bytes, seconds).
+fn write_file(path: &Path, size_mib: u64, stream: u64) -> Result<(u64, u64, f64)> {
     let mut buf = vec![0u8; MIB as usize];
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ unix_nanos();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ unix_nanos() ^ stream.wrapping_mul(0xa076_1d64_78bd_642f);
     for chunk in buf.chunks_exact_mut(8) {
         chunk.copy_from_slice(&xorshift(&mut rng).to_le_bytes());
     }
@@ -199,7 +283,7 @@ pub(super) fn write_big_file(path: &Path, size_mib: u64) -> Result<(u64, u64, f6
     for i in 0..size_mib {
         // Make every 4 KiB unique so content-addressed stores cannot dedup the data.
         for (j, page) in buf.chunks_exact_mut(4096).enumerate() {
-            page[..8].copy_from_slice(&(i * 256 + j as u64).to_le_bytes());
+            page[..8].copy_from_slice(&((stream << 48) | (i * 256 + j as u64)).to_le_bytes());
         }
         file.write_all(&buf).context("W1 write")?;
     }

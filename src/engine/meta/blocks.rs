@@ -54,6 +54,16 @@ impl MetaDb {
         Ok(had)
     }
 
+    /// Records a block an early upload stored before any file referenced it: uploaded, unreferenced
+    /// since `now_unix` (gc collects it unless a commit references it first). `false` when the
+    /// scope already had a row for it (left as it was).
+    pub fn record_unreferenced_upload(&mut self, sha: &str, len: u64, now_unix: i64) -> EngineResult<bool> {
+        let tx = self.tx()?;
+        let inserted = exec(&tx, st::INSERT_UNREFERENCED_UPLOAD, params![sha, len as i64, now_unix])? > 0;
+        tx.commit()?;
+        Ok(inserted)
+    }
+
     /// The bytes of a block journaled inline, while it is (until its upload is recorded).
     pub fn inline_block(&self, sha: &str) -> EngineResult<Option<Vec<u8>>> {
         let data = query_one(&self.conn, "SELECT data FROM staged_inline WHERE sha256 = ?1", [sha], |r| r.get(0))

@@ -62,6 +62,8 @@ statements! {
     PUT_XATTR = 36 => "INSERT INTO xattrs (ino, name, value) VALUES (?1, ?2, ?3)
              ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value";
     DELETE_XATTR = 37 => "DELETE FROM xattrs WHERE ino = ?1 AND name = ?2";
+    INSERT_UNREFERENCED_UPLOAD = 38 => "INSERT OR IGNORE INTO blocks (sha256, len, refcount, state, unreferenced_since)
+             VALUES (?1, ?2, 0, 'uploaded', ?3)";
 }
 
 /// The statement with id `id`.
