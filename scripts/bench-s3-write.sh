@@ -29,7 +29,8 @@ mkdir -p "$OUT"
 
 for ((round = 1; round <= ROUNDS; round++)); do
     for target in scopefs-garage s3fs; do
-        RESULTS="$OUT/$round" TARGETS=$target bash "$REPO/scripts/bench-compare.sh" \
+        # bench-compare.sh empties its results directory first: one directory per target and round.
+        RESULTS="$OUT/$round/$target" TARGETS=$target bash "$REPO/scripts/bench-compare.sh" \
             --only W1,W7 --size-mib "$SIZE_MIB" --streams "$STREAMS" >"$OUT/$round-$target.log" 2>&1 ||
             { echo "bench-s3-write: round $round of $target failed (log: $OUT/$round-$target.log)" >&2; exit 1; }
     done
@@ -42,7 +43,7 @@ secs = {}
 for r in range(1, rounds + 1):
     line = [f"round {r}:"]
     for t in ("scopefs-garage", "s3fs"):
-        rows = json.load(open(f"{out}/{r}/{t}.json"))["rows"]
+        rows = json.load(open(f"{out}/{r}/{t}/{t}.json"))["rows"]
         for row in rows:
             secs.setdefault((t, row["workload"]), []).append(row["seconds"])
             line.append(f"{t} {row['workload']} {row['seconds']:.2f} s")
