@@ -174,6 +174,19 @@ impl S3Store {
         })
     }
 
+    /// One PutObject; signed with `sha256_hex` as the payload's hash when given (else the SDK
+    /// hashes the body).
+    async fn put_object(&self, key: &str, data: Bytes, sha256_hex: Option<&str>) -> Result<(), StoreError> {
+        let full = self.full_key(key)?;
+        let put = self.client.put_object().bucket(&self.bucket).key(full).body(ByteStream::from(data)).customize();
+        let put = match sha256_hex {
+            Some(sha) => put.interceptor(KnownPayloadHash(sha.to_string())),
+            None => put,
+        };
+        put.send().await.map_err(|e| map_sdk_error("put", key, e))?;
+        Ok(())
+    }
+
     fn full_key(&self, key: &str) -> Result<String, StoreError> {
         if key.is_empty() {
             return Err(StoreError::Rejected("invalid object key (empty)".into()));
@@ -234,31 +247,11 @@ where
 #[async_trait]
 impl ObjectStore for S3Store {
     async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError> {
-        let full = self.full_key(key)?;
-        self.client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(full)
-            .body(ByteStream::from(data))
-            .send()
-            .await
-            .map_err(|e| map_sdk_error("put", key, e))?;
-        Ok(())
+        self.put_object(key, data, None).await
     }
 
     async fn put_hashed(&self, key: &str, data: Bytes, sha256_hex: &str) -> Result<(), StoreError> {
-        let full = self.full_key(key)?;
-        self.client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(full)
-            .body(ByteStream::from(data))
-            .customize()
-            .interceptor(KnownPayloadHash(sha256_hex.to_string()))
-            .send()
-            .await
-            .map_err(|e| map_sdk_error("put", key, e))?;
-        Ok(())
+        self.put_object(key, data, Some(sha256_hex)).await
     }
 
     async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
