@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # What shipping each scope's metadata to the bucket costs (metadata_shipping):
 #   1. W1–W8 of `scopefs bench` on scopefs over Garage with metadata_shipping on and with it off
-#      (scripts/bench-compare.sh, same arguments), side by side with the ratio on/off (time);
+#      (scripts/bench-compare.sh, same arguments), --rounds rounds of each, alternated (on first in
+#      odd rounds, off first in even ones), with the page cache written back and --settle seconds of
+#      quiet before each run (Garage digests the previous run's puts and deletes meanwhile); each step's median per setting, and
+#      the ratio on/off of the medians (time);
 #   2. the metadata objects and bytes shipped per 1,000 files created (W3 into one scope of a fresh
 #      daemon: /metrics before and after, every batch shipped);
 #   3. the time `scopefs restore --scope ID` takes to rebuild that scope (its --files files) into an
 #      empty data directory from the bucket alone, and the first listing of its mount after.
 #
-#   bash scripts/bench-shipping.sh [--size-mib 256] [--files 10000]
+#   bash scripts/bench-shipping.sh [--size-mib 256] [--files 10000] [--rounds 3] [--settle 15]
+#                                  [--only w3,w4,w5,w6]
 #
 # Needs what bench-compare.sh needs (root, a release build, Garage).
 set -euo pipefail
@@ -16,10 +20,16 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${SCOPEFS_BIN:-$REPO/target/release/scopefs}
 SIZE_MIB=256
 FILES=10000
+ROUNDS=3
+SETTLE=15
+ONLY=()
 while [ $# -gt 0 ]; do
     case $1 in
     --size-mib) SIZE_MIB=$2; shift 2 ;;
     --files) FILES=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --settle) SETTLE=$2; shift 2 ;;
+    --only) ONLY=(--only "$2"); shift 2 ;;
     *) echo "bench-shipping: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -31,23 +41,34 @@ die() {
     exit 1
 }
 
-# 1. The workloads with and without shipping.
-for mode in on off; do
-    flag=true
-    [ "$mode" = off ] && flag=false
-    RESULTS="$OUT/$mode" TARGETS=scopefs-garage SCOPEFS_BENCH_ENV="SCOPEFS_METADATA_SHIPPING=$flag" \
-        bash "$REPO/scripts/bench-compare.sh" --size-mib "$SIZE_MIB" --files "$FILES" >"$OUT/$mode.log" 2>&1 ||
-        die "the workloads with shipping $mode failed (log: $OUT/$mode.log)"
+# 1. The workloads with and without shipping, alternated.
+for ((round = 1; round <= ROUNDS; round++)); do
+    order="on off"
+    [ $((round % 2)) -eq 0 ] && order="off on"
+    for mode in $order; do
+        flag=true
+        [ "$mode" = off ] && flag=false
+        sync
+        sleep "$SETTLE"
+        RESULTS="$OUT/$mode-$round" TARGETS=scopefs-garage SCOPEFS_BENCH_ENV="SCOPEFS_METADATA_SHIPPING=$flag" \
+            bash "$REPO/scripts/bench-compare.sh" --size-mib "$SIZE_MIB" --files "$FILES" "${ONLY[@]}" \
+            >"$OUT/$mode-$round.log" 2>&1 ||
+            die "the workloads with shipping $mode failed (log: $OUT/$mode-$round.log)"
+    done
 done
-python3 - "$OUT" <<'EOF'
-import json, sys
-out = sys.argv[1]
-rows = {m: json.load(open(f"{out}/{m}/scopefs-garage.json"))["rows"] for m in ("on", "off")}
+python3 - "$OUT" "$ROUNDS" <<'EOF'
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+runs = {m: [json.load(open(f"{out}/{m}-{r}/scopefs-garage.json"))["rows"] for r in range(1, rounds + 1)]
+        for m in ("on", "off")}
+print(f"medians of {rounds} alternated rounds")
 print("| step | shipping on (s) | off (s) | on/off |")
 print("| --- | --- | --- | --- |")
-for on, off in zip(rows["on"], rows["off"]):
-    ratio = on["seconds"] / off["seconds"] if off["seconds"] > 0 else float("nan")
-    print(f"| {on['workload']} {on['name']} | {on['seconds']:.3f} | {off['seconds']:.3f} | {ratio:.2f} |")
+for i, row in enumerate(runs["on"][0]):
+    on = statistics.median(r[i]["seconds"] for r in runs["on"])
+    off = statistics.median(r[i]["seconds"] for r in runs["off"])
+    ratio = on / off if off > 0 else float("nan")
+    print(f"| {row['workload']} {row['name']} | {on:.3f} | {off:.3f} | {ratio:.2f} |")
 EOF
 
 # 2. and 3.: one daemon, one scope, W3 into it; then its data directory goes and restore rebuilds it.

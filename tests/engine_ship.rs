@@ -1,8 +1,9 @@
 //! Issue 23 item 1, at the engine: a scope's committed metadata is shipped to the object store, a
 //! durability point returns only once it is there, and a lost data directory comes back from the
-//! bucket alone (names, versions, inline bytes). A process that reopens its own database continues
-//! the shipped chain; one whose database fell behind the bucket starts a new generation, and a
-//! restore follows that one.
+//! bucket alone (names and versions from the shipped metadata, bytes from the blocks it names: a
+//! file's bytes are never shipped twice). A process that reopens its own database continues the
+//! shipped chain; one whose database fell behind the bucket starts a new generation, and a restore
+//! follows that one.
 
 pub mod engine_support;
 
@@ -177,6 +178,22 @@ fn a_reopened_database_continues_its_chain_and_one_behind_the_bucket_starts_a_ne
     assert!(matches!(resolve(&e, "d/lost"), Err(EngineError::NotFound)), "the restore follows the newest chain");
 }
 
+/// The sizes of `scope`'s snapshots in the store, in key order.
+fn snapshot_sizes(h: &Harness, scope: &ScopeId) -> Vec<usize> {
+    let prefix = format!("scopes/{}/meta/", scope.as_str());
+    h.store
+        .keys()
+        .iter()
+        .filter(|k| k.starts_with(&prefix) && k.rsplit('/').next().unwrap().starts_with('s'))
+        .filter_map(|k| h.rt.block_on(h.store.get(k)).ok().map(|b| b.len()))
+        .collect()
+}
+
+/// 60 KB of `seed`'s bytes: an extended attribute's value, which batches carry whole.
+fn big_value(seed: u8) -> Vec<u8> {
+    pattern(60_000, seed)
+}
+
 #[test]
 fn logs_are_compacted_into_a_snapshot_and_what_it_supersedes_is_deleted() {
     let h = harness();
@@ -184,23 +201,23 @@ fn logs_are_compacted_into_a_snapshot_and_what_it_supersedes_is_deleted() {
     let id = ScopeId::generate();
     let e = storage.open_scope(&id, big_quota()).unwrap();
     e.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
-    // Inline bytes make the logs outweigh the snapshot: compactions follow.
-    for round in 0..30u8 {
-        for i in 0..20 {
-            write_file(&e, &format!("d/r{i}"), &pattern(15_000, round)).unwrap();
+    let d = resolve(&e, "d").unwrap();
+    // 9.6 MB of values replacing each other: the logs outweigh the snapshot, compactions follow.
+    for round in 0..160u8 {
+        e.setxattr(d, b"user.big", &big_value(round), XattrMode::Either).unwrap();
+        if round % 10 == 9 {
+            e.fsync_dir().unwrap();
         }
-        e.sync().unwrap();
     }
-    eventually("one snapshot left", || shipped(&h, &id).iter().filter(|(_, k)| *k == 's').count() == 1);
+    eventually("one snapshot left", || snapshot_sizes(&h, &id).len() == 1);
     let logs = shipped(&h, &id).iter().filter(|(_, k)| *k == 'l').count();
-    assert!(logs < 30, "compacted: {logs} logs");
+    assert!(logs < 16, "compacted: {logs} logs");
+    assert!(snapshot_sizes(&h, &id)[0] < 1 << 20, "the snapshot holds the last value only");
     drop(e);
     drop(storage);
     std::fs::remove_dir_all(h.data_dir()).unwrap();
     let e = h.storage().open_scope(&id, big_quota()).unwrap();
-    for i in 0..20 {
-        assert_eq!(read_file(&e, &format!("d/r{i}")).unwrap(), pattern(15_000, 29));
-    }
+    assert_eq!(e.getxattr(resolve(&e, "d").unwrap(), b"user.big").unwrap(), big_value(159));
 }
 
 #[test]
@@ -223,11 +240,12 @@ fn batches_past_the_scopes_queue_share_are_dropped_for_a_snapshot_that_covers_th
     let first = snapshot_keys(&h);
     assert_eq!(first.len(), 1);
     h.store.set_unavailable(true);
-    // 40 files of 15 KB (each its own bytes) travel inline with their batches: far past a share
-    // of 64 KiB.
-    let written =
-        files(40, 7).into_iter().enumerate().map(|(i, (p, _))| (p, pattern(15_000, i as u8))).collect::<Vec<_>>();
+    // Two values of 60 KB travel with their batches: past a share of 64 KiB.
+    let written = files(20, 7);
     write_all(&e, &written);
+    let d = resolve(&e, "d").unwrap();
+    e.setxattr(d, b"user.one", &big_value(1), XattrMode::Either).unwrap();
+    e.setxattr(d, b"user.two", &big_value(2), XattrMode::Either).unwrap();
     e.commit_metadata().unwrap();
     assert!(e.pending_metadata_batches() >= 1, "owed to the store while it is down");
     h.store.set_unavailable(false);
@@ -242,4 +260,168 @@ fn batches_past_the_scopes_queue_share_are_dropped_for_a_snapshot_that_covers_th
     std::fs::remove_dir_all(h.data_dir()).unwrap();
     let e = h.storage().open_scope(&id, big_quota()).unwrap();
     check_all(&e, &written);
+    assert_eq!(e.getxattr(resolve(&e, "d").unwrap(), b"user.two").unwrap(), big_value(2));
+}
+
+/// Whether any metadata object of `scope` holds `needle`.
+fn shipped_objects_hold(h: &Harness, scope: &ScopeId, needle: &[u8]) -> bool {
+    let prefix = format!("scopes/{}/meta/", scope.as_str());
+    h.store.keys().iter().filter(|k| k.starts_with(&prefix)).any(|k| {
+        let body = h.rt.block_on(h.store.get(k)).unwrap();
+        body.windows(needle.len()).any(|w| w == needle)
+    })
+}
+
+/// Small files of distinct bytes, each inline (below `inline_block_max_bytes`).
+fn small_files(n: usize, seed: u8) -> Vec<(String, Vec<u8>)> {
+    (0..n).map(|i| (format!("d/s{i}"), pattern(3_000 + i, seed.wrapping_add(i as u8)))).collect()
+}
+
+/// A window of a small file's bytes that nothing else shipped holds by chance.
+fn sample(data: &[u8]) -> &[u8] {
+    &data[1000..1200]
+}
+
+/// A storage on another host: an empty data directory, the same bucket (`store`).
+fn elsewhere(h: &Harness, store: Arc<dyn ObjectStore>, dir: &tempfile::TempDir) -> Arc<Storage> {
+    Storage::new(store, h.settings.clone(), dir.path(), h.rt.handle().clone()).unwrap()
+}
+
+/// Metadata shipped only at durability points, uploads only when asked for (or a whole group).
+fn harness_with_uploads_held() -> Harness {
+    let mut h = harness();
+    h.settings.metadata_sync = Some(Duration::from_secs(600));
+    h.settings.upload_delay = Duration::from_secs(60);
+    h
+}
+
+/// Restores `scope` on another host from `store` and checks that `files` read back whole and fsck
+/// finds nothing.
+fn assert_restores_whole(h: &Harness, store: Arc<dyn ObjectStore>, scope: &ScopeId, files: &[(String, Vec<u8>)]) {
+    let dir = tempfile::tempdir().unwrap();
+    let restored = elsewhere(h, store, &dir).open_scope(scope, big_quota()).unwrap();
+    check_all(&restored, files);
+    let report = restored.fsck(false).unwrap();
+    assert!(report.damaged_files.is_empty() && report.metadata_problems.is_empty(), "{report:?}");
+}
+
+#[test]
+fn a_files_bytes_reach_the_bucket_only_as_its_blocks() {
+    let h = harness_with_uploads_held();
+    let storage = h.storage();
+    let id = ScopeId::generate();
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    e.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
+    e.fsync_dir().unwrap();
+    let written = small_files(20, 3);
+    write_all(&e, &written);
+    // Names shipped while the blocks wait for upload: the log, and a snapshot taken now, carry no
+    // byte of any file (the inline journal stays home).
+    e.fsync_dir().unwrap();
+    assert!(shipped(&h, &id).iter().any(|(_, kind)| *kind == 'l'), "the files went as a log");
+    for (path, data) in &written {
+        assert!(!shipped_objects_hold(&h, &id, sample(data)), "{path}: its bytes travel with its metadata");
+    }
+    // Once uploaded, another host restores every file from its blocks.
+    e.sync().unwrap();
+    assert_restores_whole(&h, h.store.clone(), &id, &written);
+}
+
+#[test]
+fn a_small_file_neither_fsynced_nor_uploaded_reads_as_damaged_after_the_host_is_lost() {
+    let h = harness_with_uploads_held();
+    let storage = h.storage();
+    let id = ScopeId::generate();
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    e.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
+    let synced = small_files(4, 5);
+    write_all(&e, &synced);
+    for (path, _) in &synced {
+        e.fsync(resolve(&e, path).unwrap(), None).unwrap();
+    }
+    let closed: Vec<(String, Vec<u8>)> =
+        small_files(3, 9).into_iter().map(|(p, d)| (format!("{p}-closed"), d)).collect();
+    write_all(&e, &closed);
+    // Their names are in the bucket, their bytes only on this host.
+    e.fsync_dir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let restored = elsewhere(&h, h.store.clone(), &dir).open_scope(&id, big_quota()).unwrap();
+    check_all(&restored, &synced);
+    for (path, _) in &closed {
+        assert!(read_file(&restored, path).is_err(), "{path}: never wrong bytes");
+    }
+    let mut damaged = restored.fsck(false).unwrap().damaged_files;
+    damaged.sort();
+    let mut expected: Vec<String> = closed.iter().map(|(p, _)| format!("/{p}")).collect();
+    expected.sort();
+    assert_eq!(damaged, expected, "fsck names exactly the files whose bytes were lost");
+}
+
+/// A copy of everything the store holds now (what a restore would find if the host were lost now).
+fn store_as_of_now(h: &Harness) -> Arc<scopefs::store::MemoryStore> {
+    let copy = Arc::new(scopefs::store::MemoryStore::new());
+    for key in h.store.keys() {
+        // A superseded object deleted meanwhile was not needed by the chain copied so far.
+        if let Ok(body) = h.rt.block_on(h.store.get(&key)) {
+            h.rt.block_on(copy.put(&key, body)).unwrap();
+        }
+    }
+    copy
+}
+
+#[test]
+fn every_state_the_bucket_holds_after_a_sync_restores_whole() {
+    // Shipping every 50 ms and uploads after 10 ms race each other. After each `syncfs`, the
+    // bucket as it is then must restore every file that point covered, byte for byte, from blocks
+    // the logs only name.
+    let h = harness();
+    let storage = h.storage();
+    let id = ScopeId::generate();
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    e.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
+    let mut covered: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut copies = Vec::new();
+    for round in 0..12u8 {
+        let written: Vec<(String, Vec<u8>)> =
+            small_files(15, round).into_iter().map(|(p, d)| (format!("{p}-r{round}"), d)).collect();
+        write_all(&e, &written);
+        if round % 3 == 2 {
+            // Files unlinked: their blocks lose their last reference.
+            let gone = covered.remove(0);
+            let (parent, name) = split(&e, &gone.0).unwrap();
+            e.unlink(parent, name.as_bytes()).unwrap();
+        }
+        e.sync().unwrap();
+        covered.extend(written);
+        copies.push((store_as_of_now(&h), covered.clone()));
+    }
+    for (store, expected) in copies {
+        assert_restores_whole(&h, store, &id, &expected);
+    }
+}
+
+#[test]
+fn what_an_fsync_returned_for_is_in_the_bucket_the_moment_it_returns() {
+    // The file's batch goes to the bucket while its blocks are uploaded; the fsync does not wait
+    // for the batch recording those uploads, so that batch may still be on its way: a restore from
+    // the bucket as it is when the fsync returns finds the blocks by their hashes.
+    let h = harness_with_uploads_held();
+    let storage = h.storage();
+    let id = ScopeId::generate();
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    e.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
+    let mut copies = Vec::new();
+    for (i, size) in [3_000usize, 70_000, 200_000].into_iter().enumerate() {
+        let path = format!("d/held-{i}");
+        write_file(&e, &path, b"").unwrap();
+        let (ino, fh) = open_rw(&e, &path);
+        let data = pattern(size, i as u8);
+        assert_eq!(e.write(ino, fh, 0, &data).unwrap() as usize, data.len());
+        e.fsync(ino, Some(fh)).unwrap();
+        copies.push((store_as_of_now(&h), vec![(path, data)]));
+        e.release(ino, fh).unwrap();
+    }
+    for (store, file) in copies {
+        assert_restores_whole(&h, store, &id, &file);
+    }
 }

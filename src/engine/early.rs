@@ -94,8 +94,7 @@ impl ScopeEngine {
             Ok(Err(e)) => return Err(e.to_string()),
             Err(_) => return Err("timed out".into()),
         }
-        let now =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+        let now = super::meta::now_ns() / 1_000_000_000;
         let inserted = self.meta.lock().and_then(|mut m| m.record_unreferenced_upload(&sha, len, now));
         match inserted.map_err(|e| e.to_string())? {
             true => {
@@ -114,20 +113,20 @@ impl ScopeEngine {
     pub(crate) fn wait_early_uploads(&self, ino: Ino) {
         let deadline =
             Instant::now() + self.storage.settings.store_timeout.saturating_mul(2).max(Duration::from_secs(1));
-        let mut in_flight = self.early.in_flight.lock();
-        while in_flight.contains_key(&ino) {
-            if self.early.finished.wait_until(&mut in_flight, deadline).timed_out() {
-                break;
-            }
-        }
+        self.wait_early_until(deadline, |in_flight| !in_flight.contains_key(&ino));
     }
 
     /// Waits until no early upload of the scope is in flight; `false` if `deadline` passed first.
     pub(crate) fn wait_all_early_uploads(&self, deadline: Instant) -> bool {
+        self.wait_early_until(deadline, HashMap::is_empty)
+    }
+
+    /// Waits until `done` holds of the uploads in flight; `false` if `deadline` passed first.
+    fn wait_early_until(&self, deadline: Instant, done: impl Fn(&HashMap<Ino, usize>) -> bool) -> bool {
         let mut in_flight = self.early.in_flight.lock();
-        while !in_flight.is_empty() {
+        while !done(&in_flight) {
             if self.early.finished.wait_until(&mut in_flight, deadline).timed_out() {
-                return in_flight.is_empty();
+                return done(&in_flight);
             }
         }
         true

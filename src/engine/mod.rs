@@ -30,6 +30,7 @@ mod requests;
 pub mod restore;
 mod scope;
 pub(crate) mod ship;
+mod ship_objects;
 mod storage;
 mod types;
 mod upkeep;

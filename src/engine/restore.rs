@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::fence::Head;
 use super::meta::shipped::Rebuild;
-use super::ship::{self, Shipped};
+use super::ship_objects::{self as ship, Shipped};
 use super::{EngineError, EngineResult};
 use crate::db_files;
 use crate::store::{block_key, ObjectStore, StoreError};
@@ -131,15 +131,19 @@ async fn rebuild(
         }
         out.objects += 1;
     }
-    for (sha, inline) in db.staged_blocks()? {
-        let key = block_key(scope, &sha);
-        let present = match inline {
-            // The database holds its bytes: put them where they belong.
+    for block in db.staged_blocks()? {
+        let key = block_key(scope, &block.sha256);
+        let present = match block.inline {
+            // The copy holds its bytes (shipped by an earlier version): put them where they belong.
             Some(data) => retried(|| store.put(&key, bytes::Bytes::from(data.clone()))).await.map(|()| true)?,
+            // In the store if it got there before the host was lost (shipped metadata never
+            // carries a file's bytes).
             None => retried(|| store.head(&key)).await?.is_some(),
         };
         if present {
-            db.mark_uploaded(&sha)?;
+            db.mark_uploaded(&block.sha256)?;
+        } else if !block.referenced {
+            db.forget_unreferenced(&block.sha256)?;
         } else {
             out.blocks_missing += 1;
         }

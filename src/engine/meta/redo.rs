@@ -227,6 +227,53 @@ fn decode_value(rec: &mut &[u8]) -> Option<Value> {
     })
 }
 
+/// Steps over one value (as `decode_value` reads it, without copying it).
+fn skip_value(rec: &mut &[u8]) -> Option<()> {
+    match take(rec, 1)?[0] {
+        NULL => {}
+        INTEGER | REAL => {
+            take(rec, 8)?;
+        }
+        TEXT | BLOB => {
+            bytes(rec)?;
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+/// Each statement of a record: its id and the bytes it spans; `None` when the record is not one
+/// this module wrote.
+fn statement_spans(rec: &[u8]) -> Option<Vec<(u16, std::ops::Range<usize>)>> {
+    let mut rest = rec.get(RECORD_HEAD..)?;
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let start = rec.len() - rest.len();
+        let id = u16::from_le_bytes(take(&mut rest, 2)?.try_into().ok()?);
+        for _ in 0..take(&mut rest, 1)?[0] {
+            skip_value(&mut rest)?;
+        }
+        out.push((id, start..rec.len() - rest.len()));
+    }
+    Some(out)
+}
+
+/// A copy of a record without its `STAGE_INLINE` statements (the bytes of small blocks waiting for
+/// upload), for the copy shipped to the object store: a file's bytes reach the bucket only as its
+/// blocks (`ship.rs`); `None` when the record stages none.
+pub(crate) fn without_inline(rec: &[u8]) -> Option<Vec<u8>> {
+    let spans = statement_spans(rec)?;
+    let staged = |(id, _): &&(u16, std::ops::Range<usize>)| *id == statements::STAGE_INLINE.id;
+    if !spans.iter().any(|s| staged(&s)) {
+        return None;
+    }
+    let mut out = rec[..RECORD_HEAD].to_vec();
+    for (_, kept) in spans.iter().filter(|s| !staged(s)) {
+        out.extend_from_slice(&rec[kept.clone()]);
+    }
+    Some(out)
+}
+
 /// Logs of the first format (2351eb5 and before): records of `(magic, length, epoch, CRC-32)` with
 /// SQL text and values, the batch after the committed epoch from offset 0. Read once, when a
 /// database last written by such a daemon is opened; a statement whose text is not one of
@@ -356,6 +403,33 @@ mod tests {
         unknown[RECORD_HEAD] = 0xee; // an id outside the table
         unknown[RECORD_HEAD + 1] = 0xee;
         assert!(decode(&unknown).is_none(), "an unknown statement id is no record");
+    }
+
+    #[test]
+    fn a_shipped_copy_leaves_out_the_inline_bytes_and_nothing_else() {
+        let stage = |rec: &mut Vec<u8>, sha: &str, data: &[u8]| {
+            let values = [Value::Text(sha.into()), Value::Blob(data.to_vec())];
+            encode_statement(rec, &statements::STAGE_INLINE, values.iter().map(|v| Ok(ValueRef::from(v)))).unwrap();
+        };
+        let insert = |rec: &mut Vec<u8>, sha: &str| {
+            let values = [Value::Text(sha.into()), Value::Integer(3)];
+            encode_statement(rec, &statements::INSERT_BLOCK, values.iter().map(|v| Ok(ValueRef::from(v)))).unwrap();
+        };
+        let mut rec = Vec::new();
+        start_record(&mut rec);
+        stage(&mut rec, "aa", b"first");
+        insert(&mut rec, "aa");
+        stage(&mut rec, "bb", b"second");
+        insert(&mut rec, "bb");
+        finish_record(&mut rec, 9, 4);
+        let stripped = without_inline(&rec).unwrap();
+        let r = decode(&stripped).unwrap();
+        assert_eq!((r.request, r.answer), (9, 4));
+        let whole = decode(&rec).unwrap();
+        assert_eq!(r.statements, vec![whole.statements[1].clone(), whole.statements[3].clone()], "the rest as it was");
+        assert!(!stripped.windows(5).any(|w| w == b"first") && !stripped.windows(6).any(|w| w == b"second"));
+        assert_eq!(without_inline(&stripped), None, "nothing left to leave out");
+        assert_eq!(without_inline(&rec[..rec.len() - 1]), None, "a cut record is not rewritten");
     }
 
     #[test]

@@ -8,16 +8,26 @@ use rusqlite::{params, Connection};
 
 use super::batch;
 use super::statements as st;
-use crate::engine::ship::Batch;
+use crate::engine::ship_objects::Batch;
 use crate::engine::{EngineError, EngineResult};
 
-/// Compacts a consistent copy of a scope's database (`MetaDb::snapshot_to`) before it is shipped:
-/// the pages a live database keeps free (inline blocks dropped after their upload) are not sent.
+/// Readies a consistent copy of a scope's database (`MetaDb::snapshot_to`) to be shipped: without
+/// the inline journal (a file's bytes reach the bucket only as its blocks, `ship.rs`), compacted
+/// (the pages a live database keeps free are not sent).
 pub(crate) fn compact_copy(path: &Path) -> EngineResult<()> {
     let conn = Connection::open(path)?;
-    conn.execute_batch("VACUUM")?;
+    conn.execute_batch("DELETE FROM staged_inline; VACUUM")?;
     conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
     conn.close().map_err(|(_, e)| EngineError::from(e))
+}
+
+/// A block a rebuilt copy names as not yet uploaded.
+pub(crate) struct StagedRow {
+    pub sha256: String,
+    /// Its bytes, when the copy holds them inline.
+    pub inline: Option<Vec<u8>>,
+    /// Whether a file refers to it.
+    pub referenced: bool,
 }
 
 /// A snapshot's copy being rebuilt.
@@ -60,15 +70,24 @@ impl Rebuild {
         applied
     }
 
-    /// Blocks the copy names as not yet uploaded: each one's digest, and its bytes when the
-    /// database holds them (inline).
-    pub fn staged_blocks(&self) -> EngineResult<Vec<(String, Option<Vec<u8>>)>> {
+    /// Blocks the copy names as not yet uploaded: each one's digest, its bytes when the copy holds
+    /// them (only objects shipped before shipped metadata left the inline journal out do), and
+    /// whether any file refers to it.
+    pub fn staged_blocks(&self) -> EngineResult<Vec<StagedRow>> {
         let mut q = self.conn.prepare(
-            "SELECT b.sha256, i.data FROM blocks b LEFT JOIN staged_inline i ON i.sha256 = b.sha256
+            "SELECT b.sha256, i.data, b.refcount > 0 FROM blocks b LEFT JOIN staged_inline i ON i.sha256 = b.sha256
              WHERE b.state = 'staged'",
         )?;
-        let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let rows =
+            q.query_map([], |r| Ok(StagedRow { sha256: r.get(0)?, inline: r.get(1)?, referenced: r.get(2)? }))?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// A staged block no file refers to and the store does not hold: its row goes (nothing is lost).
+    pub fn forget_unreferenced(&self, sha: &str) -> EngineResult<()> {
+        batch::run(&self.conn, &st::DELETE_UNREFERENCED, &[sha.to_string().into()])?;
+        batch::run(&self.conn, &st::DELETE_INLINE, &[sha.to_string().into()])?;
+        Ok(())
     }
 
     /// A staged block found (or put) in the store: marked uploaded, its inline copy dropped.
