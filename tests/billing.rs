@@ -582,8 +582,11 @@ fn admin_api_accounts_usage_and_the_settlement_loop() {
 
     // Nothing can be settled without cash: the loop leaves both pending (the second waits on nothing).
     let pending: Value = admin(c.post(url("/admin/pending-usage")).json(&json!({"limit": 10}))).json().unwrap();
-    let usage = pending["usage"].as_array().unwrap();
+    // Least recently attempted first: the daemon's own loop may already have tried one of them.
+    let mut usage = pending["usage"].as_array().unwrap().clone();
+    usage.sort_by_key(|u| u["environment_id"].as_str().unwrap().to_string());
     assert_eq!(usage.len(), 2);
+    assert_eq!(usage[1]["environment_id"], "env_http_2");
     assert_eq!(usage[1]["artifacts"], json!(["/workspace/r.txt"]));
     let ids: Vec<i64> = usage.iter().map(|u| u["usage_id"].as_i64().unwrap()).collect();
     let res: Value =

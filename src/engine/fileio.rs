@@ -585,17 +585,9 @@ impl ScopeEngine {
         let new = self.commit_with(ino, &mut f, true)?;
         let shas: Vec<String> = f.blocks.values().map(|b| b.sha256.clone()).collect();
         drop(f);
-        // The batch holding this version goes to the bucket while its blocks are uploaded (it names
-        // them, it does not carry them): the durability point waits for both at once, and not for
-        // the batch recording the uploads. A commit that fails here fails again in the flush below,
-        // which answers it.
-        let mut committed = None;
-        if let Some(ship) = &self.ship {
-            if self.commit_metadata().is_ok() {
-                ship.hurry();
-                committed = self.meta.lock().ok().map(|m| m.committed_seq());
-            }
-        }
+        // The batch holding this version goes to the bucket while its blocks are uploaded: the
+        // durability point waits for both at once, not for the batch recording the uploads.
+        let committed = self.ship_committed_now();
         let uploaded = self.upload_now(&shas);
         if uploaded.is_err() {
             for sha in new {

@@ -493,6 +493,16 @@ impl ScopeEngine {
         self.flush_local_shipping(None)
     }
 
+    /// Commits the open batch and has the shipper put it now (it names the blocks, it does not
+    /// carry them); the batch's number, when shipping and the commit went through (one that
+    /// failed fails again in the flush that follows, which answers it).
+    pub(crate) fn ship_committed_now(&self) -> Option<u64> {
+        let ship = self.ship.as_ref()?;
+        self.commit_metadata().ok()?;
+        ship.hurry();
+        self.meta.lock().ok().map(|m| m.committed_seq())
+    }
+
     /// `flush_local`, whose caller's mutations are all in batches up to `committed` (`None`: every
     /// mutation made so far, the open batch's included): the shipper's wait ends there, not at
     /// batches committed meanwhile (the upload records of an `fsync`'s own blocks, say).
