@@ -402,9 +402,8 @@ fn every_state_the_bucket_holds_after_a_sync_restores_whole() {
 
 #[test]
 fn what_an_fsync_returned_for_is_in_the_bucket_the_moment_it_returns() {
-    // The file's batch goes to the bucket while its blocks are uploaded; the fsync does not wait
-    // for the batch recording those uploads, so that batch may still be on its way: a restore from
-    // the bucket as it is when the fsync returns finds the blocks by their hashes.
+    // Through an open handle, small and large: a restore from the bucket as it is when the fsync
+    // returns finds the file's version and its blocks.
     let h = harness_with_uploads_held();
     let storage = h.storage();
     let id = ScopeId::generate();

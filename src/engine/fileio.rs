@@ -585,16 +585,13 @@ impl ScopeEngine {
         let new = self.commit_with(ino, &mut f, true)?;
         let shas: Vec<String> = f.blocks.values().map(|b| b.sha256.clone()).collect();
         drop(f);
-        // The batch holding this version goes to the bucket while its blocks are uploaded: the
-        // durability point waits for both at once, not for the batch recording the uploads.
-        let committed = self.ship_committed_now();
         let uploaded = self.upload_now(&shas);
         if uploaded.is_err() {
             for sha in new {
                 self.enqueue_upload(sha);
             }
         }
-        self.flush_local_shipping(committed)?;
+        self.flush_local()?;
         uploaded
     }
 

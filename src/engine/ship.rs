@@ -244,11 +244,6 @@ impl MetaShip {
         Ok(())
     }
 
-    /// Ships what is queued now rather than at the next interval (a durability point is coming).
-    pub fn hurry(&self) {
-        self.wake.notify_one();
-    }
-
     /// Committed batches not in the store yet (a snapshot owed counts one).
     pub fn pending(&self) -> u64 {
         let st = self.state.lock();

@@ -31,9 +31,6 @@ pub(crate) struct UploadQueue {
     requested: AtomicU64,
     /// Highest ticket a finished flush covers. Guarded by the flush lock for writers.
     durable: AtomicU64,
-    /// The highest metadata batch a durability request needs in the object store (raised before
-    /// its ticket is taken, so a flush that covers the ticket waits for it).
-    ship_needed: AtomicU64,
     /// One local flush at a time; requests that queue behind a flush share the next one.
     flush_lock: Mutex<()>,
     /// Local flushes performed (each: fsync of new journal files, their directory and the WAL).
@@ -490,37 +487,10 @@ impl ScopeEngine {
     /// arrive while a flush runs share the next one. Costs one fsync per new journal file, one of
     /// the journal directory and one of the SQLite WAL; nothing when nothing is new.
     pub(crate) fn flush_local(&self) -> EngineResult<()> {
-        self.flush_local_shipping(None)
-    }
-
-    /// Commits the open batch and has the shipper put it now (it names the blocks, it does not
-    /// carry them); the batch's number, when shipping and the commit went through (one that
-    /// failed fails again in the flush that follows, which answers it).
-    pub(crate) fn ship_committed_now(&self) -> Option<u64> {
-        let ship = self.ship.as_ref()?;
-        self.commit_metadata().ok()?;
-        ship.hurry();
-        self.meta.lock().ok().map(|m| m.committed_seq())
-    }
-
-    /// `flush_local`, whose caller's mutations are all in batches up to `committed` (`None`: every
-    /// mutation made so far, the open batch's included): the shipper's wait ends there, not at
-    /// batches committed meanwhile (the upload records of an `fsync`'s own blocks, say).
-    pub(crate) fn flush_local_shipping(&self, committed: Option<u64>) -> EngineResult<()> {
         if self.durability_failed.load(Ordering::Acquire) {
             return Err(EngineError::Poisoned(
                 "a durability point of this scope failed; nothing later can vouch for its data",
             ));
-        }
-        if self.ship.is_some() {
-            let needed = match committed {
-                Some(seq) => seq,
-                None => {
-                    let meta = self.meta.lock()?;
-                    meta.committed_seq() + u64::from(meta.uncommitted() > 0)
-                }
-            };
-            self.uploads.ship_needed.fetch_max(needed, Ordering::AcqRel);
         }
         let ticket = self.uploads.requested.fetch_add(1, Ordering::AcqRel) + 1;
         let _guard = self.uploads.flush_lock.lock();
@@ -534,10 +504,10 @@ impl ScopeEngine {
         let synced = files.map_err(|e| (true, e)).and_then(|()| {
             let mut meta = self.meta.lock().map_err(|e| (false, e))?;
             meta.make_durable().map_err(|e| (failed_flush(&e), e))?;
-            Ok(self.uploads.ship_needed.load(Ordering::Acquire))
+            Ok(meta.committed_seq())
         });
-        // Every batch the covered requests need is in the object store too (names and versions as
-        // durable as blocks): what the shipper lacks it ships now.
+        // Every batch committed so far is in the object store too (names and versions as durable
+        // as blocks): what the shipper lacks it ships now.
         let synced = synced.and_then(|seq| match &self.ship {
             Some(ship) => ship.wait_shipped(seq).map_err(|e| (false, e)),
             None => Ok(()),
