@@ -111,6 +111,9 @@ pub struct Config {
     pub hmac_secret: Option<String>,
     /// How far `auth_context.issued_at` of a signed request may be from now, either way, in seconds.
     pub signature_window_secs: u64,
+    /// Whether the file tools of one conversation reach another conversation's files
+    /// (`/threads/{id}/…`) and the user's global store (`/__global__/…`) without a signed grant.
+    pub peer_views: PeerViews,
     pub durability: Durability,
     pub block_size: u64,
     pub cache_max_bytes: u64,
@@ -174,6 +177,19 @@ pub struct Config {
     pub node: NodeConfig,
 }
 
+/// Who may reach the views outside a conversation's own `/workspace` through the file tools (seed
+/// 000 §4: conversation A's tools cannot see B's files; seed 003 §3.7: peer views with permission).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PeerViews {
+    /// Only a request whose signed `auth_context.object_scope` names the path (the default):
+    /// containers already need a signed `input_objects` grant for the same views.
+    #[default]
+    Granted,
+    /// Any request of the same user (a deployment whose conversations may read each other).
+    Open,
+}
+
 /// Whether provisioning a thread that has no scope yet waits for a verified migration report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -210,6 +226,7 @@ impl Default for Config {
             admin_token: None,
             hmac_secret: None,
             signature_window_secs: 300,
+            peer_views: PeerViews::Granted,
             durability: s.durability,
             block_size: s.block_size,
             cache_max_bytes: s.cache_max_bytes,

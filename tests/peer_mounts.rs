@@ -3,7 +3,8 @@
 //! `input_objects` reads a sibling thread's file and the global store, cannot write either
 //! (`EROFS`: "Read-only file system"), cannot see another user's threads at all (the grant is 404,
 //! and nothing of them is in the container), and the escape checks of `docker_isolation.rs` still
-//! hold with the extra mounts. The file tools take the same paths with the same rules. Needs root,
+//! hold with the extra mounts. The file tools take the same paths with the same rules (under a
+//! signed `object_scope` naming them: `peer_views = "granted"`, the default). Needs root,
 //! /dev/fuse, a Docker engine and `SCOPEFS_TEST_DOCKER_IMAGE`; without them it fails.
 
 pub mod compute_support;
@@ -58,7 +59,16 @@ impl Daemon {
     }
 
     fn ok(&self, user: &str, thread: &str, tool: &str, params: Value) -> Value {
-        let (s, v) = self.tool(user, thread, tool, params, None);
+        self.ok_under(user, thread, tool, params, None)
+    }
+
+    /// [`Daemon::ok`] under the signed grant `{"read": [read]}` (peer views need one: `peer_views`).
+    fn granted(&self, user: &str, thread: &str, tool: &str, params: Value, read: &str) -> Value {
+        self.ok_under(user, thread, tool, params, Some(json!({"read": [read]})))
+    }
+
+    fn ok_under(&self, user: &str, thread: &str, tool: &str, params: Value, scope: Option<Value>) -> Value {
+        let (s, v) = self.tool(user, thread, tool, params, scope);
         assert_eq!(s, StatusCode::OK, "{tool}: {v}\nlog:\n{}", self.serve.log_text());
         v
     }
@@ -128,24 +138,31 @@ fn containers_get_read_only_views_of_the_same_users_threads_only() {
     assert_eq!(v["path"], "/__global__/g.txt", "{v}");
     let (s, v) = d.tool("user-1", &main, "write_file", json!({"path": "/__global__/h.txt", "content": "x"}), None);
     assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, Some("object_scope_denied")), "{v}");
-    assert_eq!(d.ok("user-1", &sib, "read_file", json!({"path": "/__global__/g.txt"}))["content"], "glob");
-    let (s, v) = d.tool("user-2", &other, "read_file", json!({"path": "/__global__/g.txt"}), None);
+    let g_txt = json!({"path": "/__global__/g.txt"});
+    assert_eq!(d.granted("user-1", &sib, "read_file", g_txt.clone(), "/__global__")["content"], "glob");
+    let (s, v) = d.tool("user-1", &sib, "read_file", g_txt.clone(), None);
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, Some("object_scope_denied")), "no grant: {v}");
+    let (s, v) = d.tool("user-2", &other, "read_file", g_txt, Some(json!({"read": ["/__global__"]})));
     assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, Some("file_not_found")), "user-2's own store: {v}");
 
-    // File tools on peer paths: read-only for /threads, another user's thread is 404.
-    let read = d.ok("user-1", &main, "read_file", json!({"path": format!("/threads/{sib}/notes/sib.txt")}));
+    // File tools on peer paths (under a grant naming them): read-only for /threads, another
+    // user's thread is 404.
+    let sib_root = format!("/threads/{sib}");
+    let read = d.granted("user-1", &main, "read_file", json!({"path": format!("{sib_root}/notes/sib.txt")}), &sib_root);
     assert_eq!(
         (read["content"].as_str(), read["path"].clone()),
         (Some(sib_text.as_str()), json!(format!("/threads/{sib}/notes/sib.txt")))
     );
-    let listed = d.ok("user-1", &main, "list_dir", json!({"path": format!("/threads/{sib}")}));
+    let listed = d.granted("user-1", &main, "list_dir", json!({"path": sib_root}), &sib_root);
     assert_eq!(listed["entries"][0]["path"], format!("/threads/{sib}/notes"), "{listed}");
-    let grep = d.ok("user-1", &main, "grep_files", json!({"pattern": "sibling", "path": format!("/threads/{sib}")}));
+    let grep = d.granted("user-1", &main, "grep_files", json!({"pattern": "sibling", "path": sib_root}), &sib_root);
     assert_eq!(grep["matches"][0]["path"], format!("/threads/{sib}/notes/sib.txt"), "{grep}");
-    let glob = d.ok("user-1", &main, "glob_files", json!({"pattern": "*.txt", "path": "/__global__"}));
+    let glob =
+        d.granted("user-1", &main, "glob_files", json!({"pattern": "*.txt", "path": "/__global__"}), "/__global__");
     assert_eq!(glob["matches"], json!(["/__global__/g.txt"]), "{glob}");
+    let write_sib = Some(json!({"write_prefixes": [sib_root]}));
     let (s, v) =
-        d.tool("user-1", &main, "write_file", json!({"path": format!("/threads/{sib}/x.txt"), "content": "x"}), None);
+        d.tool("user-1", &main, "write_file", json!({"path": format!("{sib_root}/x.txt"), "content": "x"}), write_sib);
     assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, Some("read_only")), "{v}");
     for (tool, params) in [
         ("read_file", json!({"path": format!("/threads/{other}/{secret}")})),
@@ -153,7 +170,8 @@ fn containers_get_read_only_views_of_the_same_users_threads_only() {
         ("download_file", json!({"remote_path": format!("/threads/{other}/{secret}")})),
         ("read_file", json!({"path": format!("/threads/missing-{n}/x")})),
     ] {
-        let (s, v) = d.tool("user-1", &main, tool, params, None);
+        let every_thread = Some(json!({"read": [format!("/threads/{other}"), format!("/threads/missing-{n}")]}));
+        let (s, v) = d.tool("user-1", &main, tool, params, every_thread);
         assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, Some("scope_not_found")), "{tool}: {v}");
     }
 
@@ -184,7 +202,10 @@ fn containers_get_read_only_views_of_the_same_users_threads_only() {
         assert!(errs.iter().all(|l| l.contains("Read-only file system")), "{name}: not EROFS: {errs:?}");
     }
     assert_eq!(d.ok("user-1", &sib, "read_file", json!({"path": "notes/sib.txt"}))["content"], sib_text.as_str());
-    assert_eq!(d.ok("user-1", &main, "read_file", json!({"path": "/__global__/g.txt"}))["content"], "glob");
+    assert_eq!(
+        d.granted("user-1", &main, "read_file", json!({"path": "/__global__/g.txt"}), "/__global__")["content"],
+        "glob"
+    );
     let mut threads = section(&stdout, "THREADS");
     threads.sort_unstable();
     assert_eq!(threads, vec![".", "..", sib.as_str()], "only the granted sibling under /threads");

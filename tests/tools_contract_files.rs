@@ -19,33 +19,9 @@ use base64::Engine as _;
 use reqwest::StatusCode;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
-use tools_support::{call, fresh_nonce, now_secs, post_raw, start_daemon, SECRET};
+use tools_support::{call, call_scoped, signed_with_scope, start_daemon, SECRET};
 use workspace_support::serve_process::{free_port, write_config, ServeProcess};
-use workspace_support::{Answer, Daemon, TOKEN};
-
-/// A body signed for `path` as `thread`, with `object_scope` in its `auth_context` when given
-/// (seed 003 §4.3 `build_auth_context`).
-fn signed_with_scope(path: &str, thread: &str, params: &Value, object_scope: Option<&Value>) -> String {
-    let issued_at = now_secs();
-    let nonce = fresh_nonce();
-    let mut body = params.clone();
-    let mut ctx = json!({"user_id": "user-1", "thread_id": thread, "issued_at": issued_at, "nonce": nonce});
-    if let Some(scope) = object_scope {
-        ctx["object_scope"] = scope.clone();
-    }
-    body["auth_context"] = ctx;
-    let canonical = scopefs::signing::parse(&serde_json::to_vec(&body).unwrap()).unwrap().to_canonical();
-    let digest = scopefs::signing::payload_hash(&canonical);
-    let string = scopefs::signing::canonical_string("POST", path, &issued_at.to_string(), &nonce, &digest);
-    body["auth_context"]["token"] = Value::String(scopefs::signing::sign(SECRET.as_bytes(), &string));
-    serde_json::to_string(&body).unwrap()
-}
-
-/// Calls tool `name` as `thread` under `object_scope`.
-fn call_scoped(d: &Daemon, name: &str, thread: &str, params: Value, object_scope: &Value) -> Answer {
-    let path = format!("/tools/{name}");
-    post_raw(d, &path, signed_with_scope(&path, thread, &params, Some(object_scope)))
-}
+use workspace_support::{Answer, TOKEN};
 
 fn ok(a: Answer) -> Value {
     assert_eq!(a.status, StatusCode::OK, "{}", a.text());
@@ -241,6 +217,17 @@ fn object_scope_bounds_reads_and_writes_with_403() {
     // A malformed object_scope is refused, not ignored.
     let bad = call_scoped(&d, "read_file", "thr_scope", json!({"path": "top.txt"}), &json!({"read": "top.txt"}));
     assert_eq!((bad.status, bad.code().as_str()), (StatusCode::BAD_REQUEST, "invalid_auth_context"));
+
+    // Issue 24, item 2: the same grant as object keys of seed 003's layout (the thread's files are
+    // `threads/{thread_id}/files/{path}`); a key scopefs does not hold grants nothing.
+    let keys = json!({"read": ["threads/thr_scope/files/in/data.csv", "objects/in/data.csv"],
+                      "write_prefixes": ["threads/thr_scope/files/out/"]});
+    let keyed = |name: &str, params: Value| call_scoped(&d, name, "thr_scope", params, &keys);
+    assert_eq!(ok(keyed("read_file", json!({"path": "in/data.csv"})))["content"], "a,b\nneedle\n");
+    denied(keyed("read_file", json!({"path": "top.txt"})), "read outside the keys");
+    denied(keyed("read_file", json!({"path": "/workspace/objects/in/data.csv"})), "an object key is no path");
+    ok(keyed("write_file", json!({"path": "out/keyed.txt", "content": "k"})));
+    denied(keyed("write_file", json!({"path": "in/keyed.txt", "content": "k"})), "write outside the keys");
 }
 
 #[test]
@@ -398,6 +385,12 @@ fn seed_bodies_with_a_live_environment_id_and_an_ended_one() {
     assert_eq!((status, denied["error"]["code"].as_str()), (StatusCode::FORBIDDEN, Some("object_scope_denied")));
     let (status, ran) = command(json!({"read": [], "write_prefixes": ["/workspace"]}));
     assert_eq!((status, ran["exit_code"].as_i64()), (StatusCode::OK, Some(0)), "{ran}");
+    // Issue 24, item 2: seed 003 §4.4's golden object_scope (object keys: an input object and the
+    // job's artifacts prefix) runs the command; at 2351eb5 it was 403.
+    let (status, golden) =
+        command(json!({"read": ["objects/in/data.csv"], "write_prefixes": ["jobs/job_1/artifacts/"]}));
+    let answer = (status, golden["exit_code"].as_i64(), golden["stdout"].as_str());
+    assert_eq!(answer, (StatusCode::OK, Some(0), Some("hi\n")), "{golden}");
     let (status, ended) = tool("destroy_environment", json!({"environment_id": env_id}));
     assert_eq!(status, StatusCode::OK, "{ended}");
     let (status, gone) = tool("read_file", json!({"environment_id": env_id, "path": "/workspace/src/main.py"}));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tools_support::{call, peak_rss_kib, start_daemon};
+use tools_support::{call, call_scoped, peak_rss_kib, start_daemon};
 use workspace_support::{Answer, Daemon, MAX_UPLOAD};
 
 fn ok(a: Answer) -> Value {
@@ -250,6 +250,57 @@ fn scopes_are_isolated_and_threads_bind_through_owners() {
     assert_eq!(ok(read(&d, "thr_memory", "only-a.txt"))["content"], "A's data");
     let denied = call(&d, "write_file", "thr_memory", json!({"path": "m.txt", "content": "x"}));
     assert_eq!(status_code(&denied), (StatusCode::FORBIDDEN, "read_only".into()));
+}
+
+/// Issue 24, item 1 (seed 000 §4, §16.3: conversation A's tools cannot see B's files): by default
+/// (`peer_views = "granted"`) a signed tool request reaches another thread of the same user, or the
+/// user's global store, only when its signed `object_scope` names the path; `peer_views = "open"`
+/// lets every request of the user read them. At 2351eb5 the ungranted read answered 200.
+#[test]
+fn conversations_read_each_other_only_under_a_signed_grant() {
+    let signed = |d: &Daemon, tool: &str, params: Value, grant: Option<Value>| {
+        let a = match &grant {
+            Some(g) => call_scoped(d, tool, "thr_conv_a", params, g),
+            None => call(d, tool, "thr_conv_a", params),
+        };
+        let v = a.json();
+        (a.status, v["error"]["code"].as_str().unwrap_or_default().to_string(), v)
+    };
+    for (peer_views, open) in [(None, false), (Some("open"), true)] {
+        let env: Vec<(&str, &str)> = peer_views.map(|v| ("SCOPEFS_PEER_VIEWS", v)).into_iter().collect();
+        let d = start_daemon(&env);
+        d.provision("thr_conv_a");
+        d.provision("thr_conv_b");
+        write(&d, "thr_conv_b", "secret.txt", "B's notes");
+        write(&d, "thr_conv_a", "mine.txt", "A's notes");
+        let secret = "/threads/thr_conv_b/secret.txt";
+        // The route and body a tool of conversation A would send (no object_scope: the seed's
+        // gateway adds one only when it has one).
+        let attempts = [
+            ("read_file", json!({"path": secret})),
+            ("download_file", json!({"remote_path": secret})),
+            ("list_dir", json!({"path": "/threads/thr_conv_b"})),
+            ("grep_files", json!({"pattern": "notes", "path": "/threads/thr_conv_b"})),
+            ("glob_files", json!({"pattern": "*.txt", "path": "/threads/thr_conv_b"})),
+            ("list_dir", json!({"path": "/__global__"})),
+        ];
+        for (tool, params) in attempts {
+            let (status, code, v) = signed(&d, tool, params, None);
+            if open {
+                assert_eq!(status, StatusCode::OK, "peer_views = open, {tool}: {v}");
+            } else {
+                assert_eq!((status, code.as_str()), (StatusCode::FORBIDDEN, "object_scope_denied"), "{tool}: {v}");
+            }
+        }
+        // A signed grant naming the path opens it; one naming something else does not.
+        let (status, _, v) = signed(&d, "read_file", json!({"path": secret}), Some(json!({"read": [secret]})));
+        assert_eq!((status, v["content"].as_str()), (StatusCode::OK, Some("B's notes")), "{v}");
+        let elsewhere = Some(json!({"read": ["/workspace", "/threads/thr_conv_b/other.txt"]}));
+        let (status, code, v) = signed(&d, "read_file", json!({"path": secret}), elsewhere);
+        assert_eq!((status, code.as_str()), (StatusCode::FORBIDDEN, "object_scope_denied"), "{v}");
+        // The request's own workspace needs no grant.
+        assert_eq!(ok(read(&d, "thr_conv_a", "/workspace/mine.txt"))["content"], "A's notes");
+    }
 }
 
 #[test]

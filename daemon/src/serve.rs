@@ -89,8 +89,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         Ok(n) => tracing::info!(open_files = n, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }
-    let tools_auth =
-        api::ToolsAuth::new(hmac_secret, cfg.signature_window_secs, cfg.max_upload_bytes).with_limits(&cfg.limits);
+    let tools_auth = api::ToolsAuth::new(hmac_secret, cfg.signature_window_secs, cfg.max_upload_bytes)
+        .with_limits(&cfg.limits)
+        .with_peer_views(cfg.peer_views);
 
     // Strict isolation refuses to start here, before anything is mounted (see `executor::build`).
     let executor = crate::executor::build(&cfg, rt.handle().clone()).context("sandbox executor")?;

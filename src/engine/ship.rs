@@ -6,8 +6,9 @@
 //! and hands its redo records (typed statements, `meta/redo.rs`) to this scope's shipper, which
 //! puts them, grouped, as a **log object** within `metadata_sync_interval` (at once when an
 //! `fsync` waits for them). A **snapshot** (a consistent copy of the database) starts each
-//! generation and compacts it once its logs outweigh twice the last snapshot; objects it supersedes are
-//! deleted after it is in the store. Keys (hex, fixed width, so they sort):
+//! generation and compacts it once its logs outweigh twice the last snapshot (at the scope's next
+//! quiet moment: copying the database stalls its operations; at once past four times that);
+//! objects it supersedes are deleted after it is in the store. Keys (hex, fixed width, so they sort):
 //!
 //! - `scopes/<id>/meta/g<gen>/s<seq>-<state>`: the database at batch `seq` (its state id `state`);
 //! - `scopes/<id>/meta/g<gen>/l<first>-<last>-<state>`: batches `first..=last`, `state` the last's.
@@ -41,7 +42,6 @@ use parking_lot::{Condvar, Mutex};
 
 use super::error::{EngineError, EngineResult};
 use super::fence::{epoch_of, first_gen, Head};
-use super::meta::redo;
 use super::scope::ScopeEngine;
 use super::ship_objects::{encode_log, prefix, Batch, Shipped};
 use super::storage::Storage;
@@ -53,6 +53,9 @@ static QUEUED_BYTES: AtomicU64 = AtomicU64::new(0);
 static SNAPSHOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 /// Log bytes of a generation, past its last snapshot, that never trigger a compaction on their own.
 const COMPACT_MIN_BYTES: u64 = 4 << 20;
+/// A compaction waits for the scope to be quiet (no batch for `metadata_sync_interval`: copying its
+/// database stalls its operations) until its logs outweigh this many times what started it.
+const COMPACT_DEFER_FACTOR: u64 = 4;
 /// Metadata objects put by this process, and their bytes (for `/metrics` and the cost benchmark).
 static OBJECTS_SHIPPED: AtomicU64 = AtomicU64::new(0);
 static BYTES_SHIPPED: AtomicU64 = AtomicU64::new(0);
@@ -87,6 +90,10 @@ struct ShipState {
     /// The newest batch whose effect is in the store.
     shipped: u64,
     need_snapshot: bool,
+    /// The logs outweigh the last snapshot: a snapshot follows once the scope is quiet.
+    compact_due: bool,
+    /// When the newest batch was queued.
+    last_batch: Option<Instant>,
     log_bytes: u64,
     snapshot_bytes: u64,
     /// The last failure, and how many there were (waiters give up on a new one).
@@ -192,16 +199,12 @@ impl MetaShip {
         st.need_snapshot = had_gen;
     }
 
-    /// A batch committed: queued for the next log object, without the bytes of small blocks
-    /// (`redo::without_inline`).
-    pub fn batch(&self, seq: u64, state: u64, mut records: Vec<Vec<u8>>) {
-        for record in &mut records {
-            if let Some(stripped) = redo::without_inline(record) {
-                *record = stripped;
-            }
-        }
+    /// A batch committed: queued for the next log object (its records without the bytes of small
+    /// blocks, `redo::for_shipping`).
+    pub fn batch(&self, seq: u64, state: u64, records: Vec<Vec<u8>>) {
         let settings = &self.storage.settings;
         let mut st = self.state.lock();
+        st.last_batch = Some(Instant::now());
         let batch = Batch { seq, state, records };
         let n = batch.bytes();
         let over_share = st.queue_bytes + n > settings.metadata_queue_per_scope_bytes;
@@ -279,11 +282,15 @@ impl MetaShip {
 
     /// Ships everything queued now (and whatever a first look or a snapshot needs first).
     async fn ship_pending(&self, engine: &Weak<ScopeEngine>) -> EngineResult<()> {
+        let quiet = self.storage.settings.metadata_sync.unwrap_or_default();
         loop {
             let step = {
                 let mut st = self.state.lock();
                 if st.deposed {
                     return Err(deposed());
+                }
+                if st.compact_due && st.last_batch.is_none_or(|t| t.elapsed() >= quiet) {
+                    st.need_snapshot = true;
                 }
                 if st.gen.is_none() {
                     Step::Look
@@ -408,7 +415,7 @@ impl MetaShip {
         let engine = engine.upgrade().ok_or(EngineError::Invalid("scope engine is closing"))?;
         let path = self.storage.scope_meta_dir(&self.scope).join("meta.sqlite3-ship");
         let copied = tokio::task::spawn_blocking(move || -> EngineResult<(u64, u64, Vec<u8>)> {
-            let (seq, state) = engine.meta.lock()?.snapshot_to(&path)?;
+            let (seq, state) = engine.meta.lock()?.scratch_snapshot_to(&path)?;
             drop(engine);
             let bytes = super::meta::shipped::compact_copy(&path).and_then(|()| Ok(std::fs::read(&path)?));
             let _ = crate::db_files::remove_with(&path, &["", "-wal", "-shm"]);
@@ -428,6 +435,7 @@ impl MetaShip {
             }
             st.shipped = st.shipped.max(seq);
             st.need_snapshot = false;
+            st.compact_due = false;
             st.log_bytes = 0;
             st.snapshot_bytes = size;
             let mut old = std::mem::take(&mut st.stale);
@@ -471,10 +479,11 @@ impl MetaShip {
         st.shipped = last.0;
         st.current.push(key);
         st.log_bytes += size;
-        // Snapshots cost at most half the bytes logs do, whatever the database's size.
-        if st.log_bytes > 2 * st.snapshot_bytes.max(COMPACT_MIN_BYTES) {
-            st.need_snapshot = true;
-        }
+        // Snapshots cost at most half the bytes logs do, whatever the database's size; a busy
+        // scope's compaction waits for a quiet moment, within a bound.
+        let due = 2 * st.snapshot_bytes.max(COMPACT_MIN_BYTES);
+        st.compact_due |= st.log_bytes > due;
+        st.need_snapshot |= st.log_bytes > COMPACT_DEFER_FACTOR * due;
         Ok(())
     }
 

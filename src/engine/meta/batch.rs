@@ -289,6 +289,22 @@ impl MetaDb {
         Ok((self.redo.seq, self.redo.base))
     }
 
+    /// `snapshot_to` for a copy that is read once and removed (a snapshot to ship): written without
+    /// a journal or a flush, so the scope's operations wait only for the pages to be copied.
+    pub fn scratch_snapshot_to(&mut self, to: &std::path::Path) -> EngineResult<(u64, u64)> {
+        crate::db_files::remove_with(to, &["", "-wal", "-shm"])?;
+        self.commit_open_batch()?;
+        let mut copy = Connection::open(to)?;
+        copy.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF")?;
+        // Every page in one step: nothing else uses this connection meanwhile (the lock is held).
+        let step = rusqlite::backup::Backup::new(&self.conn, &mut copy)?.step(-1)?;
+        if step != rusqlite::backup::StepResult::Done {
+            return Err(EngineError::Io(std::io::Error::other("a metadata snapshot copy did not complete")));
+        }
+        copy.close().map_err(|(_, e)| EngineError::from(e))?;
+        Ok((self.redo.seq, self.redo.base))
+    }
+
     /// Hands every batch committed from now on to `ship`, telling it where the database stands (a
     /// database migrated at this open counts as a state it has not seen: the next object shipped
     /// is a snapshot).

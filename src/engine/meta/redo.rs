@@ -81,7 +81,7 @@ impl Redo {
                 ship.batch(seq, state, kept);
             } else {
                 match self.reread() {
-                    Ok(records) => ship.batch(seq, state, records),
+                    Ok(records) => ship.batch(seq, state, records.iter().map(|r| for_shipping(r)).collect()),
                     Err(e) => ship.lost_batch(seq, state, &e),
                 }
             }
@@ -90,17 +90,18 @@ impl Redo {
         self.committed(state);
     }
 
-    /// A record appended to the open batch: kept for the shipper, when shipping.
+    /// A record appended to the open batch: kept for the shipper (without the bytes of small
+    /// blocks), when shipping.
     pub fn keep_for_shipping(&mut self, record: &[u8]) {
         if self.ship.is_some() {
-            self.kept.push(record.to_vec());
+            self.kept.push(for_shipping(record));
         }
     }
 
     /// The open batch was put back from the log: what it now holds is what is kept.
     pub fn kept_again(&mut self, records: &[Vec<u8>]) {
         if self.ship.is_some() {
-            self.kept = records.to_vec();
+            self.kept = records.iter().map(|r| for_shipping(r)).collect();
         }
     }
 
@@ -258,10 +259,15 @@ fn statement_spans(rec: &[u8]) -> Option<Vec<(u16, std::ops::Range<usize>)>> {
     Some(out)
 }
 
+/// The copy of a record the shipper keeps: `without_inline`'s, or the record as it is.
+fn for_shipping(rec: &[u8]) -> Vec<u8> {
+    without_inline(rec).unwrap_or_else(|| rec.to_vec())
+}
+
 /// A copy of a record without its `STAGE_INLINE` statements (the bytes of small blocks waiting for
 /// upload), for the copy shipped to the object store: a file's bytes reach the bucket only as its
 /// blocks (`ship.rs`); `None` when the record stages none.
-pub(crate) fn without_inline(rec: &[u8]) -> Option<Vec<u8>> {
+fn without_inline(rec: &[u8]) -> Option<Vec<u8>> {
     let spans = statement_spans(rec)?;
     let staged = |(id, _): &&(u16, std::ops::Range<usize>)| *id == statements::STAGE_INLINE.id;
     if !spans.iter().any(|s| staged(&s)) {

@@ -37,6 +37,7 @@ use std::time::Duration;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap, StatusCode};
 use futures_util::StreamExt;
+use scopefs::config::PeerViews;
 use scopefs::engine::ScopeEngine;
 use scopefs::ids::ThreadId;
 use scopefs::limits::{self, Bound, LimitsConfig};
@@ -56,7 +57,7 @@ const MAX_USER_ID: usize = 256;
 use super::super::held_answer::HeldAnswer;
 use super::super::{ApiError, AppState};
 use super::body_memory::{BodyCharge, BodyMemory, NoRoom};
-use super::object_scope::ObjectScope;
+use super::object_scope::{ObjectScope, Signer};
 use crate::tokens::Token;
 
 /// Largest file content the file tools move in one request (seed 003 §6: `max_input_bytes`), and
@@ -81,6 +82,8 @@ pub struct ToolsAuth {
     unauthenticated: Arc<Semaphore>,
     /// Bytes of bodies held from their first byte until answered (`tools_body_memory_bytes`).
     body_memory: Arc<BodyMemory>,
+    /// Who reaches `/threads/{id}` and `/__global__` (`peer_views`; `target.rs`).
+    pub peer_views: PeerViews,
 }
 
 impl ToolsAuth {
@@ -95,7 +98,14 @@ impl ToolsAuth {
                 BodyMemory::new(l.tools_body_memory_bytes, l.tools_body_memory_per_user_bytes)
             },
             limits: LimitsConfig::default(),
+            peer_views: PeerViews::default(),
         }
+    }
+
+    /// The same settings with `peer_views` as configured.
+    pub fn with_peer_views(mut self, peer_views: PeerViews) -> ToolsAuth {
+        self.peer_views = peer_views;
+        self
     }
 
     /// The same settings under the configured `[limits]`.
@@ -377,7 +387,8 @@ impl<T: DeserializeOwned + Send + 'static> SignedRequest<T> {
                 })?),
                 None => None,
             };
-            let grant = object_scope.as_ref().map(ObjectScope::parse).transpose()?;
+            let who = Signer { user_id: &user_id, thread_id: thread_id.as_str() };
+            let grant = object_scope.as_ref().map(|v| ObjectScope::parse(v, who)).transpose()?;
             // Remembered until the request could no longer verify (its window has passed).
             let window_ms = i64::try_from(auth.window_secs).unwrap_or(i64::MAX / 2_000).saturating_mul(1000);
             let expires = ctx.issued_at.saturating_mul(1000).saturating_add(window_ms).saturating_add(1000);

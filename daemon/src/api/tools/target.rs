@@ -2,6 +2,11 @@
 //! paths), or a `/threads/{thread_id}/…` or `/__global__/…` view of another scope of the same
 //! user (seed 003 §3.3, §6.2; which scope, and who may see it: `services::peers`).
 //!
+//! Conversations are isolated by default (seed 000 §4: A's tools cannot see B's files): with
+//! `peer_views = "granted"` a request reaches a view only when its signed `object_scope` names
+//! paths (403 `object_scope_denied` without one), the same kind of signed grant containers need
+//! (`input_objects`); `peer_views = "open"` lets any request of the same user read them.
+//!
 //! The same rules as everywhere else apply on the full path (`object_scope` checks included). A
 //! `/threads/…` view is read-only (writing is 403 `read_only`); `/__global__` may be written only
 //! when the request's `object_scope` has a write prefix covering the path (seed 003 §3.7: the
@@ -10,6 +15,7 @@
 use std::sync::Arc;
 
 use axum::http::StatusCode;
+use scopefs::config::PeerViews;
 use scopefs::engine::ScopeEngine;
 use scopefs::vpath::{self, PathError};
 
@@ -72,6 +78,11 @@ pub fn target<T>(st: &AppState, req: &SignedRequest<T>, raw: &str, dir: bool) ->
         return Ok(Target { engine: req.engine.clone(), rel, root, view: None });
     };
     let (view, rest) = split.map_err(|_| ApiError::from(PathError::Absolute))?;
+    if st.tools.peer_views == PeerViews::Granted && req.grant.is_none() {
+        return Err(ApiError::object_scope_denied(
+            "reading another conversation's files or the global store: without a signed object_scope naming the path, a request reaches its own /workspace only",
+        ));
+    }
     let rel = match rest.trim_matches('/') {
         "" if dir => String::new(),
         "" => return Err(PathError::Empty.into()),
