@@ -125,9 +125,12 @@ pub struct LimitsConfig {
     pub max_artifact_files: u64,
     /// Total bytes of those files (each is read once to hash it).
     pub max_artifact_bytes: u64,
-    /// Entries of a `create_environment`/`destroy_environment` path list (`input_objects`,
-    /// `default_output_paths`, `output_paths`).
+    /// Entries of a `create_environment`/`destroy_environment` path list (`default_output_paths`,
+    /// `output_paths`), and the views (`/threads/{id}`, `/__global__`) one `input_objects` grants.
     pub max_environment_paths: u64,
+    /// Entries of one `create_environment`'s `input_objects` (seed 003 §3.7's manifest lists every
+    /// active file of the conversation; only a count and the views it grants are recorded).
+    pub max_input_objects: u64,
 
     // --- shared compute (seed 003 §5, §15) ---
     /// Shared-pool environments one user may have live at once (seed §15.2
@@ -193,6 +196,7 @@ impl Default for LimitsConfig {
             max_artifact_files: 1000,
             max_artifact_bytes: 1024 * 1024 * 1024,
             max_environment_paths: 64,
+            max_input_objects: 10_000,
             max_shared_environments_per_user: 2,
             shared_max_runtime_secs: 60,
             shared_idle_secs: 120,
@@ -207,7 +211,7 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 47] = [
+        let checks: [(&'static str, u64); 48] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.metadata_queue_per_scope_bytes", self.metadata_queue_per_scope_bytes),
             ("limits.metadata_queue_max_bytes", self.metadata_queue_max_bytes),
@@ -249,6 +253,7 @@ impl LimitsConfig {
             ("limits.max_artifact_files", self.max_artifact_files),
             ("limits.max_artifact_bytes", self.max_artifact_bytes),
             ("limits.max_environment_paths", self.max_environment_paths),
+            ("limits.max_input_objects", self.max_input_objects),
             ("limits.shared_max_runtime_secs", self.shared_max_runtime_secs),
             ("limits.shared_idle_secs", self.shared_idle_secs),
             ("limits.shared_max_input_bytes", self.shared_max_input_bytes),
@@ -289,6 +294,7 @@ pub enum Bound {
     ArtifactFiles,
     ArtifactBytes,
     EnvironmentPaths,
+    InputObjects,
     QuotaBytes,
     QuotaInodes,
     FileSize,
@@ -304,7 +310,7 @@ pub enum Bound {
 
 impl Bound {
     /// Every bound, in metric order.
-    pub const ALL: [Bound; 34] = [
+    pub const ALL: [Bound; 35] = [
         Bound::StagingGlobal,
         Bound::StagingPerScope,
         Bound::PathDepth,
@@ -328,6 +334,7 @@ impl Bound {
         Bound::ArtifactFiles,
         Bound::ArtifactBytes,
         Bound::EnvironmentPaths,
+        Bound::InputObjects,
         Bound::QuotaBytes,
         Bound::QuotaInodes,
         Bound::FileSize,
@@ -367,6 +374,7 @@ impl Bound {
             Bound::ArtifactFiles => "artifact_files",
             Bound::ArtifactBytes => "artifact_bytes",
             Bound::EnvironmentPaths => "environment_paths",
+            Bound::InputObjects => "input_objects",
             Bound::QuotaBytes => "quota_bytes",
             Bound::QuotaInodes => "quota_inodes",
             Bound::FileSize => "file_size",
@@ -413,6 +421,19 @@ impl PerScopeSlots {
         let mut held = self.held.lock();
         let n = held.entry(scope.to_string()).or_insert(0);
         if *n >= self.max {
+            refuse(self.bound);
+            return None;
+        }
+        *n += 1;
+        Some(ScopeSlot { held: self.held.clone(), scope: scope.to_string() })
+    }
+
+    /// One more slot of `scope` while it holds fewer than `at_most` and `max`, else `None` (counted
+    /// as a refusal).
+    pub fn try_acquire_within(&self, scope: &str, at_most: u64) -> Option<ScopeSlot> {
+        let mut held = self.held.lock();
+        let n = held.entry(scope.to_string()).or_insert(0);
+        if *n >= self.max.min(at_most) {
             refuse(self.bound);
             return None;
         }

@@ -506,3 +506,33 @@ fn outputs_outside_the_signed_grant_are_refused_at_create_and_at_destroy() {
         destroyed["artifacts"].as_array().expect("artifacts").iter().map(|a| a["path"].as_str().unwrap()).collect();
     assert_eq!(paths, vec!["/workspace/in/a.txt"], "{destroyed}");
 }
+
+/// Issue 24, item 4: the create bodies a seed gateway sends are taken (each was a 400 at 2351eb5):
+/// seed 003 §15.2's whole `limits` block (`max_user_concurrency` included), §7.3's default output
+/// paths (`/workspace` and `/__global__`: the global store is read-only in containers, so it holds
+/// no outputs) and a §3.7 manifest listing every file of the conversation (more than 64 entries).
+#[test]
+fn seed_shaped_create_bodies_are_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path());
+    let t = format!("thr_{}", uid());
+    d.provision(&t);
+    d.ok(&t, "write_file", json!({"path": "out.txt", "content": "made here"}));
+    let mut body = seed_create_body(&d.image, &t);
+    body["limits"]["max_user_concurrency"] = json!(2);
+    body["default_output_paths"] = json!(["/workspace", "/__global__"]);
+    let manifest: Vec<Value> = (0..200)
+        .map(|i| {
+            json!({"file_id": format!("file_{i}"), "object_key": format!("threads/{t}/files/f{i}.csv"),
+                   "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+                   "size_bytes": 10, "mount_path": format!("/workspace/f{i}.csv"), "read_only": false})
+        })
+        .collect();
+    body["input_objects"] = json!(manifest);
+    let created = d.ok(&t, "create_environment", body);
+    let env = created["environment_id"].as_str().unwrap().to_string();
+    let done = d.ok(&t, "destroy_environment", json!({"environment_id": env}));
+    let paths: Vec<&str> = done["artifacts"].as_array().unwrap().iter().filter_map(|a| a["path"].as_str()).collect();
+    assert!(paths.iter().any(|p| p.ends_with("out.txt")), "outputs of /workspace recorded: {done}");
+    assert!(paths.iter().all(|p| p.starts_with("/workspace") || !p.starts_with('/')), "{done}");
+}

@@ -590,32 +590,37 @@ fn shared_environments_reuse_their_users_warm_containers() {
     assert!(fake.container_ids().is_empty(), "{:?}", fake.container_ids());
 }
 
-/// `limits.max_environment_paths` bounds `input_objects` and `default_output_paths`: one entry over
-/// is refused (`Invalid` naming the field: 400 `invalid_request`) before any row or container
-/// exists; at the bound the environment is created.
+/// `limits.max_input_objects` bounds `input_objects`, `limits.max_environment_paths` the views they
+/// grant and `default_output_paths`: one entry over is refused (`Invalid` naming the field: 400
+/// `invalid_request`) before any row or container exists; at the bounds the environment is created.
 #[test]
 fn environment_path_lists_are_bounded() {
     use super::compute::{Caller, CreateEnvironment, EnvironmentOptions};
-    let h = harness(LimitsConfig { max_environment_paths: 2, ..LimitsConfig::default() });
+    use crate::services::peers::View;
+    let limits = LimitsConfig { max_environment_paths: 2, max_input_objects: 3, ..LimitsConfig::default() };
+    let h = harness(limits);
     let svc = &h.services.compute;
     let scope = h.services.scopes.provision("op-tp", &thread("tp")).unwrap().0.scope_id;
     let caller = Caller { user_id: "u".into(), thread_id: "tp".into(), read_only: false };
-    let req = |inputs: usize, outputs: usize| CreateEnvironment {
+    let req = |inputs: usize, views: usize, outputs: usize| CreateEnvironment {
         input_objects: inputs,
+        views: (0..views).map(|i| View::Thread(thread(&format!("tv{i}")))).collect(),
         options: EnvironmentOptions {
             default_output_paths: (0..outputs).map(|i| format!("/workspace/out{i}")).collect(),
             ..EnvironmentOptions::default()
         },
         ..CreateEnvironment::default()
     };
-    let before = refused("environment_paths");
-    for (over, field) in [(req(3, 0), "input_objects"), (req(0, 3), "default_output_paths")] {
+    let (paths, inputs) = (refused("environment_paths"), refused("input_objects"));
+    for (over, field) in
+        [(req(4, 0, 0), "input_objects"), (req(3, 3, 0), "input_objects"), (req(0, 0, 3), "default_output_paths")]
+    {
         let got = svc.create_environment(&scope, &caller, &over);
         assert!(matches!(got, Err(ComputeError::Invalid(f, _)) if f == field), "{field}: {got:?}");
     }
-    assert_eq!(refused("environment_paths"), before + 2);
+    assert_eq!((refused("environment_paths"), refused("input_objects")), (paths + 2, inputs + 1));
     assert!(h.registry.environments(&scope).unwrap().is_empty() && h.executor.container_ids().is_empty());
-    let env = svc.create_environment(&scope, &caller, &req(2, 2)).unwrap();
+    let env = svc.create_environment(&scope, &caller, &req(3, 0, 2)).unwrap();
     assert_eq!((h.registry.environments(&scope).unwrap().len(), h.executor.container_ids().len()), (1, 1), "{env:?}");
 }
 

@@ -381,14 +381,8 @@ impl<T: DeserializeOwned + Send + 'static> SignedRequest<T> {
                     "auth_context.user_id is required (at most 256 bytes)",
                 )
             })?;
-            let object_scope = match &ctx.object_scope {
-                Some(text) => Some(serde_json::from_str(text).map_err(|_| {
-                    ApiError::new(StatusCode::BAD_REQUEST, "invalid_auth_context", "object_scope is not plain JSON")
-                })?),
-                None => None,
-            };
             let who = Signer { user_id: &user_id, thread_id: thread_id.as_str() };
-            let grant = object_scope.as_ref().map(|v| ObjectScope::parse(v, who)).transpose()?;
+            let (object_scope, grant) = parse_object_scope(ctx.object_scope.as_deref(), who)?;
             // Remembered until the request could no longer verify (its window has passed).
             let window_ms = i64::try_from(auth.window_secs).unwrap_or(i64::MAX / 2_000).saturating_mul(1000);
             let expires = ctx.issued_at.saturating_mul(1000).saturating_add(window_ms).saturating_add(1000);
@@ -419,6 +413,20 @@ impl<T: DeserializeOwned + Send + 'static> SignedRequest<T> {
             Err(join) => Err(ApiError::internal("task_failed", &join)),
         }
     }
+}
+
+/// `auth_context.object_scope` as signed (plain JSON text) and as a grant of the request `who`
+/// signed; 400 `invalid_auth_context` when it is not plain JSON or not an object scope.
+fn parse_object_scope(
+    text: Option<&str>,
+    who: Signer,
+) -> Result<(Option<serde_json::Value>, Option<ObjectScope>), ApiError> {
+    let Some(text) = text else { return Ok((None, None)) };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|_| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_auth_context", "object_scope is not plain JSON")
+    })?;
+    let grant = ObjectScope::parse(&value, who)?;
+    Ok((Some(value), Some(grant)))
 }
 
 #[cfg(test)]

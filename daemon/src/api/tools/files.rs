@@ -95,7 +95,13 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
         .add("POST", "/tools/write_file", s, "Write a text file (atomic replace, creates parents)", post(write_file))
         .add("POST", "/tools/edit_file", s, "Replace a unique old_string (or all with replace_all)", post(edit_file))
         .add("POST", "/tools/list_dir", s, "List one directory (bounded)", post(list_dir))
-        .add("POST", "/tools/grep_files", s, "Literal search in files below a directory (bounded)", post(grep_files))
+        .add(
+            "POST",
+            "/tools/grep_files",
+            s,
+            "Regular-expression search (Rust regex syntax) in files below a directory (bounded)",
+            post(grep_files),
+        )
         .add("POST", "/tools/glob_files", s, "Paths matching a glob pattern (bounded)", post(glob_files))
         .add("POST", "/tools/upload_file", s, "Write base64 content checked against its sha256", post(upload_file))
         .add(

@@ -11,7 +11,7 @@ use scopefs::registry::environments::{EnvironmentRecord, EnvironmentState, NewEn
 use scopefs::limits::{refuse, Bound};
 use scopefs::registry::billing::ArtifactEntry;
 
-use super::outputs::output_path;
+use super::outputs::output_paths;
 use super::{
     reason, Caller, Compute, ComputeError, ComputeService, CreateEnvironment, DestroyEnvironment, Destroyed,
     EnvironmentOptions, ReconcileReport,
@@ -41,14 +41,20 @@ fn check_create(compute: &Compute, req: &CreateEnvironment) -> Result<String, Co
             ));
         }
     }
-    check_paths(compute, "input_objects", req.input_objects)?;
-    check_paths(compute, "default_output_paths", req.options.default_output_paths.len())?;
-    for p in &req.options.default_output_paths {
-        output_path(p).map_err(|e| match e {
-            ComputeError::Invalid(_, text) => ComputeError::Invalid("default_output_paths", text),
-            other => other,
-        })?;
+    let max_inputs = compute.settings.max_input_objects;
+    if req.input_objects as u64 > max_inputs {
+        refuse(Bound::InputObjects);
+        return Err(ComputeError::Invalid(
+            "input_objects",
+            format!("more than {max_inputs} entries (limits.max_input_objects)"),
+        ));
     }
+    check_paths(compute, "input_objects", req.views.len())?;
+    check_paths(compute, "default_output_paths", req.options.default_output_paths.len())?;
+    output_paths(&req.options.default_output_paths).map_err(|e| match e {
+        ComputeError::Invalid(_, text) => ComputeError::Invalid("default_output_paths", text),
+        other => other,
+    })?;
     if req.options.max_output_bytes == Some(0) {
         return Err(ComputeError::Invalid("limits", "max_stdout_stderr_bytes must be at least 1".into()));
     }
@@ -226,7 +232,7 @@ impl ComputeService {
         let opts = self.options_of(&env.environment_id)?;
         let raw = req.output_paths.as_ref().unwrap_or(&opts.default_output_paths);
         check_paths(compute, "output_paths", raw.len())?;
-        let paths = raw.iter().map(|p| output_path(p)).collect::<Result<Vec<_>, _>>()?;
+        let paths = output_paths(raw)?;
         let persist = req.persist_outputs.unwrap_or(true) && !paths.is_empty();
         let id = env.environment_id.as_str();
         if req.force_destroy || !persist {

@@ -119,8 +119,10 @@ pub struct ComputeSettings {
     /// `limits.max_artifact_files` / `limits.max_artifact_bytes`: outputs one destroy collects.
     pub max_artifact_files: u64,
     pub max_artifact_bytes: u64,
-    /// `limits.max_environment_paths`: entries of a request's path lists.
+    /// `limits.max_environment_paths`: entries of a request's path lists, views it grants.
     pub max_environment_paths: u64,
+    /// `limits.max_input_objects`: entries of a request's `input_objects`.
+    pub max_input_objects: u64,
     /// The `[limits]` of shared compute (seed 003 §15).
     pub shared: shared::SharedSettings,
 }
@@ -143,6 +145,7 @@ impl ComputeSettings {
             max_artifact_files: cfg.limits.max_artifact_files,
             max_artifact_bytes: cfg.limits.max_artifact_bytes,
             max_environment_paths: cfg.limits.max_environment_paths,
+            max_input_objects: cfg.limits.max_input_objects,
             shared: shared::SharedSettings::from_config(cfg),
         }
     }
@@ -226,7 +229,8 @@ pub struct CreateEnvironment {
     pub image_ref: Option<String>,
     /// The environment's options, recorded with it.
     pub options: EnvironmentOptions,
-    /// Entries of `input_objects` (validated by the caller; counted against the path bound here).
+    /// Entries of `input_objects` (validated by the caller; counted against
+    /// `limits.max_input_objects` here).
     pub input_objects: usize,
     /// What the request says about shared compute (seed 003 §5, §15).
     pub shared: shared::SharedRequest,

@@ -3,7 +3,8 @@
 //! path, size, SHA-256 and a content type from the extension.
 //!
 //! Output paths are relative to `/workspace` (`/workspace/out`, `out`, `/workspace` itself) and
-//! validated like file-tool paths. The walk refuses (`limits.max_artifact_files`,
+//! validated like file-tool paths. `/__global__` (seed 003 §7.3's default output paths name it) is
+//! taken and holds none: containers see the global store read-only, so no environment changes it. The walk refuses (`limits.max_artifact_files`,
 //! `limits.max_artifact_bytes`) from the listing, before any file is read.
 
 use std::collections::BTreeMap;
@@ -15,6 +16,7 @@ use scopefs::registry::billing::ArtifactEntry;
 use sha2::{Digest, Sha256};
 
 use super::{ComputeError, ComputeService, EnvironmentOptions};
+use crate::services::peers::GLOBAL_ROOT;
 use crate::services::ServiceError;
 
 /// The container's view of the scope root.
@@ -39,6 +41,22 @@ pub fn output_path(raw: &str) -> Result<String, ComputeError> {
         return Ok(String::new());
     }
     scopefs::vpath::normalize(rel).map_err(|e| invalid(format!("{raw:?}: {e}")))
+}
+
+/// Whether `raw` names the user's global store or a path below it (an output path that holds no
+/// outputs: module docs).
+pub fn in_global_store(raw: &str) -> bool {
+    let raw = raw.trim_end_matches('/');
+    raw == GLOBAL_ROOT
+        || raw
+            .strip_prefix(GLOBAL_ROOT)
+            .and_then(|r| r.strip_prefix('/'))
+            .is_some_and(|r| scopefs::vpath::normalize(r).is_ok())
+}
+
+/// The scope paths of output paths `raw`, those in the global store left out.
+pub fn output_paths(raw: &[String]) -> Result<Vec<String>, ComputeError> {
+    raw.iter().filter(|p| !in_global_store(p)).map(|p| output_path(p)).collect()
 }
 
 /// The container's view of scope path `rel` (`""`: the root): `/workspace` or `/workspace/<rel>`.
@@ -210,6 +228,13 @@ mod tests {
         assert_eq!(output_path("out").unwrap(), "out");
         for bad in ["/etc", "/workspace/../etc", "out/../../x", "/threads/t/x"] {
             assert!(matches!(output_path(bad), Err(ComputeError::Invalid("output_paths", _))), "{bad}");
+        }
+        // Seed 003 §7.3's default: the global store is taken and holds no outputs.
+        let seed_default = ["/workspace".to_string(), "/__global__".to_string(), "/__global__/lib/".to_string()];
+        assert_eq!(output_paths(&seed_default).unwrap(), vec![String::new()]);
+        for bad in ["/__global__/../etc", "/__globalx", "/__global__/a/../../b"] {
+            assert!(!in_global_store(bad), "{bad}");
+            assert!(output_paths(&[bad.to_string()]).is_err(), "{bad}");
         }
     }
 

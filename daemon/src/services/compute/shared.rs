@@ -77,6 +77,8 @@ pub struct SharedRequest {
     pub input_bytes: u64,
     /// `limits.max_input_bytes`.
     pub max_input_bytes: Option<u64>,
+    /// `limits.max_user_concurrency`: the user's live shared environments, this one included.
+    pub max_user_concurrency: Option<u64>,
 }
 
 /// A rule of seed 003 §15.1: what it checks (the reason a request is not eligible) and the check.
@@ -108,6 +110,7 @@ pub const RULES: &[Rule] = &[
     ("resource_class other than small or shared-small (GPU, large)", |_, r| {
         matches!(r.shared.resource_class.as_deref(), None | Some("small" | "shared-small"))
     }),
+    ("limits.max_user_concurrency is 0", |_, r| r.shared.max_user_concurrency != Some(0)),
     ("backend_policy asks for a dedicated backend", |_, r| {
         matches!(r.shared.backend_policy.as_deref(), None | Some("auto" | "shared" | "simple" | "shared_compute"))
     }),
@@ -201,10 +204,12 @@ impl SharedPool {
         &self.settings
     }
 
-    /// A slot for one more shared environment of `user`, or 429 `TooMany`.
-    pub fn reserve(&self, user: &str) -> Result<ScopeSlot, ComputeError> {
-        self.users.try_acquire(user).ok_or(ComputeError::TooMany(
-            "concurrent shared environments of this user (limits.max_shared_environments_per_user)",
+    /// A slot for one more shared environment of `user` while it has fewer than `at_most` (the
+    /// request's `max_user_concurrency`) and `per_user`, or 429 `TooMany`.
+    pub fn reserve(&self, user: &str, at_most: Option<u64>) -> Result<ScopeSlot, ComputeError> {
+        self.users.try_acquire_within(user, at_most.unwrap_or(u64::MAX)).ok_or(ComputeError::TooMany(
+            "concurrent shared environments of this user (limits.max_user_concurrency of the request, \
+             limits.max_shared_environments_per_user)",
         ))
     }
 
@@ -337,7 +342,7 @@ impl ComputeService {
                 Ok((Route::Dedicated, req.clone()))
             }
             Decision::Shared(mode) => {
-                let slot = compute.shared.reserve(user_id)?;
+                let slot = compute.shared.reserve(user_id, req.shared.max_user_concurrency)?;
                 Ok((Route::Shared(slot), shared_request(compute.shared.settings(), req, mode)))
             }
         }
@@ -551,11 +556,13 @@ mod tests {
         let t0 = Instant::now();
         let k = |u: &str, s: &str| PoolKey::of(u, &spec(s, "e"));
         assert_eq!(PoolKey::of("u1", &spec("s1", "e1")), PoolKey::of("u1", &spec("s1", "e2")));
-        let slot = pool.reserve("u1").unwrap();
+        let slot = pool.reserve("u1", None).unwrap();
         pool.lease("e1", k("u1", "s1"), "c1", slot);
-        let _second = pool.reserve("u1").unwrap();
-        assert!(matches!(pool.reserve("u1"), Err(ComputeError::TooMany(_))), "a third shared lease is refused");
-        assert!(pool.reserve("u2").is_ok(), "another user has its own slots");
+        assert!(matches!(pool.reserve("u1", Some(1)), Err(ComputeError::TooMany(_))), "the request's own bound");
+        let _second = pool.reserve("u1", Some(2)).unwrap();
+        assert!(matches!(pool.reserve("u1", None), Err(ComputeError::TooMany(_))), "a third shared lease is refused");
+        assert!(matches!(pool.reserve("u1", Some(9)), Err(ComputeError::TooMany(_))), "never above per_user");
+        assert!(pool.reserve("u2", Some(1)).is_ok(), "another user has its own slots");
         let (key, c) = pool.release("e1").unwrap();
         assert!(pool.park(key.expect("a lease made by create is reusable"), c, t0).is_empty());
         assert!(pool.holds("c1"));

@@ -9,8 +9,9 @@
 //! `default_output_paths` are collected as artifacts at destroy; `image_ref` must be the configured
 //! image (else 403). `resource_class`, `backend_policy`, `execution_mode`,
 //! `shared_compute_eligible`, the other `limits`, `input_objects` (validated: mount paths, no
-//! duplicates, no writable `/threads/*`), `artifact_prefix` and `budget_snapshot` are validated and
-//! recorded with the environment. `execution_mode`, `shared_compute_eligible`, `resource_class`,
+//! duplicates, no writable `/threads/*`; recorded as a count, bytes and the views they grant),
+//! `artifact_prefix` and `budget_snapshot` are validated and recorded with the environment.
+//! `limits.max_user_concurrency` bounds the user's live shared environments (seed §15.2). `execution_mode`, `shared_compute_eligible`, `resource_class`,
 //! `backend_policy`, the input sizes and the limits also decide shared compute
 //! (`services::compute::shared`: eligible requests answer "simple"/"shared", others "standard").
 //! An `input_objects` entry mounted at or below `/threads/{thread_id}` or at `/__global__` is the
@@ -42,6 +43,9 @@ pub enum ExecutionMode {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
+    /// Seed 003 §15.2: live shared environments of the user (at most
+    /// `limits.max_shared_environments_per_user` whatever it says).
+    pub max_user_concurrency: Option<u64>,
     pub max_input_bytes: Option<u64>,
     pub max_output_bytes: Option<u64>,
     pub max_stdout_stderr_bytes: Option<u64>,
@@ -149,6 +153,14 @@ fn views_of(inputs: &[InputObject]) -> Result<Vec<View>, ComputeError> {
     Ok(views)
 }
 
+/// What is recorded of `input_objects`: how many and their bytes, and the views they grant (a
+/// seed manifest lists every file of the conversation, which the scope holds already).
+fn inputs_summary(inputs: &[InputObject], views: &[View]) -> Value {
+    let bytes = inputs.iter().fold(0u64, |n, o| n.saturating_add(o.size_bytes));
+    let views: Vec<String> = views.iter().map(View::root).collect();
+    serde_json::json!({"count": inputs.len(), "size_bytes": bytes, "views": views})
+}
+
 /// The smallest of the runtime caps a request names.
 fn runtime_cap(p: &CreateParams) -> Result<Option<u64>, ComputeError> {
     let budget = match p.budget_snapshot.as_ref().and_then(|b| b.get("effective_max_runtime_seconds")) {
@@ -177,6 +189,7 @@ impl CreateParams {
             backend_policy: self.backend_policy.clone(),
             input_bytes: inputs.iter().fold(0u64, |n, o| n.saturating_add(o.size_bytes)),
             max_input_bytes: self.limits.as_ref().and_then(|l| l.max_input_bytes),
+            max_user_concurrency: self.limits.as_ref().and_then(|l| l.max_user_concurrency),
         }
     }
 
@@ -195,7 +208,7 @@ impl CreateParams {
             "execution_mode": self.execution_mode,
             "shared_compute_eligible": self.shared_compute_eligible,
             "limits": self.limits,
-            "input_objects": self.input_objects,
+            "input_objects": inputs_summary(self.input_objects.as_deref().unwrap_or_default(), &views),
             "artifact_prefix": self.artifact_prefix,
             "budget_snapshot": self.budget_snapshot,
         });
