@@ -167,6 +167,8 @@ pub struct Config {
     pub executor: ExecutorConfig,
     /// `[pricing]`: compute billing (SPEC §9).
     pub pricing: crate::billing::PricingConfig,
+    /// `[billing]`: who charges for compute (this daemon, or the gateway it reports to).
+    pub billing: BillingConfig,
     /// `[limits]`: every bound a tenant's requests, kernel operations or containers control.
     pub limits: crate::limits::LimitsConfig,
     /// `[cutover]`: the required-mode gate of seed 000 §11.1 (off by default).
@@ -175,6 +177,27 @@ pub struct Config {
     pub registry: RegistryConfig,
     /// `[node]`: this daemon as one node of several (off unless `id` is set).
     pub node: NodeConfig,
+}
+
+/// Who charges for compute: one billing authority per deployment (seed 003 §10.2 has the gateway
+/// settle and then call `/admin/mark-settled`; a daemon that also charged would bill twice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BillingMode {
+    /// This daemon settles (the default): its pending-usage loop charges each record once, and
+    /// `/admin/mark-settled` settles a record now (charged at most once whoever asks).
+    #[default]
+    Settle,
+    /// The gateway settles: the daemon records usage and artifacts and never charges;
+    /// `/admin/mark-settled` only marks a record settled (`reported`).
+    Report,
+}
+
+/// `[billing]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BillingConfig {
+    pub mode: BillingMode,
 }
 
 /// Who may reach the views outside a conversation's own `/workspace` through the file tools (seed
@@ -257,6 +280,7 @@ impl Default for Config {
             fuse: FuseConfig::default(),
             executor: ExecutorConfig::default(),
             pricing: crate::billing::PricingConfig::default(),
+            billing: BillingConfig::default(),
             limits: crate::limits::LimitsConfig::default(),
             cutover: CutoverConfig::default(),
             registry: RegistryConfig::default(),

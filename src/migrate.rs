@@ -31,6 +31,7 @@ pub const REGISTRY: &[Migration] = &[
     Migration { version: 9, sql: include_str!("../migrations/registry/0009_scope_users.sql") },
     Migration { version: 10, sql: include_str!("../migrations/registry/0010_nodes.sql") },
     Migration { version: 11, sql: include_str!("../migrations/registry/0011_forks.sql") },
+    Migration { version: 12, sql: include_str!("../migrations/registry/0012_usage_reported.sql") },
 ];
 
 /// The same registry on PostgreSQL, from `migrations/registry-postgres/` (one file per SQLite
@@ -47,6 +48,7 @@ pub const REGISTRY_POSTGRES: &[Migration] = &[
     Migration { version: 9, sql: include_str!("../migrations/registry-postgres/0009_scope_users.sql") },
     Migration { version: 10, sql: include_str!("../migrations/registry-postgres/0010_nodes.sql") },
     Migration { version: 11, sql: include_str!("../migrations/registry-postgres/0011_forks.sql") },
+    Migration { version: 12, sql: include_str!("../migrations/registry-postgres/0012_usage_reported.sql") },
 ];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.
@@ -122,6 +124,34 @@ mod tests {
         assert!(apply(&mut c, &bad).is_err());
         let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(v, 0);
+    }
+
+    /// Registry 0012 rebuilds `compute_usage_log` (SQLite cannot change a CHECK): the rows of a
+    /// version-11 database, their ids and the id sequence survive, and `reported` is allowed.
+    #[test]
+    fn the_usage_log_rebuild_keeps_rows_and_ids() {
+        let mut c = Connection::open_in_memory().unwrap();
+        apply(&mut c, &REGISTRY[..11]).unwrap();
+        let insert =
+            "INSERT INTO compute_usage_log (environment_id, user_id, thread_id, runtime_seconds, compute_minutes,
+                      artifacts_state, created_at) VALUES (?1, 'u', 't', 60, 1, 'none', 1)";
+        c.execute(insert, ["e1"]).unwrap();
+        c.execute(insert, ["e2"]).unwrap();
+        c.execute("DELETE FROM compute_usage_log WHERE environment_id = 'e2'", []).unwrap();
+        assert_eq!(apply(&mut c, REGISTRY).unwrap(), 12);
+        c.execute(insert, ["e3"]).unwrap();
+        let ids: Vec<(i64, String)> = c
+            .prepare("SELECT usage_id, environment_id FROM compute_usage_log ORDER BY usage_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(ids, vec![(1, "e1".to_string()), (3, "e3".to_string())], "an id is never reused");
+        c.execute("UPDATE compute_usage_log SET settlement_status = 'reported', settled_at = 2 WHERE usage_id = 1", [])
+            .unwrap();
+        let no_ledger = "UPDATE compute_usage_log SET settlement_status = 'settled', settled_at = 2 WHERE usage_id = 3";
+        assert!(c.execute(no_ledger, []).is_err(), "settled here still needs its ledger row");
     }
 
     #[test]

@@ -252,6 +252,40 @@ fn b_settlement_minutes_cash_mixed_insufficient_and_already_settled() {
     assert_books_agree(&reg);
 }
 
+/// Issue 24, item 5 (`[billing] mode = "report"`): a record the gateway settled is marked
+/// `reported` once, with no charge and no ledger row; the daemon's own settlement then finds it
+/// settled (it never charges it), pending artifacts are refused first, and the books agree.
+#[test]
+fn reported_usage_is_marked_once_and_never_charged() {
+    let reg = Registry::open_for_tests().unwrap();
+    let p = pricing();
+    account(&reg, &p, "u_rep", "payg", "1.000000");
+    let (before, ledger_before) = (reg.account("u_rep").unwrap().unwrap(), ledger_len(&reg, "u_rep"));
+    let u = reg.record_usage("u_rep", "t1", "env_rep", 180, &[]).unwrap();
+    let first = reg.mark_usage_reported(u.usage_id).unwrap();
+    assert_eq!((first.status, first.usage.settlement_status.as_str()), (SettleStatus::Settled, "reported"));
+    assert!(first.usage.is_settled() && first.usage.settled_at.is_some() && first.usage.ledger_entry_id.is_none());
+    for _ in 0..2 {
+        assert_eq!(reg.mark_usage_reported(u.usage_id).unwrap().status, SettleStatus::AlreadySettled);
+        assert_eq!(reg.settle_usage(&p, u.usage_id).unwrap().status, SettleStatus::AlreadySettled);
+    }
+    assert_eq!(reg.account("u_rep").unwrap().unwrap(), before, "nothing charged");
+    assert_eq!(ledger_len(&reg, "u_rep"), ledger_before, "no ledger row");
+    assert!(reg.pending_usage(100, false).unwrap().iter().all(|r| r.usage_id != u.usage_id));
+    assert!(reg.usage_by_state(true, 100).unwrap().iter().any(|r| r.usage_id == u.usage_id), "listed as settled");
+    // A record settled here first is already settled for the gateway too (one charge in all).
+    let charged = reg.record_usage("u_rep", "t1", "env_charged", 60, &[]).unwrap();
+    assert_eq!(reg.settle_usage(&p, charged.usage_id).unwrap().status, SettleStatus::Settled);
+    assert_eq!(reg.mark_usage_reported(charged.usage_id).unwrap().status, SettleStatus::AlreadySettled);
+    assert_eq!(ledger_len(&reg, "u_rep"), ledger_before + 1);
+    let pending = reg.record_usage("u_rep", "t1", "env_outputs", 60, &["/workspace/a.txt".to_string()]).unwrap();
+    assert!(matches!(reg.mark_usage_reported(pending.usage_id), Err(BillingError::ArtifactsPending)));
+    reg.mark_artifacts_registered(&[pending.usage_id]).unwrap();
+    assert_eq!(reg.mark_usage_reported(pending.usage_id).unwrap().status, SettleStatus::Settled);
+    assert!(matches!(reg.mark_usage_reported(999_999), Err(BillingError::UsageNotFound)));
+    assert_books_agree(&reg);
+}
+
 #[test]
 fn monthly_quota_refresh_follows_the_injected_clock() {
     let clock = Arc::new(ManualClock::new(1_779_537_600_000)); // 2026-05-23
@@ -750,5 +784,48 @@ fn b_outputs_become_artifacts_registered_before_a_single_settlement() {
     assert_eq!(compute_rows.len(), 1, "one ledger row for the environment");
     assert_eq!(rec.ledger_entry_id, Some(compute_rows[0].entry_id));
     assert_eq!(registrar.calls.load(Ordering::SeqCst), 3);
+    assert_books_agree(&reg);
+}
+
+/// Issue 24, item 5, through the daemon: with `[billing] mode = "report"` a gateway following seed
+/// 003 §10.2 settles in its own wallet and calls `/admin/mark-settled`, which only marks: the record
+/// is listed as settled, the daemon's ledger has no row and the account is not charged (at 2351eb5
+/// the same call charged the daemon's wallet: a second charge). Artifacts are registered first.
+#[test]
+fn report_mode_mark_settled_only_marks() {
+    use serde_json::{json, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let place = daemon_place(dir.path());
+    let (plain, with_outputs) = {
+        let reg = test_backend::open_place(&place).unwrap();
+        let plain = reg.record_usage("gw", "thr_g", "env_rep_1", 150, &[]).unwrap().usage_id;
+        let outputs = reg.record_usage("gw", "thr_g", "env_rep_2", 30, &["/workspace/o.txt".into()]).unwrap();
+        (plain, outputs.usage_id)
+    };
+    let config = "[billing]\nmode = \"report\"\n\n[pricing]\ndefault_plan = \"payg\"\n[pricing.plans.payg]\n\
+                  compute_allowed = true\nmonthly_minutes = 0\nhard_max_runtime_seconds = 3600\n";
+    let d = start_daemon(dir.path(), &place, config);
+    let c = reqwest::blocking::Client::new();
+    let admin = |path: &str, body: Value| -> Value {
+        let r = c.post(format!("{}{path}", d.base)).header("X-Admin-Token", ADMIN_TOKEN).json(&body).send().unwrap();
+        assert!(r.status().is_success(), "{path}: {}", r.status());
+        r.json().unwrap()
+    };
+    let status = |v: &Value, i: usize| v["results"][i]["status"].as_str().unwrap_or_default().to_string();
+    let res = admin("/admin/mark-settled", json!({"usage_ids": [plain, with_outputs]}));
+    assert_eq!((status(&res, 0), status(&res, 1)), ("settled".into(), "artifacts_pending".into()), "{res}");
+    admin("/admin/mark-artifacts-registered", json!({"environment_id": "env_rep_2"}));
+    let res = admin("/admin/mark-settled", json!({"usage_ids": [plain, with_outputs]}));
+    assert_eq!((status(&res, 0), status(&res, 1)), ("already_settled".into(), "settled".into()), "{res}");
+    let settled = admin("/admin/pending-usage", json!({"settled": 1, "limit": 10}));
+    let listed: Vec<i64> = settled["usage"].as_array().unwrap().iter().filter_map(|u| u["usage_id"].as_i64()).collect();
+    assert!(listed.contains(&plain) && listed.contains(&with_outputs), "{settled}");
+    let reg = test_backend::open_place(&place).unwrap();
+    for id in [plain, with_outputs] {
+        let u = reg.usage(id).unwrap().unwrap();
+        assert_eq!((u.settlement_status.as_str(), u.ledger_entry_id), ("reported", None));
+    }
+    assert_eq!(ledger_len(&reg, "gw"), 0, "the daemon charged nothing");
+    assert!(reg.account("gw").unwrap().is_none_or(|a| a.compute_overtime_charged == Micros::ZERO));
     assert_books_agree(&reg);
 }

@@ -1,6 +1,8 @@
 //! The billing service of the daemon and its background loops: the pending-usage loop of seed 003 §11
 //! (every `pricing.settle_interval_secs`, batch 50, back off after 5 consecutive failed rounds,
-//! artifacts before settlement with 10 registration retries) and the monthly quota refresh.
+//! artifacts before settlement with 10 registration retries) and the monthly quota refresh. With
+//! `[billing] mode = "report"` the gateway is the billing authority: the loop settles nothing and
+//! `/admin/mark-settled` only marks ([`BillingService::mark_settled`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +10,8 @@ use std::time::Duration;
 use scopefs::billing::{
     run_pending_pass, ArtifactRegistrar, BillingError, PassSettings, PricingConfig, RegistryRegistrar,
 };
+use scopefs::config::BillingMode;
+use scopefs::registry::billing::Settlement;
 use scopefs::registry::Registry;
 
 /// Registry plus pricing: what the admin routes, the loops and `create_environment` need.
@@ -16,6 +20,8 @@ pub struct BillingService {
     pub pricing: PricingConfig,
     pub settings: PassSettings,
     pub registrar: Arc<dyn ArtifactRegistrar>,
+    /// Who charges (`[billing] mode`).
+    pub mode: BillingMode,
 }
 
 impl BillingService {
@@ -34,6 +40,27 @@ impl BillingService {
             registry,
             pricing,
             settings: PassSettings::default(),
+            mode: BillingMode::default(),
+        }
+    }
+
+    /// The same service with `mode` as configured (said at startup).
+    pub fn with_mode(mut self, mode: BillingMode) -> BillingService {
+        if mode == BillingMode::Report {
+            tracing::info!(
+                "billing.mode = \"report\": this daemon records usage and never charges; the gateway settles"
+            );
+        }
+        self.mode = mode;
+        self
+    }
+
+    /// `/admin/mark-settled` of one record: settled now (charged at most once) in settle mode,
+    /// marked settled by the gateway (no charge) in report mode.
+    pub fn mark_settled(&self, usage_id: i64) -> Result<Settlement, BillingError> {
+        match self.mode {
+            BillingMode::Settle => self.registry.settle_usage(&self.pricing, usage_id),
+            BillingMode::Report => self.registry.mark_usage_reported(usage_id),
         }
     }
 
@@ -73,6 +100,13 @@ pub async fn run(billing: Arc<BillingService>, mut stop: tokio::sync::watch::Rec
                 Ok(Ok(n)) => tracing::info!(accounts = n, "monthly compute quotas refreshed"),
                 Ok(Err(e)) => tracing::error!(error = %e, "quota refresh failed"),
                 Err(e) => tracing::error!(error = %e, "quota refresh panicked"),
+            }
+        }
+        if billing.mode == BillingMode::Report {
+            // The gateway registers artifacts and settles; nothing here charges.
+            tokio::select! {
+                _ = tokio::time::sleep(billing.interval()) => continue,
+                _ = stop.wait_for(|s| *s) => return,
             }
         }
         let b = billing.clone();

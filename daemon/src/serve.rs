@@ -98,7 +98,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
 
     let storage = open_storage(&cfg, &rt)?;
     let registry = open_registry(&cfg, &rt, &storage)?;
-    let billing = Arc::new(crate::billing_loop::BillingService::new(registry.clone(), cfg.pricing.clone()));
+    let billing = Arc::new(
+        crate::billing_loop::BillingService::new(registry.clone(), cfg.pricing.clone()).with_mode(cfg.billing.mode),
+    );
     tracing::info!(schema_version = registry.schema_version(), "registry open");
     if !inherited.mounts.is_empty() {
         tracing::info!(mounts = inherited.mounts.len(), "resuming mounts kept across the restart");

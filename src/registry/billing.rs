@@ -10,6 +10,7 @@
 mod artifacts;
 mod audit;
 mod preflight;
+mod reported;
 
 pub(crate) use artifacts::record_manifest_in;
 pub use artifacts::{ArtifactEntry, ArtifactRow};
@@ -98,8 +99,9 @@ pub struct UsageRecord {
 }
 
 impl UsageRecord {
+    /// Settled here (charged, with its ledger row) or by the gateway (`reported`).
     pub fn is_settled(&self) -> bool {
-        self.settlement_status == "settled"
+        self.settlement_status != "pending"
     }
 }
 

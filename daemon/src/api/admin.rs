@@ -44,7 +44,8 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "POST",
             "/admin/mark-settled",
             Auth::Admin,
-            "Settle these usage records now (seed 003 §10.2; idempotent: each is charged at most once). \
+            "Settle these usage records now (seed 003 §10.2; idempotent: each is charged at most once); with \
+             [billing] mode = \"report\" only mark them settled by the gateway (nothing is charged). \
              Body {usage_ids: [..]}; answers {results: [{usage_id, status}]} with status settled | already_settled | \
              insufficient_compute_balance | artifacts_pending | not_found",
             post(mark_settled),
@@ -193,7 +194,7 @@ async fn mark_settled(
     let results = blocking(Internal, move || {
         let mut out = Vec::with_capacity(req.usage_ids.len());
         for id in req.usage_ids {
-            let status = match billing.registry.settle_usage(&billing.pricing, id) {
+            let status = match billing.mark_settled(id) {
                 Ok(s) if s.status == SettleStatus::Settled => "settled",
                 Ok(_) => "already_settled",
                 Err(BillingError::InsufficientComputeBalance { .. }) => "insufficient_compute_balance",

@@ -155,7 +155,8 @@ impl Registry {
     /// Usage records by settlement state (the admin API's `settled` 0/1), oldest first.
     pub fn usage_by_state(&self, settled: bool, limit: usize) -> Result<Vec<UsageRecord>, BillingError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let state = if settled { "settled" } else { "pending" };
-        Ok(query_usages(&self.db.conn()?, "settlement_status = ?1 ORDER BY usage_id LIMIT ?2", &[&state, &limit])?)
+        let filter = if settled { "settlement_status <> 'pending'" } else { "settlement_status = 'pending'" };
+        let q = format!("{filter} ORDER BY usage_id LIMIT ?1");
+        Ok(query_usages(&self.db.conn()?, &q, &[&limit])?)
     }
 }

@@ -1,0 +1,41 @@
+//! SQL of usage a gateway settled (`[billing] mode = "report"`, issue 24 item 5): the gateway is the
+//! billing authority, so `/admin/mark-settled` only marks a pending record `reported` (no charge,
+//! no ledger row here), once.
+
+use crate::registry::db::params;
+
+use super::{get_usage_in, SettleStatus, Settlement};
+use crate::billing::BillingError;
+use crate::registry::{Registry, RegistryError};
+
+impl Registry {
+    /// Marks usage record `usage_id` settled by the gateway: `Settled` the first time,
+    /// `AlreadySettled` after (whoever settled it); `ArtifactsPending` while its artifacts wait for
+    /// registration (the gateway registers them first, seed 003 §10.2).
+    pub fn mark_usage_reported(&self, usage_id: i64) -> Result<Settlement, BillingError> {
+        let now = self.now_ms();
+        let mut conn = self.db.conn()?;
+        let tx = conn.transaction()?;
+        let usage = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
+        if usage.is_settled() {
+            return Ok(Settlement { status: SettleStatus::AlreadySettled, usage });
+        }
+        if usage.artifacts_state == super::ArtifactsState::Pending {
+            return Err(BillingError::ArtifactsPending);
+        }
+        let n = tx.execute(
+            "UPDATE compute_usage_log
+             SET settlement_status = 'reported', settled_at = ?2, settlement_error = NULL, next_attempt_at = NULL,
+                 last_attempt_at = ?2
+             WHERE usage_id = ?1 AND EXISTS (SELECT 1 FROM usage_state_transitions
+                                             WHERE from_state = compute_usage_log.settlement_status AND to_state = 'reported')",
+            params![usage_id, now],
+        )?;
+        if n != 1 {
+            return Err(RegistryError::Corrupt("usage report transition refused".into()).into());
+        }
+        let usage = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
+        tx.commit()?;
+        Ok(Settlement { status: SettleStatus::Settled, usage })
+    }
+}
