@@ -347,11 +347,11 @@ fn cutover_lease_blocks_creation() {
     let (st, body) = lease("PATCH", "cut-2", 60);
     assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "lease_not_held"), "renewal by another operation");
     let (st, body) = d.provision("op-new", "thread-new");
-    assert_eq!((st, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "cutover_in_progress"));
+    assert_eq!((st, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "cutover-in-progress"));
     let (st, body) = d.new_owner(&scope, json!({"owner_type": "cron"}));
-    assert_eq!((st, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "cutover_in_progress"));
+    assert_eq!((st, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "cutover-in-progress"));
     let (st, body) = d.reserve(&scope, json!({"run_request_id": "rr", "turn_id": "t", "request_hash": "h"}));
-    assert_eq!((st, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "cutover_in_progress"));
+    assert_eq!((st, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "cutover-in-progress"));
     assert_eq!(d.by_thread("thread-new").0, StatusCode::NOT_FOUND, "nothing was created");
     // The holder renews; after expiry another operation takes it and the holder cannot renew.
     let (st, _) = lease("PATCH", "cut-1", 2);
@@ -367,6 +367,44 @@ fn cutover_lease_blocks_creation() {
     assert_eq!((st, body), (StatusCode::OK, json!({"released": true})));
     let (st, _) = d.provision("op-new", "thread-new");
     assert_eq!(st, StatusCode::CREATED, "creation works again once released");
+}
+
+/// Issue 24, item 3 (seed 000 §11.1): the cutover works under its own lease. The holder of
+/// `workspace-cutover` (naming its `operation_id` as `lease_operation_id`) provisions the threads it
+/// migrates, past the required-mode gate it is about to open, and registers their owners; every
+/// other caller still gets 503 `cutover-in-progress` (at 2351eb5 the holder got it too).
+#[test]
+fn the_cutover_holder_provisions_under_its_own_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("latest.json");
+    let store =
+        format!("[store]\nkind = \"local\"\n\n[cutover]\nmode = \"required\"\nreport = \"{}\"\n", report.display());
+    let setup = Setup::with_store(store);
+    let d = setup.start(None);
+    let lease = json!({"operation_id": "cut-9", "ttl_seconds": 600});
+    assert_eq!(call(d.req("POST", "/internal/leases/workspace-cutover").json(&lease)).0, StatusCode::OK);
+    let provision = |op: &str, thread: &str, holder: Option<&str>| {
+        let body = json!({"operation_id": op, "primary_thread_id": thread, "lease_operation_id": holder});
+        call(d.req("POST", "/internal/workspace-scopes/provision").json(&body))
+    };
+    for holder in [None, Some("someone-else")] {
+        let (st, body) = provision("op-l1", "thread-legacy-1", holder);
+        assert_eq!((st, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "cutover-in-progress"), "{holder:?}: {body}");
+    }
+    let (st, sc) = provision("op-l1", "thread-legacy-1", Some("cut-9"));
+    assert_eq!(st, StatusCode::CREATED, "the holder provisions under its lease: {sc}");
+    let scope = s(&sc, "scope_id");
+    let (st, body) = d.new_owner(&scope, json!({"owner_type": "cron", "resource_id": "cron-l1"}));
+    assert_eq!((st, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "cutover-in-progress"), "{body}");
+    let owner = json!({"owner_type": "cron", "resource_id": "cron-l1", "lease_operation_id": "cut-9"});
+    let (st, body) = d.new_owner(&scope, owner);
+    assert_eq!(st, StatusCode::CREATED, "{body}");
+    let (st, body) = call(d.req("DELETE", "/internal/leases/workspace-cutover?operation_id=cut-9"));
+    assert_eq!((st, body), (StatusCode::OK, json!({"released": true})));
+    // Without the lease, the gate is closed again for a thread the cutover did not migrate.
+    let (st, body) = provision("op-l2", "thread-missed", Some("cut-9"));
+    assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "migration-required"), "{body}");
+    assert_eq!(provision("op-l1", "thread-legacy-1", None).0, StatusCode::OK, "the migrated thread has its scope");
 }
 
 /// One sample of `/metrics` (0 when absent would hide a missing family: it panics instead).

@@ -19,12 +19,25 @@ pub struct Lease {
 
 /// `CutoverInProgress` if a blocking lease is held (unexpired) at `now`.
 pub(super) fn refuse_if_blocked_in(conn: &Conn<'_>, deployment: &str, now: i64) -> Result<(), RegistryError> {
+    refuse_unless_holder_in(conn, deployment, now, None)
+}
+
+/// `CutoverInProgress` if a blocking lease is held (unexpired) at `now` by an operation other than
+/// `holder`: the holder works under its own lease (a cutover creates the scopes it migrates and
+/// registers their owners), everyone else waits.
+pub(super) fn refuse_unless_holder_in(
+    conn: &Conn<'_>,
+    deployment: &str,
+    now: i64,
+    holder: Option<&str>,
+) -> Result<(), RegistryError> {
     let held: Option<String> = conn
         .query_row(
             "SELECT lock_name FROM deployment_locks
              WHERE deployment_id = ?1 AND lock_name IN (?2, ?3) AND expires_at > ?4
+               AND operation_id IS DISTINCT FROM CAST(?5 AS TEXT)
              ORDER BY lock_name LIMIT 1",
-            params![deployment, BLOCKING_LEASES[0], BLOCKING_LEASES[1], now],
+            params![deployment, BLOCKING_LEASES[0], BLOCKING_LEASES[1], now, holder],
             |r| r.get(0),
         )
         .optional()?;

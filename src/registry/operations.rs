@@ -13,7 +13,7 @@ use std::str::FromStr;
 
 use crate::registry::db::{params, Conn, OptionalExtension};
 
-use super::leases::refuse_if_blocked_in;
+use super::leases::refuse_unless_holder_in;
 use super::owners::insert_primary_owner_in;
 use super::scopes::{find_by_thread_in, get_in, insert_in, transition_in};
 use super::{DeploymentRegistry, RegistryError, ScopeRecord, ScopeState};
@@ -265,7 +265,19 @@ impl DeploymentRegistry {
         thread: &ThreadId,
         quota: Option<Quota>,
     ) -> Result<Provisioned, RegistryError> {
-        self.provision_as(operation_id, thread, quota, None)
+        self.provision_as(operation_id, thread, quota, None, None)
+    }
+
+    /// `provision` by the holder of the blocking lease `holder` names (its `operation_id`): not
+    /// refused by that lease (a cutover provisions the threads it migrates), still by another.
+    pub fn provision_under_lease(
+        &self,
+        operation_id: &str,
+        thread: &ThreadId,
+        quota: Option<Quota>,
+        holder: Option<&str>,
+    ) -> Result<Provisioned, RegistryError> {
+        self.provision_as(operation_id, thread, quota, None, holder)
     }
 
     /// `provision` of a scope made as a copy of `parent` (a fork, a snapshot's scope): a new scope
@@ -278,7 +290,7 @@ impl DeploymentRegistry {
         thread: &ThreadId,
         parent: &ScopeId,
     ) -> Result<Provisioned, RegistryError> {
-        let p = self.provision_as(operation_id, thread, None, Some(parent))?;
+        let p = self.provision_as(operation_id, thread, None, Some(parent), None)?;
         if self.forked_from(&p.scope.scope_id)?.as_ref() != Some(parent) {
             return Err(RegistryError::OperationConflict);
         }
@@ -291,12 +303,13 @@ impl DeploymentRegistry {
         thread: &ThreadId,
         quota: Option<Quota>,
         parent: Option<&ScopeId>,
+        holder: Option<&str>,
     ) -> Result<Provisioned, RegistryError> {
         let deployment = self.id.as_str();
         let now = self.now_ms();
         let mut conn = self.db.conn()?;
         let tx = conn.transaction()?;
-        refuse_if_blocked_in(&tx, deployment, now)?;
+        refuse_unless_holder_in(&tx, deployment, now, holder)?;
         let existing_op: Option<String> = tx
             .query_row(
                 "SELECT scope_id FROM scope_operations WHERE deployment_id = ?1 AND operation_id = ?2",

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use crate::registry::db::{params, Conn, OptionalExtension, Row};
 
-use super::leases::refuse_if_blocked_in;
+use super::leases::refuse_unless_holder_in;
 use super::operations::{compensate_op_in, op_for_owner_in, record_owner_op_in, set_op_in, OperationState};
 use super::scopes::get_in as get_scope_in;
 use super::{is_constraint, to_i64, to_u64, validate_resource_id, DeploymentRegistry, RegistryError, ScopeState};
@@ -284,6 +284,17 @@ impl DeploymentRegistry {
     /// a deleting/deleted scope). Registering the same resource of the same type in the same scope
     /// again returns the existing owner (`created = false`); in another scope it is `ResourceOwned`.
     pub fn create_owner(&self, scope: &ScopeId, new: &NewOwner) -> Result<(OwnerRecord, bool), RegistryError> {
+        self.create_owner_under_lease(scope, new, None)
+    }
+
+    /// `create_owner` by the holder of the blocking lease `holder` names (its `operation_id`): not
+    /// refused by that lease, still by another.
+    pub fn create_owner_under_lease(
+        &self,
+        scope: &ScopeId,
+        new: &NewOwner,
+        holder: Option<&str>,
+    ) -> Result<(OwnerRecord, bool), RegistryError> {
         let deployment = self.id.as_str();
         if let Some(r) = &new.resource_id {
             validate_resource_id(r)?;
@@ -297,7 +308,7 @@ impl DeploymentRegistry {
         let now = self.now_ms();
         let mut conn = self.db.conn()?;
         let tx = conn.transaction()?;
-        refuse_if_blocked_in(&tx, deployment, now)?;
+        refuse_unless_holder_in(&tx, deployment, now, holder)?;
         require_open_scope_in(&tx, deployment, scope)?;
         if let Some(parent) = &new.parent_owner_id {
             let p = get_owner_in(&tx, deployment, parent)?;

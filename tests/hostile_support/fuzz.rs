@@ -38,9 +38,9 @@ pub struct Target {
 
 /// 5xx answers a correct daemon may give, by `(status, error code)`: `503 compute_unavailable`
 /// because the daemon runs without a sandbox executor (`docker_host` is a missing socket), and
-/// `503 cutover_in_progress` when the fuzz itself took a blocking lease (`workspace-cutover`,
+/// `503 cutover-in-progress` when the fuzz itself took a blocking lease (`workspace-cutover`,
 /// `maintenance`), as the provision route documents. Every other 5xx is a failure.
-pub const ALLOWED_5XX: &[(u16, &str)] = &[(503, "compute_unavailable"), (503, "cutover_in_progress")];
+pub const ALLOWED_5XX: &[(u16, &str)] = &[(503, "compute_unavailable"), (503, "cutover-in-progress")];
 
 /// Strings that try to leave a scope or confuse a decoder, in every encoding.
 pub const TRAVERSAL: &[&str] = &[

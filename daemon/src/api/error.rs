@@ -267,7 +267,7 @@ fn from_registry(e: &RegistryError) -> ApiError {
             ApiError::new(StatusCode::CONFLICT, code, e.to_string())
         }
         RegistryError::CutoverInProgress(_) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "cutover_in_progress", e.to_string())
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "cutover-in-progress", e.to_string())
         }
         RegistryError::OwnerNotFound => ApiError::new(StatusCode::NOT_FOUND, "owner_not_found", e.to_string()),
         RegistryError::RunRequestNotFound => {
@@ -473,7 +473,7 @@ mod tests {
     #[test]
     fn maps_registry_lifecycle_errors() {
         let reg = |e: RegistryError| status_code(ServiceError::Registry(e));
-        assert_eq!(reg(RegistryError::CutoverInProgress("workspace-cutover".into())), (503, "cutover_in_progress"));
+        assert_eq!(reg(RegistryError::CutoverInProgress("workspace-cutover".into())), (503, "cutover-in-progress"));
         assert_eq!(reg(RegistryError::ScopeUnavailable(ScopeState::Deleting)), (409, "scope_deleting"));
         assert_eq!(reg(RegistryError::ScopeUnavailable(ScopeState::Deleted)), (409, "scope_deleted"));
         assert_eq!(reg(RegistryError::InterruptAlreadyResolved), (409, "interrupt_already_resolved"));

@@ -29,10 +29,11 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "/internal/workspace-scopes/provision",
             Auth::Service,
             "Create (or return) the draft scope of a primary thread; idempotent on operation_id. \
-             Body {operation_id, primary_thread_id, user_id?} (user_id: the user the scope belongs to; \
-             a scope of another user is 404); 201 new / 200 existing: scope view with `created`. \
-             503 cutover_in_progress while a blocking lease is held; 409 migration-required for a thread without \
-             a scope while cutover.mode is required and the migration report is not verified",
+             Body {operation_id, primary_thread_id, user_id?, lease_operation_id?} (user_id: the user the scope \
+             belongs to; a scope of another user is 404); 201 new / 200 existing: scope view with `created`. \
+             503 cutover-in-progress while a blocking lease is held by another operation than lease_operation_id \
+             (its holder works under it); 409 migration-required for a thread without a scope while cutover.mode \
+             is required and the migration report is not verified (not for the holder of workspace-cutover)",
             post(provision),
         )
         .add(
@@ -71,9 +72,10 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "POST",
             "/internal/workspace-scopes/{scope_id}/owners",
             Auth::Service,
-            "Register an owner (state reserved). Body {owner_type, resource_id?, parent_owner_id?}; 201 owner \
-             (200 if this resource is already registered in this scope). 409 resource_already_owned, \
-             409 scope_deleting, 503 cutover_in_progress",
+            "Register an owner (state reserved). Body {owner_type, resource_id?, parent_owner_id?, \
+             lease_operation_id?}; 201 owner (200 if this resource is already registered in this scope). \
+             409 resource_already_owned, 409 scope_deleting, 503 cutover-in-progress (not for the holder \
+             of the blocking lease, lease_operation_id)",
             post(create_owner),
         )
         .add(
@@ -97,7 +99,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             Auth::Service,
             "Idempotent run reservation. Body {run_request_id, turn_id, interrupt_key?, request_hash}; 201 new / \
              200 existing: run request with created, scope_state, scope_revision. 409 idempotency_key_conflict, \
-             409 interrupt_already_resolved, 409 scope_deleting, 503 cutover_in_progress",
+             409 interrupt_already_resolved, 409 scope_deleting, 503 cutover-in-progress",
             post(reserve_run),
         )
         .add(
@@ -193,6 +195,10 @@ struct ProvisionRequest {
     /// The user the scope belongs to (seed 003 §3.7); a scope of another user is 404.
     #[serde(default)]
     user_id: Option<String>,
+    /// The `operation_id` of the caller's blocking lease (a cutover provisioning the threads it
+    /// migrates): that lease does not refuse its holder.
+    #[serde(default)]
+    lease_operation_id: Option<String>,
 }
 
 async fn provision(
@@ -203,7 +209,10 @@ async fn provision(
     if req.user_id.as_ref().is_some_and(|u| u.is_empty() || u.len() > 256) {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_user_id", "user_id must be 1-256 bytes"));
     }
-    let provision = move || st.scopes.provision_for_user(&req.operation_id, &thread, req.user_id.as_deref());
+    let provision = move || {
+        let holder = req.lease_operation_id.as_deref();
+        st.scopes.provision_for_user(&req.operation_id, &thread, req.user_id.as_deref(), holder)
+    };
     let (rec, created) = blocking(Internal, provision).await?;
     Ok((created_status(created), Json(ScopeView { created: Some(created), ..ScopeView::of(rec) })))
 }
@@ -264,6 +273,9 @@ struct CreateOwnerRequest {
     owner_type: OwnerType,
     resource_id: Option<String>,
     parent_owner_id: Option<String>,
+    /// As for provisioning: the caller's blocking lease, which does not refuse its holder.
+    #[serde(default)]
+    lease_operation_id: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -281,7 +293,8 @@ async fn create_owner(
 ) -> Result<(StatusCode, Json<OwnerView>), ApiError> {
     let new =
         NewOwner { owner_type: req.owner_type, resource_id: req.resource_id, parent_owner_id: req.parent_owner_id };
-    let (owner, created) = blocking(Internal, move || st.scopes.create_owner(&scope, &new)).await?;
+    let holder = req.lease_operation_id;
+    let (owner, created) = blocking(Internal, move || st.scopes.create_owner(&scope, &new, holder.as_deref())).await?;
     Ok((created_status(created), Json(OwnerView { owner, created: Some(created) })))
 }
 

@@ -9,8 +9,9 @@
 //!
 //! The pass shares the deployment's `maintenance` lease with operators (seed 000
 //! §11.1): when it has registry work to do it takes the lease (which refuses new
-//! drafts, runs and owners with 503 while held), renews it between phases and
-//! releases it after; if an operator holds it, the pass is skipped and counted.
+//! drafts, runs and owners with 503 while held), renews it before each scope it
+//! expires or purges and releases it after; if an operator holds it, or the cutover
+//! holds `workspace-cutover`, the pass is skipped and counted.
 //! Every pass also compares the local scope directories with the registry
 //! (orphan directories, missing local metadata) for `/metrics`; nothing is deleted. And every
 //! pass, without the lease, stops the environments past their admitted runtime.
@@ -33,6 +34,8 @@ const OPERATION_LEFT_OVER_AFTER: Duration = Duration::from_secs(120);
 
 /// The deployment lease the maintenance pass shares with operators.
 pub const MAINTENANCE_LEASE: &str = "maintenance";
+/// The cutover's lease: while it is held, a maintenance pass does no registry work.
+const CUTOVER_LEASE: &str = "workspace-cutover";
 /// The daemon's own holder id of the `maintenance` lease: a restarted daemon takes back a lease
 /// its previous process left behind instead of waiting for it to expire.
 pub const MAINTENANCE_HOLDER: &str = "scopefs-daemon-maintenance";
@@ -248,6 +251,14 @@ impl Scopes {
         if !self.maintenance_due()? {
             return Ok(report);
         }
+        // A cutover in progress owns the deployment's lifecycle: nothing expires, is deleted or
+        // purged under it (seed 000 §11.1).
+        if self.registry.lease(CUTOVER_LEASE)?.is_some() {
+            tracing::info!("the cutover lease is held; maintenance pass skipped");
+            crate::metrics::note_maintenance_skipped();
+            report.skipped = true;
+            return Ok(report);
+        }
         let ttl = ms(MAINTENANCE_LEASE_TTL);
         match self.registry.acquire_lease(MAINTENANCE_LEASE, MAINTENANCE_HOLDER, ttl) {
             Ok(_) => {}
@@ -306,6 +317,7 @@ impl Scopes {
         let now = self.registry.now_ms();
         let draft_cutoff = now.saturating_sub(ms(self.lifecycle.draft_ttl));
         for rec in self.registry.expired_drafts(draft_cutoff)? {
+            self.renew_maintenance_lease()?;
             match self.registry.begin_draft_expiry(&rec.scope_id, draft_cutoff) {
                 Ok(Some(_)) => {
                     report.drafts_expired += 1;
@@ -327,9 +339,10 @@ impl Scopes {
                 }
             }
         }
-        self.renew_maintenance_lease()?;
         let purge_cutoff = now.saturating_sub(ms(self.lifecycle.trash_retention));
         for rec in self.registry.purge_due(purge_cutoff)? {
+            // Renewed before each scope: a pass holds its lease while it works, however many.
+            self.renew_maintenance_lease()?;
             match self.purge(&rec) {
                 Ok(()) => report.purged += 1,
                 Err(e) => {

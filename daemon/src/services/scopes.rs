@@ -21,7 +21,7 @@ use scopefs::engine::{Quota, Storage, Usage};
 use scopefs::ids::{ScopeId, ThreadId};
 use scopefs::registry::{
     DeploymentRegistry, Lease, NewOwner, OwnerRecord, OwnerType, OwnerUpdate, Reservation, RunRequestRecord,
-    RunReserve, RunUpdate, ScopeRecord, ScopeState,
+    RunReserve, RunUpdate, ScopeRecord, ScopeState, BLOCKING_LEASES,
 };
 
 use super::lifecycle::LifecycleSettings;
@@ -124,9 +124,15 @@ impl Scopes {
         }
     }
 
-    /// Registers an owner (`reserved`) in a draft or active scope; `true` if it is new.
-    pub fn create_owner(&self, scope: &ScopeId, new: &NewOwner) -> Result<(OwnerRecord, bool), ServiceError> {
-        Ok(self.registry.create_owner(scope, new)?)
+    /// Registers an owner (`reserved`) in a draft or active scope; `true` if it is new. `holder`:
+    /// the `operation_id` of the caller's blocking lease, which does not refuse its own holder.
+    pub fn create_owner(
+        &self,
+        scope: &ScopeId,
+        new: &NewOwner,
+        holder: Option<&str>,
+    ) -> Result<(OwnerRecord, bool), ServiceError> {
+        Ok(self.registry.create_owner_under_lease(scope, new, holder)?)
     }
 
     /// Attaches a resource to an owner and/or changes its state.
@@ -177,9 +183,28 @@ impl Scopes {
     /// Idempotent provisioning (operation id and thread); returns the scope and whether it is new.
     /// `MigrationRequired` for a thread without a scope while the cutover gate is closed.
     pub fn provision(&self, operation_id: &str, thread: &ThreadId) -> Result<(ScopeRecord, bool), ServiceError> {
+        self.provision_under_lease(operation_id, thread, None)
+    }
+
+    /// `provision` by the holder of a blocking lease (`holder`: its `operation_id`), which that
+    /// lease does not refuse; the holder of `workspace-cutover` is the migration itself, so the
+    /// cutover gate does not wait for its report either (seed 000 §11.1: the cutover creates the
+    /// scopes of the threads it migrates).
+    pub fn provision_under_lease(
+        &self,
+        operation_id: &str,
+        thread: &ThreadId,
+        holder: Option<&str>,
+    ) -> Result<(ScopeRecord, bool), ServiceError> {
         validate_operation_id(operation_id)?;
-        self.check_cutover_gate(thread)?;
-        let p = self.registry.provision(operation_id, thread, None)?;
+        let cutover = match holder {
+            Some(h) => self.registry.lease(BLOCKING_LEASES[0])?.is_some_and(|l| l.operation_id == h),
+            None => false,
+        };
+        if !cutover {
+            self.check_cutover_gate(thread)?;
+        }
+        let p = self.registry.provision_under_lease(operation_id, thread, None, holder)?;
         failpoint("provision_after_record");
         let rec = if p.scope.state == ScopeState::Provisioning { self.finish_provisioning(&p.scope)? } else { p.scope };
         if p.created {
@@ -195,8 +220,9 @@ impl Scopes {
         operation_id: &str,
         thread: &ThreadId,
         user: Option<&str>,
+        holder: Option<&str>,
     ) -> Result<(ScopeRecord, bool), ServiceError> {
-        let (rec, created) = self.provision(operation_id, thread)?;
+        let (rec, created) = self.provision_under_lease(operation_id, thread, holder)?;
         match user {
             Some(u) => {
                 super::peers::bind_user(&self.registry, &rec, u)?;

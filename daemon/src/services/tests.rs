@@ -135,7 +135,7 @@ fn a_blocked_delete_waits_for_owners_and_drafts_expire() {
     let scopes = &h.services.scopes;
     let (rec, _) = scopes.provision("op-1", &thread("t1")).unwrap();
     let new = run_owner("run-1");
-    scopes.create_owner(&rec.scope_id, &new).unwrap();
+    scopes.create_owner(&rec.scope_id, &new, None).unwrap();
     let rec = h.registry.get(&rec.scope_id).unwrap().unwrap();
     let deleting = scopes.request_state(&rec.scope_id, rec.revision, ScopeState::Deleting).unwrap();
     assert_eq!(deleting.state, ScopeState::Deleting);
@@ -187,7 +187,7 @@ fn workspace_files_resolve_threads_nonces_and_imports_without_mounting() {
 
     let rec = h.registry.get(&rec.scope_id).unwrap().unwrap();
     let new = run_owner("run-2");
-    scopes.create_owner(&rec.scope_id, &new).unwrap();
+    scopes.create_owner(&rec.scope_id, &new, None).unwrap();
     let rec = h.registry.get(&rec.scope_id).unwrap().unwrap();
     scopes.request_state(&rec.scope_id, rec.revision, ScopeState::Deleting).unwrap();
     let deleting = files.engine_for_thread(&thread("t1")).map(|(rec, _)| rec);
@@ -410,7 +410,7 @@ fn deletes_resume_and_runs_and_crons_of_a_deleted_scope_are_compensated() {
     };
     let reserved = scopes.reserve_run(&rec.scope_id, &req).unwrap();
     let cron = NewOwner { owner_type: OwnerType::Cron, resource_id: Some("cron-1".into()), parent_owner_id: None };
-    let (cron_owner, _) = scopes.create_owner(&rec.scope_id, &cron).unwrap();
+    let (cron_owner, _) = scopes.create_owner(&rec.scope_id, &cron, None).unwrap();
     assert_eq!(scopes.maintenance_pass().unwrap().compensated, 0, "open scope: the caller drives them");
     let rec = h.registry.get(&rec.scope_id).unwrap().unwrap();
     let deleting = scopes.request_state(&rec.scope_id, rec.revision, ScopeState::Deleting).unwrap();
@@ -472,7 +472,7 @@ fn the_required_cutover_gate_opens_only_for_a_verified_report() {
 /// Seed 000 §11.1: the maintenance pass shares the `maintenance` lease: while an operator holds
 /// it the pass does no registry work (counted as skipped); otherwise it takes and releases it.
 #[test]
-fn the_maintenance_pass_takes_the_lease_and_skips_while_an_operator_holds_it() {
+fn the_maintenance_pass_takes_the_lease_and_skips_while_an_operator_or_the_cutover_holds_one() {
     let h = harness(LimitsConfig::default());
     let scopes = &h.services.scopes;
     let (draft, _) = scopes.provision("op-1", &thread("t1")).unwrap();
@@ -485,6 +485,11 @@ fn the_maintenance_pass_takes_the_lease_and_skips_while_an_operator_holds_it() {
     assert_eq!(h.registry.get(&draft.scope_id).unwrap().unwrap().state, ScopeState::Draft);
 
     h.registry.release_lease("maintenance", "operator-run").unwrap();
+    // Issue 24, item 3: nothing expires while the cutover holds its lease either.
+    h.registry.acquire_lease("workspace-cutover", "cut-1", 60_000).unwrap();
+    assert!(scopes.maintenance_pass().unwrap().skipped, "a cutover in progress");
+    assert_eq!(h.registry.get(&draft.scope_id).unwrap().unwrap().state, ScopeState::Draft);
+    h.registry.release_lease("workspace-cutover", "cut-1").unwrap();
     let report = scopes.maintenance_pass().unwrap();
     assert!(!report.skipped && report.drafts_expired == 1, "{report:?}");
     assert!(h.registry.lease("maintenance").unwrap().is_none(), "released after the pass");
@@ -633,9 +638,9 @@ fn peer_views_are_per_user_and_the_global_store_is_made_once() {
     use super::peers::{mount_views, resolve, View};
     let h = harness(LimitsConfig::default());
     let (files, open) = (&h.services.files, h.services.scopes.open_scopes());
-    let (a, _) = h.services.scopes.provision_for_user("op-a", &thread("ta"), Some("u1")).unwrap();
+    let (a, _) = h.services.scopes.provision_for_user("op-a", &thread("ta"), Some("u1"), None).unwrap();
     let (b, _) = h.services.scopes.provision("op-b", &thread("tb")).unwrap();
-    let (c, _) = h.services.scopes.provision_for_user("op-c", &thread("tc"), Some("u2")).unwrap();
+    let (c, _) = h.services.scopes.provision_for_user("op-c", &thread("tc"), Some("u2"), None).unwrap();
     assert_eq!(a.user_id.as_deref(), Some("u1"));
     let view = |t: &str| View::Thread(thread(t));
     assert!(matches!(resolve(&h.registry, open, "u1", &view("tb")), Err(ServiceError::ScopeNotFound)), "unowned");
@@ -647,7 +652,7 @@ fn peer_views_are_per_user_and_the_global_store_is_made_once() {
     assert!(matches!(resolve(&h.registry, open, "u2", &view("tb")), Err(ServiceError::ScopeNotFound)));
     assert!(matches!(resolve(&h.registry, open, "u1", &view("nope")), Err(ServiceError::ScopeNotFound)));
     assert!(matches!(
-        h.services.scopes.provision_for_user("op-c2", &thread("tc"), Some("u1")),
+        h.services.scopes.provision_for_user("op-c2", &thread("tc"), Some("u1"), None),
         Err(ServiceError::ScopeNotFound)
     ));
 
