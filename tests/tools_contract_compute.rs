@@ -318,7 +318,8 @@ fn compute_routes_take_the_seed_bodies_and_answer_the_seed_fields() {
     // read and the environment keeps running; force_destroy then ends it and reports them lost.
     let body = json!({"default_output_paths": ["/workspace/out"], "limits": {"max_files": 1}});
     let env2 = d.ok(&t, "create_environment", body)["environment_id"].as_str().unwrap().to_string();
-    d.ok(&t, "execute_command", json!({"environment_id": env2, "command": "echo 2 > /workspace/out/second.txt"}));
+    let two_files = "echo 2 > /workspace/out/second.txt && echo 3 > /workspace/out/third.txt";
+    d.ok(&t, "execute_command", json!({"environment_id": env2, "command": two_files}));
     let (s, v) = d.tool(&t, "destroy_environment", json!({"environment_id": env2}));
     assert_eq!((s, v["error"]["code"].as_str()), (StatusCode::INSUFFICIENT_STORAGE, Some("artifact_limit")), "{v}");
     assert_eq!(d.ok(&t, "get_environment_status", json!({"environment_id": env2}))["status"], "running");
@@ -369,6 +370,8 @@ fn outputs_become_artifacts_registered_with_retries_then_settled_once() {
         &format!("/admin/accounts/{USER}/credit"),
         Some(json!({"amount": "1.000000", "idempotency_key": "seed-credit"})),
     );
+    // Issue 24, item 6: a file already there and left unchanged is not an output.
+    d.ok(&t, "write_file", json!({"path": "out/before.txt", "content": "was here"}));
 
     let env =
         d.ok(&t, "create_environment", json!({"default_output_paths": ["/workspace/out"], "max_runtime_seconds": 120}))
@@ -490,6 +493,9 @@ fn outputs_outside_the_signed_grant_are_refused_at_create_and_at_destroy() {
             .as_str()
             .unwrap()
             .to_string();
+    // The environment's output (written after its creation: files left unchanged are not outputs).
+    let (s, v) = scoped("write_file", json!({"path": "/workspace/in/a.txt", "content": "inside"}));
+    assert_eq!(s, StatusCode::OK, "{v}");
     denied(scoped("destroy_environment", json!({"environment_id": env})), "destroy, the defaults");
     denied(scoped("destroy_environment", json!({"environment_id": env, "output_paths": ["/workspace"]})), "destroy");
     denied(
@@ -517,7 +523,7 @@ fn seed_shaped_create_bodies_are_taken() {
     let d = Daemon::start(dir.path());
     let t = format!("thr_{}", uid());
     d.provision(&t);
-    d.ok(&t, "write_file", json!({"path": "out.txt", "content": "made here"}));
+    d.ok(&t, "write_file", json!({"path": "before.txt", "content": "was here"}));
     let mut body = seed_create_body(&d.image, &t);
     body["limits"]["max_user_concurrency"] = json!(2);
     body["default_output_paths"] = json!(["/workspace", "/__global__"]);
@@ -531,8 +537,9 @@ fn seed_shaped_create_bodies_are_taken() {
     body["input_objects"] = json!(manifest);
     let created = d.ok(&t, "create_environment", body);
     let env = created["environment_id"].as_str().unwrap().to_string();
+    d.ok(&t, "execute_command", json!({"environment_id": env, "command": "echo made > /workspace/out.txt"}));
     let done = d.ok(&t, "destroy_environment", json!({"environment_id": env}));
     let paths: Vec<&str> = done["artifacts"].as_array().unwrap().iter().filter_map(|a| a["path"].as_str()).collect();
-    assert!(paths.iter().any(|p| p.ends_with("out.txt")), "outputs of /workspace recorded: {done}");
-    assert!(paths.iter().all(|p| p.starts_with("/workspace") || !p.starts_with('/')), "{done}");
+    // Issue 24, item 6: the seed's default output path (/workspace) records what the job made.
+    assert_eq!(paths, vec!["/workspace/out.txt"], "{done}");
 }

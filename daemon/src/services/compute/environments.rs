@@ -58,7 +58,13 @@ fn check_create(compute: &Compute, req: &CreateEnvironment) -> Result<String, Co
     if req.options.max_output_bytes == Some(0) {
         return Err(ComputeError::Invalid("limits", "max_stdout_stderr_bytes must be at least 1".into()));
     }
-    serde_json::to_string(&req.options).map_err(|e| ComputeError::Invalid("limits", e.to_string()))
+    // Outputs are what changes from now on (`outputs::output_files`).
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let options = EnvironmentOptions {
+        outputs_since_ns: Some(i64::try_from(since.as_nanos()).unwrap_or(i64::MAX)),
+        ..req.options.clone()
+    };
+    serde_json::to_string(&options).map_err(|e| ComputeError::Invalid("limits", e.to_string()))
 }
 
 impl ComputeService {

@@ -261,6 +261,11 @@ pub struct EnvironmentOptions {
     /// The mode of a shared-pool environment ("simple"/"shared"); `None`: a dedicated container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution_mode: Option<String>,
+    /// When the environment was created (Unix nanoseconds, the engine's clock): its outputs are
+    /// the files under its output paths changed since (`None`, environments of older versions:
+    /// every file there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs_since_ns: Option<i64>,
 }
 
 /// `destroy_environment` parameters (seed 003 §4.5, §7.5).

@@ -2,12 +2,18 @@
 //! walked through the scope's engine (never the host), become a bounded artifact manifest —
 //! path, size, SHA-256 and a content type from the extension.
 //!
+//! An environment's outputs are the regular files under its output paths that it created or
+//! changed: whose change time (`ctime`, set by the engine at every change of the file, never by a
+//! program) is at or after the environment's creation. A file that was already there unchanged is
+//! not an output, so the seed's default output path (`/workspace`) hashes only what the job made.
+//!
 //! Output paths are relative to `/workspace` (`/workspace/out`, `out`, `/workspace` itself) and
 //! validated like file-tool paths. `/__global__` (seed 003 §7.3's default output paths name it) is
 //! taken and holds none: containers see the global store read-only, so no environment changes it. The walk refuses (`limits.max_artifact_files`,
 //! `limits.max_artifact_bytes`) from the listing, before any file is read.
 
 use std::collections::BTreeMap;
+use std::time::SystemTime;
 
 use scopefs::engine::{FileKind, ScopeEngine};
 use scopefs::ids::ScopeId;
@@ -98,14 +104,16 @@ pub fn content_type(path: &str) -> &'static str {
     }
 }
 
-/// The regular files under `paths` (deduplicated, by path) with their listed sizes; refuses past
-/// the file and byte bounds before anything is read. A path that does not exist has no files.
+/// The regular files under `paths` (deduplicated, by path) changed at or after `since` (`None`:
+/// all) with their listed sizes; refuses past the file and byte bounds before anything is read. A
+/// path that does not exist has no files.
 fn output_files(
     engine: &ScopeEngine,
     paths: &[String],
-    max_files: u64,
-    max_bytes: u64,
+    since: Option<SystemTime>,
+    (max_files, max_bytes): (u64, u64),
 ) -> Result<BTreeMap<String, u64>, ComputeError> {
+    let changed = |attr: &scopefs::engine::Attr| attr.kind == FileKind::File && since.is_none_or(|s| attr.ctime >= s);
     let mut files = BTreeMap::new();
     // Checked at each file: the map never holds more than one file past the bound (the listing
     // itself is bounded by its bytes, `limits.max_listing_bytes`).
@@ -126,10 +134,10 @@ fn output_files(
             Err(e) => return Err(ServiceError::from(e).into()),
         };
         match attr.kind {
-            FileKind::File => add(p.clone(), attr.size)?,
+            FileKind::File if changed(&attr) => add(p.clone(), attr.size)?,
             FileKind::Dir => {
                 let listing = engine.list_path(p, true).map_err(ServiceError::from)?;
-                for e in listing.iter().filter(|e| e.attr.kind == FileKind::File) {
+                for e in listing.iter().filter(|e| changed(&e.attr)) {
                     add(e.path.clone(), e.attr.size)?;
                 }
             }
@@ -161,6 +169,12 @@ fn hash_file(engine: &ScopeEngine, path: &str, size: u64) -> Result<(String, u64
     Ok((hex(&hasher.finalize()), read))
 }
 
+/// Since when an environment's changed files are its outputs (`EnvironmentOptions::outputs_since_ns`).
+fn outputs_since(opts: &EnvironmentOptions) -> Option<SystemTime> {
+    let ns = u64::try_from(opts.outputs_since_ns?).ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns))
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -179,8 +193,8 @@ impl ComputeService {
         paths: &[String],
         opts: &EnvironmentOptions,
     ) -> Result<usize, ComputeError> {
-        let (max_files, max_bytes) = self.artifact_bounds(opts);
-        Ok(output_files(&*self.scope_engine(scope)?, paths, max_files, max_bytes)?.len())
+        let engine = self.scope_engine(scope)?;
+        Ok(output_files(&engine, paths, outputs_since(opts), self.artifact_bounds(opts))?.len())
     }
 
     /// The artifact manifest of the regular files under `paths` (scope paths), by path.
@@ -190,10 +204,9 @@ impl ComputeService {
         paths: &[String],
         opts: &EnvironmentOptions,
     ) -> Result<Vec<ArtifactEntry>, ComputeError> {
-        let (max_files, max_bytes) = self.artifact_bounds(opts);
         let engine = self.scope_engine(scope)?;
         let mut out = Vec::new();
-        for (path, size) in output_files(&engine, paths, max_files, max_bytes)? {
+        for (path, size) in output_files(&engine, paths, outputs_since(opts), self.artifact_bounds(opts))? {
             let (sha256, size_bytes) = match hash_file(&engine, &path, size) {
                 Ok(h) => h,
                 // Removed between the listing and the read: not an output any more.

@@ -219,6 +219,8 @@ impl CreateParams {
             max_artifact_bytes: self.limits.as_ref().and_then(|l| l.max_output_bytes),
             recorded,
             execution_mode: None,
+            // Set by the service when it creates the environment.
+            outputs_since_ns: None,
         };
         Ok(CreateEnvironment {
             max_runtime_seconds,
