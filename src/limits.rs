@@ -120,8 +120,8 @@ pub struct LimitsConfig {
     pub max_live_processes_per_scope: u64,
     /// Background-process logs one scope keeps (the oldest finished ones are removed beyond).
     pub max_process_logs_per_scope: u64,
-    /// Files one `destroy_environment` turns into artifacts (seed 003 §3.8); more refuse the
-    /// destroy (507) before anything is read, unless `force_destroy`.
+    /// Files one `destroy_environment` turns into artifacts (seed 003 §3.8); with more, nothing is
+    /// read or recorded (the environment ends all the same, its answer names the paths).
     pub max_artifact_files: u64,
     /// Total bytes of those files (each is read once to hash it).
     pub max_artifact_bytes: u64,

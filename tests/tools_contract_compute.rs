@@ -314,19 +314,22 @@ fn compute_routes_take_the_seed_bodies_and_answer_the_seed_fields() {
     assert_eq!(destroyed["artifacts"][0]["path"], "/workspace/out/r.csv");
     assert_eq!(destroyed["artifacts"][0]["content_type"], "text/csv");
 
-    // The environment's own limits bound its outputs: over them, destroy is 507 before anything is
-    // read and the environment keeps running; force_destroy then ends it and reports them lost.
+    // The environment's own limits bound its outputs: past them, destroy still ends the environment
+    // (its usage is recorded and billed as any other) and answers which output paths were not
+    // recorded (issue 24, item 6; at 2351eb5 it was 507 and the environment ran on, billing).
     let body = json!({"default_output_paths": ["/workspace/out"], "limits": {"max_files": 1}});
     let env2 = d.ok(&t, "create_environment", body)["environment_id"].as_str().unwrap().to_string();
     let two_files = "echo 2 > /workspace/out/second.txt && echo 3 > /workspace/out/third.txt";
     d.ok(&t, "execute_command", json!({"environment_id": env2, "command": two_files}));
-    let (s, v) = d.tool(&t, "destroy_environment", json!({"environment_id": env2}));
-    assert_eq!((s, v["error"]["code"].as_str()), (StatusCode::INSUFFICIENT_STORAGE, Some("artifact_limit")), "{v}");
-    assert_eq!(d.ok(&t, "get_environment_status", json!({"environment_id": env2}))["status"], "running");
-    let forced = d.ok(&t, "destroy_environment", json!({"environment_id": env2, "force_destroy": true}));
-    let got =
-        (forced["status"].as_str(), forced["artifacts"].as_array().map(Vec::len), forced["artifacts_lost"].as_bool());
-    assert_eq!(got, (Some("ended"), Some(0), Some(true)), "{forced}");
+    let past = d.ok(&t, "destroy_environment", json!({"environment_id": env2}));
+    let got = (past["status"].as_str(), past["artifacts"].as_array().map(Vec::len), past["artifacts_lost"].as_bool());
+    assert_eq!(got, (Some("ended"), Some(0), Some(true)), "{past}");
+    assert_eq!(past["outputs_not_recorded"], json!(["/workspace/out"]), "{past}");
+    let usage = |settled: u8| d.admin(reqwest::Method::POST, "/admin/pending-usage", Some(json!({"settled": settled})));
+    let recorded = [usage(0), usage(1)]
+        .iter()
+        .any(|l| l["usage"].as_array().unwrap().iter().any(|u| u["environment_id"] == env2.as_str()));
+    assert!(recorded, "its usage is recorded");
 }
 
 /// Fails its first `fail_first` calls, then registers through the daemon's own registrar.

@@ -242,8 +242,12 @@ struct DestroyedView {
     already_ended: bool,
     /// The manifest of its outputs (seed 003 §3.8): files under the output paths.
     artifacts: Vec<ArtifactView>,
-    /// `force_destroy` left output files uncollected.
+    /// `force_destroy` left output files uncollected, or they were past the bounds.
     artifacts_lost: bool,
+    /// Output paths whose files were not recorded (past the artifact bounds; the environment ended
+    /// and is billed all the same).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    outputs_not_recorded: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -342,7 +346,13 @@ async fn destroy_environment(
         let done = svc.destroy_environment(&req.scope.scope_id, &req.body.environment_id, &params)?;
         let env = EnvView::seen_by(done.env, &Who::of(&req), svc.execution_of(&req.body.environment_id));
         let artifacts = done.artifacts.into_iter().map(ArtifactView::of).collect();
-        Ok(Json(DestroyedView { env, already_ended: !done.ended_now, artifacts, artifacts_lost: done.artifacts_lost }))
+        Ok(Json(DestroyedView {
+            env,
+            already_ended: !done.ended_now,
+            artifacts,
+            artifacts_lost: done.artifacts_lost,
+            outputs_not_recorded: done.outputs_not_recorded,
+        }))
     })
     .await
 }
@@ -611,7 +621,13 @@ mod tests {
         theirs["artifacts"] = json!([]);
         theirs["artifacts_lost"] = json!(false);
         let env = EnvView::seen_by(record.clone(), &who("u2", "thr-b", true), Execution::standard());
-        let destroyed = DestroyedView { env, already_ended: true, artifacts: Vec::new(), artifacts_lost: false };
+        let destroyed = DestroyedView {
+            env,
+            already_ended: true,
+            artifacts: Vec::new(),
+            artifacts_lost: false,
+            outputs_not_recorded: Vec::new(),
+        };
         assert_eq!(serde_json::to_value(destroyed).unwrap(), theirs);
         // A shared-pool environment answers the seed's shared fields (003 §5), no container named.
         let shared = serde_json::to_value(EnvView::of(record, true, Execution::shared("simple"))).unwrap();

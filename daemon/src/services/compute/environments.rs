@@ -224,9 +224,10 @@ impl ComputeService {
 
     /// Destroys an environment of `scope` (seed 003 §4.5, §7.5). Its outputs (the regular files
     /// under `output_paths`, else its `default_output_paths`) become artifacts recorded with its
-    /// usage: bounds are checked before the container is removed (507, the environment keeps
-    /// running), the files are hashed after. Destroying an ended one again returns it unchanged,
-    /// and records its outputs if asked (for an environment the max-runtime timer ended).
+    /// usage: bounds are checked before the container is removed, the files are hashed after. Past
+    /// the bounds the environment still ends (and is billed): nothing is recorded and the answer
+    /// names the output paths not recorded. Destroying an ended one again returns it unchanged,
+    /// and records its outputs if asked.
     pub fn destroy_environment(
         &self,
         scope: &ScopeId,
@@ -244,16 +245,67 @@ impl ComputeService {
         if req.force_destroy || !persist {
             let lost = req.force_destroy && persist && self.check_outputs(scope, &paths, &opts).map_or(true, |n| n > 0);
             let (env, ended_now) = self.stop_environment(id, reason::DESTROYED, req.force_destroy)?;
-            return Ok(Destroyed { env, ended_now, artifacts: Vec::new(), artifacts_lost: lost });
+            return Ok(Destroyed {
+                env,
+                ended_now,
+                artifacts: Vec::new(),
+                artifacts_lost: lost,
+                outputs_not_recorded: Vec::new(),
+            });
         }
-        self.check_outputs(scope, &paths, &opts)?;
+        let past_bounds = |why: String| -> Result<Destroyed, ComputeError> {
+            tracing::warn!(environment_id = %id, reason = %why, "outputs past the artifact bounds are not recorded");
+            let (env, ended_now) = self.stop_environment(id, reason::DESTROYED, false)?;
+            Ok(Destroyed {
+                env,
+                ended_now,
+                artifacts: Vec::new(),
+                artifacts_lost: true,
+                outputs_not_recorded: raw.clone(),
+            })
+        };
+        match self.check_outputs(scope, &paths, &opts) {
+            Err(ComputeError::OutputsTooLarge(why)) => return past_bounds(why),
+            other => other?,
+        };
         let collect = || self.collect_outputs(scope, &paths, &opts);
-        let (env, ended_now, mut artifacts) = self.stop_collecting(id, reason::DESTROYED, false, Some(&collect))?;
+        let (env, ended_now, mut artifacts) = match self.stop_collecting(id, reason::DESTROYED, false, Some(&collect)) {
+            // Grown past the bounds since the check: the end is recorded without them.
+            Err(ComputeError::OutputsTooLarge(why)) => return past_bounds(why),
+            other => other?,
+        };
         if !ended_now {
             artifacts = collect()?;
             self.registry.registry().record_artifacts(id, &artifacts)?;
         }
-        Ok(Destroyed { env, ended_now, artifacts, artifacts_lost: false })
+        Ok(Destroyed { env, ended_now, artifacts, artifacts_lost: false, outputs_not_recorded: Vec::new() })
+    }
+
+    /// Ends an environment its max-runtime timer or its container's end stopped, recording its
+    /// default outputs with the end (before anything can settle its usage); past the artifact
+    /// bounds, or when they cannot be read, none are recorded (said in the log), the end and its
+    /// usage are recorded all the same.
+    pub(crate) fn stop_recording_outputs(
+        &self,
+        env_id: &str,
+        why: &str,
+    ) -> Result<(EnvironmentRecord, bool), ComputeError> {
+        let env = self.registry.environment_unscoped(env_id)?.ok_or(ComputeError::EnvironmentNotFound)?;
+        let opts = self.options_of(env_id)?;
+        let paths = output_paths(&opts.default_output_paths).unwrap_or_default();
+        if paths.is_empty() || !env.state.is_live() {
+            return self.stop_environment(env_id, why, true);
+        }
+        // Whatever keeps the outputs from being recorded (past the bounds, a scope closing), the
+        // end and its usage are recorded: said in the log.
+        let collect = || match self.collect_outputs(&env.scope_id, &paths, &opts) {
+            Err(e) => {
+                tracing::warn!(environment_id = %env_id, error = %e, "the environment's outputs are not recorded");
+                Ok(Vec::new())
+            }
+            ok => ok,
+        };
+        self.stop_collecting(env_id, why, true, Some(&collect)).map(|(env, now, _)| (env, now))
     }
 
     /// The output paths (as given) a destroy of `env_id` with `req` collects: its own, else the
@@ -288,7 +340,7 @@ impl ComputeService {
                 match compute.executor.is_running(c) {
                     Ok(true) => {}
                     Ok(false) | Err(ExecutorError::NoSuchContainer) => {
-                        return Ok(self.stop_environment(env_id, reason::EXITED, true)?.0);
+                        return Ok(self.stop_recording_outputs(env_id, reason::EXITED)?.0);
                     }
                     Err(e) => return Err(e.into()),
                 }
@@ -339,7 +391,7 @@ impl ComputeService {
         match compute.executor.exec(&container, &req) {
             Ok(out) => Ok(out),
             Err(ExecutorError::NoSuchContainer | ExecutorError::NotRunning) => {
-                self.stop_environment(env_id, reason::EXITED, true)?;
+                self.stop_recording_outputs(env_id, reason::EXITED)?;
                 Err(ComputeError::NotRunning)
             }
             Err(e) => Err(e.into()),

@@ -288,8 +288,10 @@ pub struct Destroyed {
     pub ended_now: bool,
     /// The manifest of its outputs (empty when none were asked for).
     pub artifacts: Vec<scopefs::registry::billing::ArtifactEntry>,
-    /// `force_destroy` left output files behind uncollected.
+    /// `force_destroy` left output files behind uncollected, or they were past the bounds.
     pub artifacts_lost: bool,
+    /// The output paths (as given) whose files were not recorded: past the artifact bounds.
+    pub outputs_not_recorded: Vec<String>,
 }
 
 /// The end of a process log.

@@ -39,7 +39,7 @@ impl ComputeService {
         self.rt.spawn(async move {
             tokio::time::sleep(runtime).await;
             let _ = tokio::task::spawn_blocking(move || {
-                if let Err(e) = svc.stop_environment(&env_id, reason::MAX_RUNTIME, true) {
+                if let Err(e) = svc.stop_recording_outputs(&env_id, reason::MAX_RUNTIME) {
                     tracing::error!(environment_id = %env_id, error = %e, "stopping an environment at its max runtime failed");
                 }
             })
@@ -84,11 +84,11 @@ impl ComputeService {
     ) -> Result<bool, ComputeError> {
         let id = env.environment_id.as_str();
         let Some(container) = env.container_id.as_deref() else {
-            return Ok(self.stop_environment(id, reason::EXITED, true)?.1);
+            return Ok(self.stop_recording_outputs(id, reason::EXITED)?.1);
         };
         let Some(left) = remaining(env, self.registry.now_ms()) else {
             tracing::info!(scope_id = %env.scope_id, environment_id = id, "adopted environment is past its max runtime: stopping it");
-            return Ok(self.stop_environment(id, reason::MAX_RUNTIME, true)?.1);
+            return Ok(self.stop_recording_outputs(id, reason::MAX_RUNTIME)?.1);
         };
         let shared = self.execution_of(id).resource_ref.is_some();
         if shared {
@@ -102,7 +102,7 @@ impl ComputeService {
         }
         if !shared && matches!(compute.executor.is_running(container), Ok(false)) {
             tracing::info!(scope_id = %env.scope_id, environment_id = id, "adopted environment's container has stopped");
-            return Ok(self.stop_environment(id, reason::EXITED, true)?.1);
+            return Ok(self.stop_recording_outputs(id, reason::EXITED)?.1);
         }
         self.arm_environment(env, container, left, !shared);
         tracing::info!(
@@ -125,7 +125,7 @@ impl ComputeService {
         for env in self.registry.live_environments()?.into_iter().filter(|e| self.is_local(&e.scope_id)) {
             if env.state == EnvironmentState::Running && remaining(&env, now).is_none() {
                 tracing::warn!(scope_id = %env.scope_id, environment_id = %env.environment_id, "environment past its max runtime found by maintenance: stopping it");
-                ended += usize::from(self.stop_environment(&env.environment_id, reason::MAX_RUNTIME, true)?.1);
+                ended += usize::from(self.stop_recording_outputs(&env.environment_id, reason::MAX_RUNTIME)?.1);
             }
         }
         Ok(ended)

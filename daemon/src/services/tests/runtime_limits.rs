@@ -154,3 +154,31 @@ fn an_adopted_shared_environment_holds_its_users_slot() {
     let next = svc.create_environment(&scope, &caller, &shared).unwrap();
     assert_eq!(svc.execution_of(&next.environment_id).mode, "simple");
 }
+
+/// Issue 24, item 6: an environment its max runtime ends has its outputs recorded with its end,
+/// before anything can settle its usage: the files under its default output paths that changed
+/// since it was created, not the ones that were there before (at 2351eb5 nothing was recorded
+/// until a later destroy, which a settlement could precede).
+#[test]
+fn an_environment_its_timer_ends_records_its_outputs_with_its_end() {
+    use scopefs::engine::WriteMode;
+    let h = harness(LimitsConfig::default());
+    let svc = &h.services.compute;
+    let (_, env) = scope_with_env(svc, &h.executor, "t-outputs");
+    let (_, engine) = h.services.files.engine_for_thread(&scopefs::ids::ThreadId::parse("t-outputs").unwrap()).unwrap();
+    let owner = crate::services::files::api_owner(&engine).unwrap();
+    let write = |path: &str| engine.write_path(path, &mut &b"bytes"[..], 1 << 20, WriteMode::CreateNew, owner).unwrap();
+    write("before.txt");
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let options = format!(r#"{{"default_output_paths":["/workspace"],"outputs_since_ns":{since}}}"#);
+    svc.registry().set_environment_options(&env, &options).unwrap();
+    write("made.txt");
+    h.clock.advance_ms(61_000);
+    assert_eq!(h.services.scopes.maintenance_pass().unwrap().environments_overdue, 1);
+    assert_eq!(record(&h, &env).end_reason.as_deref(), Some("max_runtime"));
+    let billing = svc.registry().registry();
+    let usage = billing.usage_by_environment(&env).unwrap().expect("usage recorded with the end");
+    assert_eq!(usage.artifacts_state, scopefs::registry::billing::ArtifactsState::Pending, "{usage:?}");
+    let paths = billing.usage_artifacts(&env).unwrap();
+    assert!(paths.len() == 1 && paths[0].ends_with("made.txt"), "{paths:?}");
+}
