@@ -159,8 +159,15 @@ const ENV_FIELDS: &[(&str, T)] = &[
     ("end_reason", T::OptStr),
 ];
 
-const ARTIFACT_FIELDS: &[(&str, T)] =
-    &[("path", T::Str), ("logical_path", T::Str), ("size_bytes", T::Int), ("sha256", T::Str), ("content_type", T::Str)];
+const ARTIFACT_FIELDS: &[(&str, T)] = &[
+    ("artifact_id", T::Str),
+    ("object_key", T::Str),
+    ("path", T::Str),
+    ("logical_path", T::Str),
+    ("size_bytes", T::Int),
+    ("sha256", T::Str),
+    ("content_type", T::Str),
+];
 
 /// Seed 003 §5's `create_environment` example, with this daemon's image and a 300 s budget.
 fn seed_create_body(image: &str, thread: &str) -> Value {
@@ -313,6 +320,8 @@ fn compute_routes_take_the_seed_bodies_and_answer_the_seed_fields() {
     assert_shape("destroy_environment.artifacts[0]", &destroyed["artifacts"][0], ARTIFACT_FIELDS);
     assert_eq!(destroyed["artifacts"][0]["path"], "/workspace/out/r.csv");
     assert_eq!(destroyed["artifacts"][0]["content_type"], "text/csv");
+    // Issue 24, item 6: an id, and the key of seed 003's layout that names it (and grants it).
+    assert_eq!(destroyed["artifacts"][0]["object_key"], format!("threads/{t}/files/out/r.csv"));
 
     // The environment's own limits bound its outputs: past them, destroy still ends the environment
     // (its usage is recorded and billed as any other) and answers which output paths were not

@@ -10,6 +10,7 @@ use scopefs::billing::{BillingError, Micros};
 use scopefs::registry::billing::{Account, ArtifactsState, LedgerEntry, SettleStatus, UsageRecord};
 use serde::{Deserialize, Serialize};
 
+use super::artifacts::ArtifactView;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::routes::{Auth, RouteTable};
 use super::{blocking, ApiError, AppState};
@@ -127,19 +128,10 @@ struct PendingView {
 impl PendingView {
     fn of(billing: &crate::billing_loop::BillingService, usage: UsageRecord) -> Result<PendingView, BillingError> {
         let rows = billing.registry.artifact_manifest(&usage.environment_id)?;
-        let manifest: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "path": format!("/workspace/{}", r.entry.path),
-                    "logical_path": r.entry.path,
-                    "size_bytes": r.entry.size_bytes,
-                    "sha256": r.entry.sha256,
-                    "content_type": r.entry.content_type,
-                })
-            })
-            .collect();
-        let output_manifest_json = (!manifest.is_empty()).then(|| serde_json::Value::Array(manifest).to_string());
+        let manifest: Vec<ArtifactView> =
+            rows.iter().map(|r| ArtifactView::of(r.entry.clone(), &usage.environment_id, &usage.thread_id)).collect();
+        // Plain strings and numbers: serializing them cannot fail.
+        let output_manifest_json = (!manifest.is_empty()).then(|| serde_json::json!(manifest).to_string());
         let artifacts = rows.into_iter().map(|r| r.entry.path).collect();
         let artifacts_registered = usage.artifacts_state != ArtifactsState::Pending;
         Ok(PendingView { id: usage.usage_id, artifacts_registered, output_manifest_json, artifacts, usage })

@@ -1,6 +1,7 @@
 //! The HTTP API (axum): routes, service-token authentication and JSON shapes; work runs on blocking threads.
 
 mod admin;
+mod artifacts;
 mod error;
 mod extract;
 mod forks;

@@ -31,7 +31,8 @@ use crate::services::compute::Caller;
 use crate::services::{ComputeService, ServiceError};
 
 mod seed;
-use seed::{ArtifactView, CreateParams, DestroyParams};
+use super::super::artifacts::ArtifactView;
+use seed::{CreateParams, DestroyParams};
 
 /// A dedicated container's `backend_type` (shared ones: `services::compute::shared`).
 const BACKEND_TYPE: &str = "docker";
@@ -344,8 +345,9 @@ async fn destroy_environment(
         let outputs = svc.destroy_output_paths(&req.scope.scope_id, &req.body.environment_id, &params)?;
         super::object_scope::check_outputs(req.grant.as_ref(), &outputs)?;
         let done = svc.destroy_environment(&req.scope.scope_id, &req.body.environment_id, &params)?;
+        let (env_id, thread) = (done.env.environment_id.clone(), done.env.thread_id.clone());
+        let artifacts = done.artifacts.into_iter().map(|a| ArtifactView::of(a, &env_id, &thread)).collect();
         let env = EnvView::seen_by(done.env, &Who::of(&req), svc.execution_of(&req.body.environment_id));
-        let artifacts = done.artifacts.into_iter().map(ArtifactView::of).collect();
         Ok(Json(DestroyedView {
             env,
             already_ended: !done.ended_now,

@@ -246,30 +246,6 @@ impl DestroyParams {
     }
 }
 
-/// One artifact as `destroy_environment` answers it (seed 003 `ArtifactObject` where it maps).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ArtifactView {
-    /// `/workspace/...`: can be sent back to the file tools as a `path`.
-    pub path: String,
-    /// The same path relative to `/workspace` (seed §3.3 `logical_path`).
-    pub logical_path: String,
-    pub size_bytes: u64,
-    pub sha256: String,
-    pub content_type: String,
-}
-
-impl ArtifactView {
-    pub fn of(e: scopefs::registry::billing::ArtifactEntry) -> ArtifactView {
-        ArtifactView {
-            path: format!("{WORKSPACE}/{}", e.path),
-            logical_path: e.path,
-            size_bytes: e.size_bytes,
-            sha256: e.sha256,
-            content_type: e.content_type,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
