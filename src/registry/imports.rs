@@ -177,6 +177,35 @@ impl DeploymentRegistry {
         Ok(())
     }
 
+    /// The imports of `scope`, oldest first, at most `limit` of them, after the one recorded under
+    /// `after` (its idempotency key: the next page).
+    pub fn list_imports(
+        &self,
+        scope: &ScopeId,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ImportRecord>, RegistryError> {
+        let deployment = self.id.as_str();
+        let conn = self.db.conn()?;
+        let start = match after {
+            Some(key) => match get_in(&conn, deployment, scope, key)? {
+                Some(r) => (r.created_at, key.to_string()),
+                None => return Err(RegistryError::NotFound),
+            },
+            None => (i64::MIN, String::new()),
+        };
+        let sql = format!(
+            "SELECT {COLUMNS} FROM import_records
+             WHERE deployment_id = ?1 AND scope_id = ?2
+               AND (created_at > ?3 OR (created_at = ?3 AND idempotency_key > ?4))
+             ORDER BY created_at, idempotency_key LIMIT ?5"
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut stmt = conn.prepare(&sql)?;
+        let rows = stmt.query_map(params![deployment, scope.to_string(), start.0, start.1, limit], from_row)?;
+        rows.map(|r| r.map_err(RegistryError::from).and_then(|x| x)).collect()
+    }
+
     /// The import recorded under `key` in `scope`, if any.
     pub fn get_import(&self, scope: &ScopeId, key: &str) -> Result<Option<ImportRecord>, RegistryError> {
         let deployment = self.id.as_str();

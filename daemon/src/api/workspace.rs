@@ -113,6 +113,14 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Copy one file from the read-only legacy workspace (idempotent, audited)",
             post(import),
         )
+        .add(
+            "GET",
+            "/api/workspace/imports",
+            Auth::Service,
+            "The thread's legacy imports, oldest first (the import answer's fields plus state: applying | \
+             completed); a page: after (an idempotency_key), limit (1-500, default 100); {imports, next_after}",
+            get(imports),
+        )
 }
 
 /// The query parameters of every workspace route (names as the WebUI sends them).
@@ -128,6 +136,9 @@ struct WsQuery {
     /// Read a snapshot of the thread's scope instead of its live files (listing, file, zip).
     #[serde(rename = "snapshotId")]
     snapshot_id: Option<String>,
+    /// A page of the import listing: after this idempotency key, at most `limit` (1-500) records.
+    after: Option<String>,
+    limit: Option<String>,
 }
 
 impl WsQuery {
@@ -639,4 +650,40 @@ async fn import(
     };
     let status = if outcome.replayed { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(view)))
+}
+
+/// Most records one page of `/api/workspace/imports` holds.
+const MAX_IMPORTS_PAGE: usize = 500;
+
+async fn imports(
+    State(st): State<AppState>,
+    WsArgs { thread, q }: WsArgs,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let limit = match q.limit.as_deref() {
+        None => 100,
+        Some(l) => l
+            .parse()
+            .ok()
+            .filter(|n| (1..=MAX_IMPORTS_PAGE).contains(n))
+            .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_limit", "limit must be 1-500"))?,
+    };
+    let service = st.files.clone();
+    let records = run(of(&thread), move || service.imports(&thread, q.after.as_deref(), limit)).await?;
+    let next_after = (records.len() == limit).then(|| records.last().map(|r| r.request.idempotency_key.clone()));
+    let views: Vec<serde_json::Value> = records
+        .into_iter()
+        .map(|rec| {
+            serde_json::json!({
+                "idempotency_key": rec.request.idempotency_key,
+                "source_path": rec.request.source_path,
+                "virtual_path": vpath::virtual_path(&rec.request.target_path),
+                "path": rec.request.target_path,
+                "size": rec.size_bytes.unwrap_or(0),
+                "sha256": rec.sha256.unwrap_or_default(),
+                "imported_at": rec.completed_at.unwrap_or(rec.created_at),
+                "state": rec.state.as_str(),
+            })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "imports": views, "next_after": next_after.flatten() })))
 }

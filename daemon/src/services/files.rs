@@ -93,6 +93,18 @@ impl WorkspaceFiles {
         Ok((rec, engine))
     }
 
+    /// The legacy imports recorded in `thread`'s scope, oldest first (a page: after the import
+    /// under `after`, at most `limit`); `after` naming no import is `NotFound`.
+    pub fn imports(
+        &self,
+        thread: &ThreadId,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<scopefs::registry::imports::ImportRecord>, ServiceError> {
+        let (rec, _) = self.engine_for_thread(thread)?;
+        Ok(self.registry.list_imports(&rec.scope_id, after, limit)?)
+    }
+
     /// Copies one regular file from the read-only legacy workspace into the thread's scope, recorded
     /// under its idempotency key (seed 000 §11.1). Paths are already normalized. The same key again
     /// returns the recorded import without a second copy; a source that is missing, a symlink
