@@ -561,6 +561,8 @@ fn delete_drain_draft_expiry_and_purge_from_garage() {
     assert_eq!(s(&d.by_thread("active-scope").1, "state"), "active");
     assert!(!is_mounted(&d.mountpoint(&s(&old, "scope_id"))));
     assert!(is_mounted(&d.mountpoint(&s(&young, "scope_id"))));
+    // Issue 24, item 8: the trash (deleted, not purged yet) is measured apart from purged scopes.
+    assert_eq!(metric(&d, "scopefs_scopes_in_trash"), 2, "thread-del and old-draft");
 
     // After the retention the deleted scope's objects are purged from Garage.
     setup.set_clock_offset(25 * HOUR + 8 * DAY);

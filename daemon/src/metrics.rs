@@ -225,6 +225,10 @@ fn scope_families(t: &mut Text, scopes: &[ScopeRecord], engines: &[Arc<ScopeEngi
         let n = scopes.iter().filter(|s| s.state == state).count();
         t.sample("scopefs_scopes", &[("state", state.as_str())], n);
     }
+    // Seed 000 §17's trash: deleted and not purged yet (`state="deleted"` counts purged ones too).
+    t.family("scopefs_scopes_in_trash", "gauge", "Deleted scopes whose data is kept until the retention ends.");
+    let trash = scopes.iter().filter(|s| s.state == ScopeState::Deleted && s.purged_at.is_none()).count();
+    t.sample("scopefs_scopes_in_trash", &[], trash);
 
     let engines: Vec<_> = engines.iter().map(|e| (e.scope_id().clone(), e.clone())).collect();
     let mut usages = Vec::new();
