@@ -383,14 +383,14 @@ fn outputs_become_artifacts_registered_with_retries_then_settled_once() {
         Some(json!({"amount": "1.000000", "idempotency_key": "seed-credit"})),
     );
     // Issue 24, item 6: a file already there and left unchanged is not an output.
-    d.ok(&t, "write_file", json!({"path": "out/before.txt", "content": "was here"}));
+    d.ok(&t, "write_file", json!({"path": "before.txt", "content": "was here"}));
 
-    let env =
-        d.ok(&t, "create_environment", json!({"default_output_paths": ["/workspace/out"], "max_runtime_seconds": 120}))
-            ["environment_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+    let outputs = json!(["/workspace/out", "/workspace/before.txt"]);
+    let env = d.ok(&t, "create_environment", json!({"default_output_paths": outputs, "max_runtime_seconds": 120}))
+        ["environment_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let cmd = "mkdir -p /workspace/out/sub && printf 'x,y\\n1,2\\n' > /workspace/out/result.csv \
                && printf 'note' > /workspace/out/sub/n.txt && echo outside > /workspace/not-an-output.txt";
     let out = d.ok(&t, "execute_command", json!({"environment_id": env, "command": cmd}));

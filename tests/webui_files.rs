@@ -430,18 +430,19 @@ fn legacy_import_copies_once_with_an_audit_record_and_never_leaves_the_legacy_ro
     assert_eq!(rec.sha256.as_deref(), Some(sha256_hex(b"legacy report").as_str()));
     assert!(rec.completed_at.is_some());
     // Issue 24, item 8: the records are listed through the API, oldest first, by pages.
-    let second = json!({"source_path": "reports/r.txt", "target_path": "imported/r2.txt", "idempotency_key": "imp-2"});
+    let second =
+        json!({"source_path": "reports/r.txt", "target_path": "imported/r-list.txt", "idempotency_key": "imp-list"});
     assert_eq!(import(&d, "thread-i", second).status, StatusCode::CREATED);
     let list = |query: &str| d.send(d.client.get(d.url(&format!("/api/workspace/imports?threadId=thread-i{query}"))));
     let all = list("").json();
     let keys: Vec<&str> =
         all["imports"].as_array().unwrap().iter().filter_map(|i| i["idempotency_key"].as_str()).collect();
-    assert_eq!(keys, vec!["imp-1", "imp-2"], "{all}");
+    assert_eq!(keys, vec!["imp-1", "imp-list"], "{all}");
     assert_eq!((all["imports"][0]["state"].as_str(), &all["imports"][0]["sha256"]), (Some("completed"), &v["sha256"]));
     let page = list("&limit=1").json();
     assert_eq!((page["imports"].as_array().map(Vec::len), page["next_after"].as_str()), (Some(1), Some("imp-1")));
     let rest = list("&limit=1&after=imp-1").json();
-    assert_eq!(rest["imports"][0]["idempotency_key"], "imp-2", "{rest}");
+    assert_eq!(rest["imports"][0]["idempotency_key"], "imp-list", "{rest}");
     assert_eq!(list("&limit=0").status, StatusCode::BAD_REQUEST);
 
     // Symlinks are never followed, not even inside the legacy root; hidden control data is not importable.

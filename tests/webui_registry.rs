@@ -387,10 +387,12 @@ fn the_cutover_holder_provisions_under_its_own_lease() {
         let body = json!({"operation_id": op, "primary_thread_id": thread, "lease_operation_id": holder});
         call(d.req("POST", "/internal/workspace-scopes/provision").json(&body))
     };
+    // Anyone else is refused (the closed gate answers first, the lease would next) and nothing is made.
     for holder in [None, Some("someone-else")] {
         let (st, body) = provision("op-l1", "thread-legacy-1", holder);
-        assert_eq!((st, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "cutover-in-progress"), "{holder:?}: {body}");
+        assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "migration-required"), "{holder:?}: {body}");
     }
+    assert_eq!(d.by_thread("thread-legacy-1").0, StatusCode::NOT_FOUND);
     let (st, sc) = provision("op-l1", "thread-legacy-1", Some("cut-9"));
     assert_eq!(st, StatusCode::CREATED, "the holder provisions under its lease: {sc}");
     let scope = s(&sc, "scope_id");
