@@ -369,17 +369,24 @@ fn cutover_lease_blocks_creation() {
     assert_eq!(st, StatusCode::CREATED, "creation works again once released");
 }
 
-/// Issue 24, item 3 (seed 000 §11.1): the cutover works under its own lease. The holder of
-/// `workspace-cutover` (naming its `operation_id` as `lease_operation_id`) provisions the threads it
-/// migrates, past the required-mode gate it is about to open, and registers their owners; every
-/// other caller still gets 503 `cutover-in-progress` (at 2351eb5 the holder got it too).
-#[test]
-fn the_cutover_holder_provisions_under_its_own_lease() {
+/// A daemon setup with `cutover.mode = "required"` and its report path (nothing written there yet),
+/// in a directory the caller keeps.
+fn required_cutover_setup() -> (tempfile::TempDir, PathBuf, Setup) {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("latest.json");
     let store =
         format!("[store]\nkind = \"local\"\n\n[cutover]\nmode = \"required\"\nreport = \"{}\"\n", report.display());
-    let setup = Setup::with_store(store);
+    (dir, report, Setup::with_store(store))
+}
+
+/// Issue 24, item 3 (seed 000 §11.1): the cutover works under its own lease. The holder of
+/// `workspace-cutover` (naming its `operation_id` as `lease_operation_id`) provisions the threads it
+/// migrates, past the required-mode gate it is about to open, and registers their owners; every
+/// other caller is still refused (the closed gate's 409 first, the lease's 503 `cutover-in-progress`
+/// for owners; at 2351eb5 the holder got 503 too).
+#[test]
+fn the_cutover_holder_provisions_under_its_own_lease() {
+    let (_dir, _report, setup) = required_cutover_setup();
     let d = setup.start(None);
     let lease = json!({"operation_id": "cut-9", "ttl_seconds": 600});
     assert_eq!(call(d.req("POST", "/internal/leases/workspace-cutover").json(&lease)).0, StatusCode::OK);
@@ -425,11 +432,7 @@ fn metric(d: &Daemon, name: &str) -> u64 {
 /// seed 000 §17's consistency metrics are served.
 #[test]
 fn required_cutover_gate_and_the_shared_maintenance_lease() {
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("latest.json");
-    let store =
-        format!("[store]\nkind = \"local\"\n\n[cutover]\nmode = \"required\"\nreport = \"{}\"\n", report.display());
-    let setup = Setup::with_store(store);
+    let (_dir, report, setup) = required_cutover_setup();
     let d = setup.start(None);
     let (st, body) = d.provision("op-1", "thread-legacy");
     assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "migration-required"), "{body}");

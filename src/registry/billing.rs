@@ -15,7 +15,7 @@ mod reported;
 pub(crate) use artifacts::record_manifest_in;
 pub use artifacts::{ArtifactEntry, ArtifactRow};
 
-use crate::registry::db::{params, Conn, OptionalExtension, Row};
+use crate::registry::db::{params, Conn, OptionalExtension, Row, Tx};
 use serde::Serialize;
 
 use super::{validate_key, Registry, RegistryError};
@@ -235,6 +235,31 @@ fn get_account_in(conn: &Conn<'_>, user: &str) -> Result<Option<Account>, Regist
 fn get_usage_in(conn: &Conn<'_>, usage_id: i64) -> Result<Option<UsageRecord>, RegistryError> {
     let sql = format!("SELECT {USAGE_COLS} FROM compute_usage_log WHERE usage_id = ?1");
     conn.query_row(&sql, [usage_id], usage_row).optional()?.transpose()
+}
+
+/// Whether usage record `usage_id` may be settled now, in whichever way (charged here or marked
+/// settled by the gateway): `Ok(record)` while pending; `Err(AlreadySettled)` answered as is once
+/// settled either way; `ArtifactsPending` while its artifacts wait for registration.
+fn settleable_in(conn: &Conn<'_>, usage_id: i64) -> Result<Result<UsageRecord, Settlement>, BillingError> {
+    let usage = get_usage_in(conn, usage_id)?.ok_or(BillingError::UsageNotFound)?;
+    if usage.is_settled() {
+        return Ok(Err(Settlement { status: SettleStatus::AlreadySettled, usage }));
+    }
+    if usage.artifacts_state == ArtifactsState::Pending {
+        return Err(BillingError::ArtifactsPending);
+    }
+    Ok(Ok(usage))
+}
+
+/// The end of a settlement's transaction: its one state transition (`changed` rows) checked, the
+/// record read back as settled, the transaction committed.
+fn commit_settlement(tx: Tx<'_, '_>, usage_id: i64, changed: usize) -> Result<Settlement, BillingError> {
+    if changed != 1 {
+        return Err(RegistryError::Corrupt("usage settlement transition refused".into()).into());
+    }
+    let usage = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
+    tx.commit()?;
+    Ok(Settlement { status: SettleStatus::Settled, usage })
 }
 
 /// The ledger's debit of one settlement's overtime (idempotent on its key); returns its entry id.
@@ -489,13 +514,10 @@ impl Registry {
         let now = self.now_ms();
         let mut conn = self.db.conn()?;
         let tx = conn.transaction()?;
-        let usage = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
-        if usage.is_settled() {
-            return Ok(Settlement { status: SettleStatus::AlreadySettled, usage });
-        }
-        if usage.artifacts_state == ArtifactsState::Pending {
-            return Err(BillingError::ArtifactsPending);
-        }
+        let usage = match settleable_in(&tx, usage_id)? {
+            Ok(pending) => pending,
+            Err(settled) => return Ok(settled),
+        };
         let acc = ensure_account_in(&tx, pricing, &usage.user_id, now)?;
         let price = pricing.overtime_price_per_minute;
         let charge = billing::split_charge(usage.compute_minutes, acc.compute_minutes_remaining, price)?;
@@ -542,12 +564,7 @@ impl Registry {
                 now
             ],
         )?;
-        if n != 1 {
-            return Err(RegistryError::Corrupt("usage settlement transition refused".into()).into());
-        }
-        let usage = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
-        tx.commit()?;
-        Ok(Settlement { status: SettleStatus::Settled, usage })
+        commit_settlement(tx, usage_id, n)
     }
 
     /// Credits cash to `user` (account created if needed), idempotent on `idempotency_key`: the same

@@ -4,9 +4,9 @@
 
 use crate::registry::db::params;
 
-use super::{get_usage_in, SettleStatus, Settlement};
+use super::{commit_settlement, settleable_in, Settlement};
 use crate::billing::BillingError;
-use crate::registry::{Registry, RegistryError};
+use crate::registry::Registry;
 
 impl Registry {
     /// Marks usage record `usage_id` settled by the gateway: `Settled` the first time,
@@ -16,12 +16,8 @@ impl Registry {
         let now = self.now_ms();
         let mut conn = self.db.conn()?;
         let tx = conn.transaction()?;
-        let usage = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
-        if usage.is_settled() {
-            return Ok(Settlement { status: SettleStatus::AlreadySettled, usage });
-        }
-        if usage.artifacts_state == super::ArtifactsState::Pending {
-            return Err(BillingError::ArtifactsPending);
+        if let Err(settled) = settleable_in(&tx, usage_id)? {
+            return Ok(settled);
         }
         let n = tx.execute(
             "UPDATE compute_usage_log
@@ -31,11 +27,6 @@ impl Registry {
                                              WHERE from_state = compute_usage_log.settlement_status AND to_state = 'reported')",
             params![usage_id, now],
         )?;
-        if n != 1 {
-            return Err(RegistryError::Corrupt("usage report transition refused".into()).into());
-        }
-        let usage = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
-        tx.commit()?;
-        Ok(Settlement { status: SettleStatus::Settled, usage })
+        commit_settlement(tx, usage_id, n)
     }
 }
