@@ -9,9 +9,11 @@ use crate::engine::{Durability, Quota, StorageSettings};
 
 /// The `SCOPEFS_*` environment overlay.
 mod env;
+mod gc;
 mod nodes;
 
 pub use env::{is_non_config_env, NON_CONFIG_ENV};
+pub use gc::GcConfig;
 pub use nodes::{NodeConfig, RegistryConfig};
 
 #[derive(Debug, thiserror::Error)]
@@ -177,6 +179,8 @@ pub struct Config {
     pub registry: RegistryConfig,
     /// `[node]`: this daemon as one node of several (off unless `id` is set).
     pub node: NodeConfig,
+    /// `[gc]`: online garbage collection of unreferenced blocks.
+    pub gc: GcConfig,
 }
 
 /// Who charges for compute: one billing authority per deployment (seed 003 §10.2 has the gateway
@@ -285,6 +289,7 @@ impl Default for Config {
             cutover: CutoverConfig::default(),
             registry: RegistryConfig::default(),
             node: NodeConfig::default(),
+            gc: GcConfig::default(),
         }
     }
 }
@@ -342,6 +347,7 @@ impl Config {
         }
         self.registry.validate()?;
         self.node.validate(&self.registry)?;
+        self.gc.validate()?;
         if self.maintenance_interval_secs == 0 {
             return invalid("maintenance_interval_secs", "must be at least 1");
         }

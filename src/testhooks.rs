@@ -100,6 +100,49 @@ pub fn boot_override() -> Option<u64> {
     }
 }
 
+/// An action a test put at a named point of one scope's operations (`set_interleave`).
+#[cfg(feature = "test-hooks")]
+type Interleaved = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+#[cfg(feature = "test-hooks")]
+static INTERLEAVED: parking_lot::Mutex<Vec<(&'static str, String, Interleaved)>> = parking_lot::Mutex::new(Vec::new());
+
+/// Runs what a test installed at `point` of scope `scope`'s operations (test builds only), so a
+/// test puts another actor's whole critical section exactly between two steps of an operation
+/// (the interleavings of online gc, `tests/engine_gc.rs`). Without the feature this does nothing.
+pub fn interleave(point: &str, scope: &str) {
+    #[cfg(feature = "test-hooks")]
+    {
+        let found = INTERLEAVED.lock().iter().find(|(p, s, _)| *p == point && s == scope).map(|(_, _, f)| f.clone());
+        if let Some(action) = found {
+            action();
+        }
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    let _ = (point, scope);
+}
+
+/// Installs `action` at `point` of scope `scope` until the returned guard is dropped (test builds).
+#[cfg(feature = "test-hooks")]
+pub fn set_interleave(point: &'static str, scope: &str, action: impl Fn() + Send + Sync + 'static) -> Interleaving {
+    INTERLEAVED.lock().push((point, scope.to_string(), std::sync::Arc::new(action)));
+    Interleaving { point, scope: scope.to_string() }
+}
+
+/// Removes an installed interleaving when dropped.
+#[cfg(feature = "test-hooks")]
+pub struct Interleaving {
+    point: &'static str,
+    scope: String,
+}
+
+#[cfg(feature = "test-hooks")]
+impl Drop for Interleaving {
+    fn drop(&mut self) {
+        INTERLEAVED.lock().retain(|(p, s, _)| !(*p == self.point && *s == self.scope));
+    }
+}
+
 /// The marker file of the FUSE stall hook (`SCOPEFS_TEST_FUSE_STALL`), when set and enabled.
 pub fn fuse_stall_marker() -> Option<OsString> {
     hook_var(FUSE_STALL_ENV)

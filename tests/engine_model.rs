@@ -1,6 +1,7 @@
 //! Acceptance h: random operation sequences driven through the engine (no kernel) agree with a simple
 //! in-memory model — hard links included (names share a file; the engine's inodes partition the names
-//! exactly as the model's files do).
+//! exactly as the model's files do); online gc passes anywhere in a sequence change nothing a path shows, and a
+//! last one leaves every file intact (`fsck`).
 
 pub mod engine_support;
 
@@ -38,6 +39,8 @@ enum Op {
     Rmdir(&'static str),
     Link(&'static str, &'static str),
     Restart,
+    /// An online gc pass (no grace): it changes nothing any path shows.
+    Gc,
 }
 
 const PATHS: &[&str] = &["a", "b", "x", "y", "x/a", "x/b", "y/a", "x/y", "x/y/a"];
@@ -58,6 +61,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => path().prop_map(Op::Rmdir),
         2 => (path(), path()).prop_map(|(a, b)| Op::Link(a, b)),
         1 => Just(Op::Restart),
+        2 => Just(Op::Gc),
     ]
 }
 
@@ -202,7 +206,7 @@ impl Model {
             },
             Op::Rename(a, b) => self.rename(a, b),
             Op::Link(a, b) => self.link(a, b),
-            Op::Restart => Ok(None),
+            Op::Restart | Op::Gc => Ok(None),
         }
     }
 
@@ -287,6 +291,7 @@ fn run_engine(e: &ScopeEngine, op: &Op) -> Outcome {
             e.link(ino, pb, nb.as_bytes()).map(|_| None)
         }
         Op::Restart => Ok(None),
+        Op::Gc => e.collect_garbage_online(std::time::Duration::ZERO, u64::MAX).map(|_| None),
     })();
     r.map_err(|e| class(&e))
 }
@@ -360,6 +365,10 @@ proptest! {
         }
         check_usage(&engine, &model);
         prop_assert!(engine.wait_uploads(std::time::Duration::from_secs(10)));
+        // Everything stored: a last pass leaves exactly what the files use, all of it intact.
+        engine.collect_garbage_online(std::time::Duration::ZERO, u64::MAX).unwrap();
+        let report = engine.fsck(false).unwrap();
+        prop_assert!(report.damaged_files.is_empty() && report.orphan_objects.is_empty(), "{:?}", report);
     }
 }
 

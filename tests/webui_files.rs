@@ -707,3 +707,75 @@ fn streams_a_client_leaves_unread_hold_their_scopes_slots_and_no_other_scopes() 
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// Ten versions of a file written and fsynced through the mount: nine blocks no file uses.
+fn rewrite_ten_times(d: &Daemon, thread: &str) -> Vec<u8> {
+    let scope = d.provision(thread);
+    let mnt = d.mountpoint(&scope);
+    let mut last = Vec::new();
+    for v in 0..10u8 {
+        last = (0..100_000u32).map(|i| (i as u8).wrapping_mul(7).wrapping_add(v)).collect();
+        let mut f = std::fs::File::create(mnt.join("data.bin")).unwrap();
+        std::io::Write::write_all(&mut f, &last).unwrap();
+        f.sync_all().unwrap();
+    }
+    last
+}
+
+/// Waits until the wall clock is in a later second: with metadata shipping (the default), a
+/// pass takes only blocks unreferenced before the second it starts in.
+fn next_second() {
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let (start, deadline) = (now(), std::time::Instant::now() + std::time::Duration::from_secs(3));
+    while now() <= start {
+        assert!(std::time::Instant::now() < deadline, "the clock did not move on");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+fn metric(d: &Daemon, name: &str) -> u64 {
+    let text = d.get("/metrics").text();
+    let prefix = format!("{name} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} sample in /metrics:\n{text}"))
+}
+
+/// Issue 24 item 7: gc runs in the daemon while the scope stays mounted, on request
+/// (`POST /internal/workspace-scopes/{scope_id}/gc`) and every `gc.interval_secs`; the file keeps
+/// its last version and the blocks of the nine before it are deleted.
+#[test]
+fn the_daemon_collects_garbage_online_on_request_and_on_its_interval() {
+    let d = Daemon::start_with_env(&[("SCOPEFS_GC_GRACE_SECS", "0"), ("SCOPEFS_GC_INTERVAL_SECS", "0")]);
+    let last = rewrite_ten_times(&d, "thread-gc");
+    next_second();
+    let scope =
+        d.get("/internal/workspace-scopes/by-thread/thread-gc").json()["scope_id"].as_str().unwrap().to_string();
+    let gc = |scope: &str| d.send(d.client.post(d.url(&format!("/internal/workspace-scopes/{scope}/gc"))));
+    let a = gc(&scope);
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(a.json()["blocks_deleted"], 9, "{}", a.text());
+    assert_eq!(a.json()["blocks_deferred"], 0, "{}", a.text());
+    assert_eq!(d.read("thread-gc", "data.bin").body, last);
+    assert_eq!(gc(&scope).json()["blocks_deleted"], 0, "nothing left to take");
+    assert_eq!(metric(&d, "scopefs_gc_blocks_deleted_total"), 9);
+    let unknown = gc("00000000-0000-7000-8000-000000000000");
+    assert_eq!(
+        (unknown.status, unknown.code().as_str()),
+        (StatusCode::NOT_FOUND, "scope_not_found"),
+        "{}",
+        unknown.text()
+    );
+    drop(d);
+
+    let d = Daemon::start_with_env(&[("SCOPEFS_GC_GRACE_SECS", "0"), ("SCOPEFS_GC_INTERVAL_SECS", "1")]);
+    let last = rewrite_ten_times(&d, "thread-gc-loop");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while metric(&d, "scopefs_gc_blocks_deleted_total") < 9 {
+        assert!(std::time::Instant::now() < deadline, "the daemon's passes did not reclaim the nine blocks");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(metric(&d, "scopefs_gc_passes_total") >= 1);
+    assert_eq!(d.read("thread-gc-loop", "data.bin").body, last);
+}

@@ -60,7 +60,8 @@ enum Command {
         repair: bool,
     },
     /// Delete a scope's blocks that no file refers to any more. Refuses while a daemon runs on the
-    /// data directory (stop it first).
+    /// data directory: the daemon collects online itself (`[gc]`, and
+    /// `POST /internal/workspace-scopes/{scope_id}/gc`).
     Gc {
         /// Scope id.
         scope: String,

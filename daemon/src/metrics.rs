@@ -23,6 +23,7 @@ static API_REFUSED_SYMLINK: AtomicU64 = AtomicU64::new(0);
 static CROSS_SCOPE: AtomicU64 = AtomicU64::new(0);
 static MAINTENANCE_PASSES: AtomicU64 = AtomicU64::new(0);
 static MAINTENANCE_SKIPPED: AtomicU64 = AtomicU64::new(0);
+static GC_PASSES: AtomicU64 = AtomicU64::new(0);
 static RUNS_WITHOUT_SCOPE: AtomicU64 = AtomicU64::new(0);
 static ORPHAN_DIRECTORIES: AtomicU64 = AtomicU64::new(0);
 static METADATA_MISMATCHES_NOW: AtomicU64 = AtomicU64::new(0);
@@ -67,6 +68,11 @@ pub fn note_metadata_mismatches(scopes: &[String]) {
 /// Counts one finished periodic maintenance pass (whatever its outcome): tests wait for N more.
 pub fn note_maintenance_pass() {
     MAINTENANCE_PASSES.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Counts a finished online gc pass (`[gc]`).
+pub fn note_gc_pass() {
+    GC_PASSES.fetch_add(1, Ordering::SeqCst);
 }
 
 /// Counts a path or symlink refusal answered through the HTTP API (the mounts count their own).
@@ -321,6 +327,13 @@ fn shipping_families(t: &mut Text) {
     t.sample("scopefs_metadata_shipped_objects_total", &[], objects);
     t.family("scopefs_metadata_shipped_bytes_total", "counter", "Bytes of metadata objects put in the object store.");
     t.sample("scopefs_metadata_shipped_bytes_total", &[], bytes);
+    let (blocks, freed) = scopefs::engine::gc_totals();
+    t.family("scopefs_gc_passes_total", "counter", "Online gc passes over the open scopes.");
+    t.sample("scopefs_gc_passes_total", &[], GC_PASSES.load(Ordering::SeqCst));
+    t.family("scopefs_gc_blocks_deleted_total", "counter", "Unreferenced blocks gc deleted.");
+    t.sample("scopefs_gc_blocks_deleted_total", &[], blocks);
+    t.family("scopefs_gc_bytes_deleted_total", "counter", "Bytes of the blocks gc deleted.");
+    t.sample("scopefs_gc_bytes_deleted_total", &[], freed);
     t.family(
         "scopefs_registry_unshipped_changes",
         "gauge",

@@ -193,6 +193,7 @@ fn build_services(
     let scopes = Arc::new(
         Scopes::new(registry, open, compute.clone(), LifecycleSettings::from_config(cfg))
             .with_cutover(crate::services::CutoverGate::from_config(cfg))
+            .with_gc(cfg.gc.clone())
             .with_cluster(cluster.clone()),
     );
     Services { scopes, files, compute, cluster }
@@ -218,6 +219,26 @@ async fn maintenance_loop(service: Arc<Scopes>, mut stop: tokio::sync::watch::Re
             Err(e) => tracing::error!(error = %e, "maintenance pass panicked"),
         }
         crate::metrics::note_maintenance_pass();
+    }
+}
+
+/// Runs an online gc pass over the open scopes every `every` until stop (`[gc]`).
+async fn gc_loop(service: Arc<Scopes>, every: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let svc = service.clone();
+        match tokio::task::spawn_blocking(move || svc.gc_pass()).await {
+            Ok(report) if report.blocks_deleted > 0 || report.failed > 0 => tracing::info!(?report, "online gc pass"),
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "online gc pass panicked"),
+        }
+        crate::metrics::note_gc_pass();
     }
 }
 
@@ -334,6 +355,9 @@ async fn serve(listener: Listener, state: AppState, (term, int, hup): (Signal, S
         Ok(Ok((report, maintenance))) => {
             tracing::info!(mounted = report.mounted, failed = report.failed, ?maintenance, "scopes recovered");
             tokio::spawn(maintenance_loop(service.clone(), stop_rx.clone()));
+            if let Some(every) = service.gc_interval() {
+                tokio::spawn(gc_loop(service.clone(), every, stop_rx.clone()));
+            }
             tokio::spawn(crate::billing_loop::run(billing.clone(), stop_rx.clone()));
             if let Some(cluster) = cluster {
                 tracing::info!(node = cluster.node_id(), serves = cluster.served(), "serving as one node of several");

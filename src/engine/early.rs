@@ -82,10 +82,18 @@ impl ScopeEngine {
         }
         let sha = hex::encode(Sha256::digest(&data));
         let _ = hash.set(sha.clone());
-        let known = self.meta.lock().and_then(|m| m.block_uploaded(&sha)).map_err(|e| e.to_string())?;
-        if known.is_some() {
-            return Ok(()); // the scope has these bytes already (stored, or its own upload queued)
-        }
+        // Registered with the look at its row, until its own row is recorded (`gc.rs`, rule 3).
+        let _put = {
+            let meta = self.meta.lock().map_err(|e| e.to_string())?;
+            if meta.block_uploaded(&sha).map_err(|e| e.to_string())?.is_some() {
+                return Ok(()); // the scope has these bytes already (stored, or its own upload queued)
+            }
+            match self.uploads.puts.begin(&meta, &sha) {
+                Some(put) => put,
+                None => return Err("gc is deleting an earlier copy; the commit uploads it".into()),
+            }
+        };
+        crate::testhooks::interleave("early.before_put", self.scope_id.as_str());
         let key = block_key(self.scope_id.as_str(), &sha);
         let timeout = self.storage.settings.store_timeout;
         let len = data.len() as u64;
@@ -94,6 +102,7 @@ impl ScopeEngine {
             Ok(Err(e)) => return Err(e.to_string()),
             Err(_) => return Err("timed out".into()),
         }
+        crate::testhooks::interleave("early.before_record", self.scope_id.as_str());
         let now = super::meta::now_ns() / 1_000_000_000;
         let inserted = self.meta.lock().and_then(|mut m| m.record_unreferenced_upload(&sha, len, now));
         match inserted.map_err(|e| e.to_string())? {

@@ -1,8 +1,6 @@
 //! File contents: open-file state, reads through dirty blocks (`dirty.rs`), the inline journal, staging, cache and store, truncate, and commits of new versions.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,10 +13,14 @@ use super::error::{EngineError, EngineResult};
 use super::meta::{BlockRef, FileVersion, InodeRow};
 use super::scope::{HandleInfo, ScopeEngine};
 use super::types::*;
+use crate::store::StoreError;
 
 /// `fallocate`: works on the open-file state below.
 #[path = "alloc.rs"]
 pub(super) mod alloc;
+/// Reads of one committed block: inline journal, staging, cache, local directory or store.
+#[path = "blockread.rs"]
+mod blockread;
 /// Open files across a restart: their uncommitted changes logged, and replayed after a crash.
 #[path = "reopen.rs"]
 mod reopen;
@@ -53,9 +55,12 @@ pub(crate) struct OpenFile {
 }
 
 /// Where the bytes of one piece of a read come from.
+/// Why a read failed, and the block (index, hash) it was reading when it was one.
+type ReadFailure = (EngineError, Option<(u64, String)>);
+
 enum Piece {
     Ready(Vec<u8>),
-    Block { block: BlockRef, offset: u64, len: u64 },
+    Block { idx: u64, block: BlockRef, offset: u64, len: u64 },
 }
 
 impl ScopeEngine {
@@ -197,6 +202,23 @@ impl ScopeEngine {
 
     pub fn read(&self, ino: Ino, fh: Fh, offset: u64, size: u32) -> EngineResult<Vec<u8>> {
         let file = self.file_of(ino, fh, false)?;
+        let mut again = 0;
+        loop {
+            match self.read_once(&file, offset, size) {
+                // A block of a version the file no longer has may be gone (online gc, rule 6):
+                // read what the file holds now.
+                Err((EngineError::Store(StoreError::NotFound { .. }), Some((idx, sha))))
+                    if again < 2 && file.lock().blocks.get(&idx).is_none_or(|b| b.sha256 != sha) =>
+                {
+                    again += 1;
+                }
+                r => return r.map_err(|(e, _)| e),
+            }
+        }
+    }
+
+    /// One read of `file`; a failure names the block (index, hash) it was reading, if any.
+    fn read_once(&self, file: &Mutex<OpenFile>, offset: u64, size: u32) -> Result<Vec<u8>, ReadFailure> {
         let bs = self.block_size();
         let mut pieces = Vec::new();
         let mut ahead = Vec::new();
@@ -215,11 +237,11 @@ impl ScopeEngine {
                     let mut buf = vec![0u8; n as usize];
                     let avail = d.len().saturating_sub(in_off).min(n) as usize;
                     if avail > 0 {
-                        d.read_at(&mut buf[..avail], in_off)?;
+                        d.read_at(&mut buf[..avail], in_off).map_err(|e| (e.into(), None))?;
                     }
                     pieces.push(Piece::Ready(buf));
                 } else if let Some(b) = f.blocks.get(&idx) {
-                    pieces.push(Piece::Block { block: b.clone(), offset: in_off, len: n });
+                    pieces.push(Piece::Block { idx, block: b.clone(), offset: in_off, len: n });
                 } else {
                     pieces.push(Piece::Ready(vec![0u8; n as usize]));
                 }
@@ -238,85 +260,18 @@ impl ScopeEngine {
             }
         }
         if !ahead.is_empty() {
-            self.prefetch(ahead)?;
+            self.prefetch(ahead).map_err(|e| (e, None))?;
         }
+        crate::testhooks::interleave("read.resolved", self.scope_id.as_str());
         let mut out = Vec::with_capacity(size as usize);
         for p in pieces {
             match p {
                 Piece::Ready(b) => out.extend_from_slice(&b),
-                Piece::Block { block, offset, len } => self.read_block_range(&block, offset, len, &mut out)?,
+                Piece::Block { idx, block, offset, len } => {
+                    self.read_block_range(&block, offset, len, &mut out).map_err(|e| (e, Some((idx, block.sha256))))?
+                }
             }
         }
-        Ok(out)
-    }
-
-    /// Appends `len` bytes of a committed block from `offset` to `out` (zeros past the block's end).
-    fn read_block_range(&self, b: &BlockRef, offset: u64, len: u64, out: &mut Vec<u8>) -> EngineResult<()> {
-        let start = out.len();
-        out.resize(start + len as usize, 0);
-        let avail = b.len.saturating_sub(offset).min(len) as usize;
-        if avail == 0 {
-            return Ok(());
-        }
-        let buf = &mut out[start..start + avail];
-        if self.read_inline(&b.sha256, offset, buf, true)? {
-            return Ok(());
-        }
-        let scope = self.scope_id.as_str();
-        let cache = &self.storage.cache;
-        let staged = self.blocks_dir.join(&b.sha256);
-        if let Ok(f) = File::open(&staged) {
-            if self.staged_is_whole(&b.sha256, &f)? {
-                f.read_exact_at(buf, offset)?;
-                return Ok(());
-            }
-        }
-        if cache.read_at(scope, &b.sha256, offset, buf)
-            || self.storage.read_local_range(scope, &b.sha256, offset, buf)?
-        {
-            return Ok(());
-        }
-        if self.read_inline(&b.sha256, offset, buf, false)? {
-            return Ok(());
-        }
-        // A block shared with the scope this one was forked from lives under that scope's prefix.
-        let home = self.home_of(&b.sha256)?;
-        let scope = home.as_deref().unwrap_or(scope);
-        if home.is_some()
-            && (cache.read_at(scope, &b.sha256, offset, buf)
-                || self.storage.read_local_range(scope, &b.sha256, offset, buf)?)
-        {
-            return Ok(());
-        }
-        let data = self.storage.fetch_block(scope, &self.shares.fetch, &b.sha256)?;
-        if (data.len() as u64) < offset + avail as u64 {
-            return Err(EngineError::Corrupt { sha256: b.sha256.clone() });
-        }
-        buf.copy_from_slice(&data[offset as usize..offset as usize + avail]);
-        Ok(())
-    }
-
-    /// Whether a staged block's file holds the block: always for blocks this process staged; one an
-    /// earlier process left is hashed once (a power loss may have kept its name but not its bytes).
-    /// A damaged one is read from elsewhere (cache, store) or answers `Corrupt`, never wrong bytes.
-    fn staged_is_whole(&self, sha: &str, f: &File) -> EngineResult<bool> {
-        if !self.unverified_staged.lock().contains(sha) {
-            return Ok(true);
-        }
-        let mut data = Vec::new();
-        std::io::Read::read_to_end(&mut &*f, &mut data)?;
-        if hex::encode(Sha256::digest(&data)) != sha {
-            tracing::warn!(scope = %self.scope_id, "a staged block left by an earlier process is damaged");
-            return Ok(false);
-        }
-        self.unverified_staged.lock().remove(sha);
-        Ok(true)
-    }
-
-    /// Reads a whole committed block (for read-modify-write of a partially overwritten block).
-    pub(super) fn read_block(&self, b: &BlockRef) -> EngineResult<Vec<u8>> {
-        let mut out = Vec::with_capacity(b.len as usize);
-        self.read_block_range(b, 0, b.len, &mut out)?;
         Ok(out)
     }
 
@@ -482,6 +437,7 @@ impl ScopeEngine {
             blocks.insert(idx, BlockRef { sha256: sha, len });
         }
         self.note_unsynced(&sealed);
+        crate::testhooks::interleave("commit.sealed", self.scope_id.as_str());
         let content_sha = content_sha256(&blocks, f.size);
         let (new, version) = self.commit_version(ino, f, &blocks, content_sha.as_deref(), &inline)?;
         for (idx, d) in std::mem::take(&mut f.dirty) {

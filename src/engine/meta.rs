@@ -27,8 +27,8 @@ mod tree;
 mod xattr;
 
 pub(crate) use batch::BATCH_AGE;
-pub(crate) use blocks::FileVersion;
 use blocks::{add_ref, drop_ref, stage_inline};
+pub(crate) use blocks::{FileVersion, Unreferenced};
 pub(crate) use links::LinkBounds;
 use links::{drop_entry, move_aside, set_entry_name};
 pub(crate) use page::cursor_of;

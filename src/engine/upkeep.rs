@@ -1,18 +1,8 @@
-//! Upkeep of one scope: garbage collection of unreferenced blocks, `fsck` (damaged files, orphan
-//! objects, metadata counters) and the metadata self-checks.
-
-use std::time::Duration;
+//! Upkeep of one scope: `fsck` (damaged files, orphan objects, metadata counters) and the metadata
+//! self-checks (garbage collection is `gc.rs`).
 
 use super::error::EngineResult;
 use super::scope::ScopeEngine;
-
-/// Result of a garbage collection pass of one scope.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GcReport {
-    pub blocks_deleted: u64,
-    /// Content bytes of the deleted blocks (each counted once, however many copies it had).
-    pub bytes_deleted: u64,
-}
 
 /// Result of `fsck` of one scope.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,75 +18,6 @@ pub struct FsckReport {
 }
 
 impl ScopeEngine {
-    /// Deletes blocks unreferenced for longer than `grace` from staging, cache and the object store.
-    /// Holds the metadata lock while deleting so no commit can re-reference a block mid-delete.
-    /// Each batch of row deletions is made durable before anything those rows named is deleted
-    /// (review D6): a power loss must never bring back a row saying "uploaded" (which a later
-    /// commit of the same block would trust, uploading nothing) for an object already gone.
-    pub fn collect_garbage(&self, grace: Duration) -> EngineResult<GcReport> {
-        let cutoff = super::meta::now_ns() / 1_000_000_000 - grace.as_secs() as i64;
-        let mut report = GcReport::default();
-        let mut meta = self.meta.lock()?;
-        let mut after = String::new();
-        loop {
-            let page = meta.unreferenced(cutoff, &after, 256)?;
-            let Some(last) = page.last() else { break };
-            after = last.sha256.clone();
-            // A block of this scope a fork or a snapshot still refers to stays (its row too, so
-            // a later gc looks again).
-            let mut batch = Vec::with_capacity(page.len());
-            for b in page {
-                if b.home.is_some() || !self.held_elsewhere(&b.sha256)? {
-                    batch.push(b);
-                }
-            }
-            meta.take_unreferenced(&mut batch)?;
-            meta.make_durable()?;
-            for block in batch {
-                match &block.home {
-                    // Another scope's block: this scope lets go of it; it goes once nobody refers
-                    // to it and its scope was purged (else that scope's gc deletes it).
-                    Some(home) => {
-                        if self.release_shared(home, &block.sha256)? {
-                            self.delete_object(home, &block.sha256)?;
-                        }
-                    }
-                    None => self.delete_collected(&block.sha256, block.len, block.inline, block.uploaded)?,
-                }
-                report.blocks_deleted += 1;
-                report.bytes_deleted += block.len;
-            }
-        }
-        drop(meta);
-        Ok(report)
-    }
-
-    /// Deletes what a collected block row named (its rows' deletion is durable): the inline
-    /// journal's bookkeeping, the staging file, the cache entry and the stored object.
-    fn delete_collected(&self, sha: &str, len: u64, inline: bool, uploaded: bool) -> EngineResult<()> {
-        let scope = self.scope_id.as_str();
-        self.forget_inline(sha, inline, len);
-        let staged = self.blocks_dir.join(sha);
-        if let Ok(m) = std::fs::metadata(&staged) {
-            if std::fs::remove_file(&staged).is_ok() {
-                self.staging_sub(m.len());
-            }
-        }
-        self.storage.cache.remove(scope, sha);
-        if uploaded {
-            self.delete_object(scope, sha)?;
-        }
-        Ok(())
-    }
-
-    /// Deletes the stored object of block `sha` under scope `home`'s prefix.
-    fn delete_object(&self, home: &str, sha: &str) -> EngineResult<()> {
-        let key = crate::store::block_key(home, sha);
-        let st = &self.storage;
-        st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&key)))?;
-        Ok(())
-    }
-
     /// Verifies that every referenced block exists in the store with the right hash (downloading each),
     /// lists orphan objects, and checks metadata counters. With `repair`, orphan objects are deleted.
     pub fn fsck(&self, repair: bool) -> EngineResult<FsckReport> {

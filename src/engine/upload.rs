@@ -35,6 +35,8 @@ pub(crate) struct UploadQueue {
     flush_lock: Mutex<()>,
     /// Local flushes performed (each: fsync of new journal files, their directory and the WAL).
     flushes: AtomicU64,
+    /// Block puts in flight, which online gc leaves alone (`gc.rs`).
+    pub(crate) puts: std::sync::Arc<super::gc::PutsInFlight>,
 }
 
 #[derive(Default)]
@@ -62,6 +64,8 @@ struct StagedBlock {
     data: Bytes,
     /// Its bytes came from the inline journal (not a journal file).
     inline: bool,
+    /// Registered until its upload is recorded (`gc.rs`, rule 3).
+    _put: super::gc::PutInFlight,
 }
 
 impl ScopeEngine {
@@ -217,6 +221,7 @@ impl ScopeEngine {
             let _share = self.shares.upload.acquire().await;
             let _slot = self.storage.upload_slots.acquire().await;
             let Some(block) = self.staged_block(sha).await? else { return Ok(None) };
+            crate::testhooks::interleave("upload.before_put", self.scope_id.as_str());
             let timeout = self.storage.settings.store_timeout;
             let put = self.storage.store.put_hashed(&block.key, block.data.clone(), sha);
             match tokio::time::timeout(timeout, put).await {
@@ -255,7 +260,18 @@ impl ScopeEngine {
     /// The store is given the block's hash with its bytes (`put_hashed`).
     async fn staged_block(&self, sha: &str) -> Result<Option<StagedBlock>, StoreError> {
         let unavailable = |e: EngineError| StoreError::Unavailable(format!("reading the inline journal: {e}"));
-        let row = self.meta.lock().and_then(|m| m.inline_block(sha)).map_err(unavailable)?;
+        // Registered with the look at its row; while gc deletes an earlier copy, after that
+        // (`gc.rs`, rules 3 and 4).
+        let (row, put) = loop {
+            let deleted = self.uploads.puts.until_deleted();
+            {
+                let meta = self.meta.lock().map_err(unavailable)?;
+                if let Some(put) = self.uploads.puts.begin(&meta, sha) {
+                    break (meta.inline_block(sha).map_err(unavailable)?, put);
+                }
+            }
+            self.uploads.puts.wait_deleted(deleted).await;
+        };
         let inline = row.is_some();
         let key = block_key(self.scope_id.as_str(), sha);
         // A journal file this process sealed holds the bytes it hashed (nothing writes it after);
@@ -272,7 +288,7 @@ impl ScopeEngine {
             self.drop_damaged(sha, &key).await?;
             return Ok(None);
         }
-        Ok(Some(StagedBlock { key, data, inline }))
+        Ok(Some(StagedBlock { key, data, inline, _put: put }))
     }
 
     /// A staged block whose file is gone. Still marked staged, it is either in the store (its upload
@@ -307,9 +323,14 @@ impl ScopeEngine {
         outcomes: &mut [Result<(), StoreError>],
     ) {
         let mut done: Vec<(usize, Option<u64>)> = Vec::new();
+        // Each stays registered as a put in flight until its upload is recorded below.
+        let mut stored = Vec::new();
         for (i, r) in results {
             match r {
-                Ok(block) => done.push((i, block.inline.then_some(block.data.len() as u64))),
+                Ok(block) => {
+                    done.push((i, block.inline.then_some(block.data.len() as u64)));
+                    stored.push(block);
+                }
                 Err(e) => outcomes[i] = Err(e),
             }
         }
@@ -320,6 +341,7 @@ impl ScopeEngine {
                 outcomes[i] = Err(StoreError::Unavailable(msg.clone()));
             }
         }
+        drop(stored);
     }
 
     /// A staged block whose bytes no longer match its hash: a power loss took data that was never

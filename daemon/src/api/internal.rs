@@ -70,6 +70,16 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
         )
         .add(
             "POST",
+            "/internal/workspace-scopes/{scope_id}/gc",
+            Auth::Service,
+            "Online garbage collection of a draft or active scope now, while it stays in use (the daemon also \
+             runs it every gc.interval_secs): deletes up to gc.blocks_per_pass blocks no file has referenced for \
+             gc.grace_secs; answers {blocks_deleted, bytes_deleted, blocks_deferred} (deferred: not stored yet, \
+             an upload in flight, held by a fork, or past the bound)",
+            post(collect_garbage),
+        )
+        .add(
+            "POST",
             "/internal/workspace-scopes/{scope_id}/owners",
             Auth::Service,
             "Register an owner (state reserved). Body {owner_type, resource_id?, parent_owner_id?, \
@@ -254,6 +264,19 @@ struct MountView {
 }
 
 /// The one route that returns host paths: for the orchestrator that bind-mounts a scope into a container.
+async fn collect_garbage(
+    State(st): State<AppState>,
+    ScopePath(scope, ()): ScopePath,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let service = st.scopes.clone();
+    let r = blocking(Internal, move || service.gc_scope(&scope)).await?;
+    Ok(Json(serde_json::json!({
+        "blocks_deleted": r.blocks_deleted,
+        "bytes_deleted": r.bytes_deleted,
+        "blocks_deferred": r.blocks_deferred,
+    })))
+}
+
 async fn mount(State(st): State<AppState>, ScopePath(scope, ()): ScopePath) -> Result<Json<MountView>, ApiError> {
     let service = st.scopes.clone();
     let (rec, bind_source) = blocking(Internal, move || service.mount(&scope)).await?;

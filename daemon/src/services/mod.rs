@@ -12,6 +12,7 @@ mod cluster_tick;
 pub mod compute;
 pub mod files;
 pub mod forks;
+pub mod gc;
 mod lifecycle;
 pub mod mounter;
 pub mod open_scopes;

@@ -47,6 +47,8 @@ pub struct Scopes {
     pub(super) cutover: CutoverGate,
     /// With several nodes: this node (startup claims the scopes placed on it).
     pub(super) cluster: Option<Arc<super::cluster::Cluster>>,
+    /// Online garbage collection (`[gc]`, `gc.rs`).
+    pub(super) gc: scopefs::config::GcConfig,
     ready: AtomicBool,
 }
 
@@ -66,6 +68,7 @@ impl Scopes {
             lifecycle,
             cutover: CutoverGate::default(),
             cluster: None,
+            gc: Default::default(),
             ready: AtomicBool::new(false),
         }
     }
@@ -73,6 +76,12 @@ impl Scopes {
     /// This daemon is one node of several (`[node]`).
     pub fn with_cluster(mut self, cluster: Option<Arc<super::cluster::Cluster>>) -> Scopes {
         self.cluster = cluster;
+        self
+    }
+
+    /// Sets online garbage collection (config `[gc]`).
+    pub fn with_gc(mut self, gc: scopefs::config::GcConfig) -> Scopes {
+        self.gc = gc;
         self
     }
 

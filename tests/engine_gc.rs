@@ -1,0 +1,379 @@
+//! Issue 24 item 7 (acceptance c), at the engine: online gc is safe against concurrent writers,
+//! uploads and readers. Each rule of `src/engine/gc.rs` is one enumerated interleaving: a whole gc
+//! pass is put (a test hook) exactly between the two steps of another actor that it could
+//! otherwise break, and the test fails if that rule is taken out. Then a scope rewritten 10 times
+//! while a writer keeps writing, readers read and gc runs: every read sees a whole version, the
+//! store ends with exactly the blocks the files use, `fsck` is clean, and the bucket alone restores
+//! every file.
+
+pub mod engine_support;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use engine_support::*;
+use scopefs::engine::*;
+use scopefs::ids::ScopeId;
+use scopefs::store::{block_key, ObjectStore};
+use scopefs::testhooks::set_interleave;
+use sha2::{Digest, Sha256};
+
+const BLOCK: usize = 16 * 1024;
+
+/// Blocks of 16 KiB in journal files (inline up to 2 KiB), uploads held unless asked for, no
+/// metadata shipping unless a test turns it on.
+fn settings(early: bool) -> StorageSettings {
+    StorageSettings {
+        block_size: BLOCK as u64,
+        inline_block_max_bytes: 2 * 1024,
+        upload_delay: Duration::from_secs(3600),
+        dirty_writeback: Duration::from_secs(3600),
+        store_timeout: Duration::from_secs(2),
+        store_attempts: 2,
+        early_upload: early,
+        ..StorageSettings::default()
+    }
+}
+
+/// Bytes no two blocks of which are alike.
+fn unique(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Writes `path` (created or truncated) and fsyncs it: its blocks are in the store.
+fn write_synced(e: &ScopeEngine, path: &str, data: &[u8]) {
+    let (parent, name) = split(e, path).unwrap();
+    let flags = OpenFlags { write: true, truncate: true, exclusive: false };
+    let (attr, opened) = e.create(parent, name.as_bytes(), 0o644, flags, OWNER).unwrap();
+    e.write(attr.ino, opened.fh, 0, data).unwrap();
+    e.fsync(attr.ino, Some(opened.fh)).unwrap();
+    e.release(attr.ino, opened.fh).unwrap();
+}
+
+fn key_of(e: &ScopeEngine, data: &[u8]) -> String {
+    block_key(e.scope_id().as_str(), &hex::encode(Sha256::digest(data)))
+}
+
+fn online(e: &ScopeEngine) -> GcReport {
+    e.collect_garbage_online(Duration::ZERO, u64::MAX).unwrap()
+}
+
+fn assert_fsck_clean(e: &ScopeEngine) {
+    let report = e.fsck(false).unwrap();
+    assert!(
+        report.damaged_files.is_empty() && report.orphan_objects.is_empty() && report.metadata_problems.is_empty(),
+        "{report:?}"
+    );
+}
+
+/// Runs `action` once, the first time `point` of `e`'s operations is reached, on a thread of its
+/// own (the point may be on one of the runtime's threads, where the engine's blocking calls may
+/// not run); what it returns is kept.
+fn once_at<T: Send + 'static>(
+    e: &Arc<ScopeEngine>,
+    point: &'static str,
+    action: impl Fn(&ScopeEngine) -> T + Send + Sync + 'static,
+) -> (scopefs::testhooks::Interleaving, Arc<Mutex<Option<T>>>) {
+    let out = Arc::new(Mutex::new(None));
+    let (ran, weak, kept) = (AtomicBool::new(false), Arc::downgrade(e), out.clone());
+    let action = Arc::new(action);
+    let hook = set_interleave(point, e.scope_id().as_str(), move || {
+        let Some(engine) = weak.upgrade() else { return };
+        if ran.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let action = action.clone();
+        let result = std::thread::spawn(move || action(&engine)).join().expect("the interleaved action panicked");
+        *kept.lock().unwrap() = Some(result);
+    });
+    (hook, out)
+}
+
+/// Waits until the wall clock is in a later second than `t` (gc with metadata shipping takes only
+/// blocks unreferenced before the second its pass starts in).
+fn next_second_after(t: u64) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() <= t {
+        assert!(Instant::now() < deadline, "the clock did not move on");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// Rule 2: a writer seals a block whose old copy gc deletes between the seal and the commit. The
+/// commit finds no row, stages the block again and uploads the writer's own copy.
+#[test]
+fn a_block_sealed_again_while_gc_deletes_it_is_uploaded_from_the_writers_copy() {
+    let h = Harness::new(settings(false));
+    let e = new_scope(&h.storage());
+    let x = unique(BLOCK, 1);
+    write_synced(&e, "a", &x);
+    write_synced(&e, "a", &unique(BLOCK, 2));
+    let (_hook, report) = once_at(&e, "commit.sealed", online);
+    write_synced(&e, "b", &x);
+    let report = report.lock().unwrap().take().expect("gc ran between the seal and the commit");
+    assert_eq!(report.blocks_deleted, 1, "gc took the old copy in that window: {report:?}");
+    assert!(h.store.keys().contains(&key_of(&e, &x)), "the writer's copy is stored again");
+    assert_eq!(read_file(&e, "b").unwrap(), x);
+    assert_fsck_clean(&e);
+}
+
+/// Rule 3, an early upload: between its put and its row, another copy of the same block is
+/// stored, unreferenced and offered to gc, which leaves it (a put is in flight). The row the early
+/// upload records then names an object that exists.
+#[test]
+fn an_early_upload_in_flight_keeps_its_block_from_gc() {
+    let h = Harness::new(settings(true));
+    let e = new_scope(&h.storage());
+    let x = unique(BLOCK, 3);
+    let (_hook, report) = once_at(&e, "early.before_record", move |e: &ScopeEngine| {
+        write_synced(e, "c", &unique(BLOCK, 3));
+        write_synced(e, "c", &unique(BLOCK, 4));
+        online(e)
+    });
+    let (parent, name) = split(&e, "a").unwrap();
+    let (attr, opened) =
+        e.create(parent, name.as_bytes(), 0o644, OpenFlags { write: true, ..Default::default() }, OWNER).unwrap();
+    e.write(attr.ino, opened.fh, 0, &x).unwrap();
+    assert!(e.wait_uploads(Duration::from_secs(10)), "the early upload finished");
+    let report = report.lock().unwrap().take().expect("gc ran between the early put and its row");
+    assert_eq!(report.blocks_deleted, 0, "{report:?}");
+    assert!(report.blocks_deferred >= 1, "the block in flight was offered and left: {report:?}");
+    e.fsync(attr.ino, Some(opened.fh)).unwrap();
+    e.release(attr.ino, opened.fh).unwrap();
+    assert!(h.store.keys().contains(&key_of(&e, &x)));
+    assert_eq!(read_file(&e, "a").unwrap(), x);
+    assert_fsck_clean(&e);
+}
+
+/// Rule 3, the uploader: between reading a staged block and putting it, another upload of the
+/// same block finishes and the block is unreferenced; gc leaves it while the first put is in
+/// flight, so that put never lands after a delete (no orphan object), and a later pass takes it.
+#[test]
+fn an_upload_in_flight_keeps_its_block_from_gc() {
+    let h = Harness::new(settings(false));
+    let e = new_scope(&h.storage());
+    let x = unique(BLOCK, 5);
+    write_file(&e, "a", &x).unwrap();
+    let (_hook, report) = once_at(&e, "upload.before_put", move |e: &ScopeEngine| {
+        write_synced(e, "c", &unique(BLOCK, 5));
+        write_synced(e, "c", &unique(BLOCK, 6));
+        write_synced(e, "a", &unique(BLOCK, 7));
+        online(e)
+    });
+    assert!(e.wait_uploads(Duration::from_secs(10)), "the background upload finished");
+    let report = report.lock().unwrap().take().expect("gc ran before the background put");
+    assert_eq!(report.blocks_deleted, 0, "{report:?}");
+    assert!(report.blocks_deferred >= 1, "{report:?}");
+    assert_eq!(online(&e).blocks_deleted, 1, "once the put is recorded, the block goes");
+    assert!(!h.store.keys().contains(&key_of(&e, &x)));
+    assert_fsck_clean(&e);
+}
+
+/// Rule 6: a reader has resolved a block when the file is rewritten and gc deletes the old
+/// block; the reader reads the file's new version, never `EIO`.
+#[test]
+fn a_reader_whose_block_gc_deleted_reads_the_new_version() {
+    let h = Harness::new(settings(false));
+    let e = new_scope(&h.storage());
+    let (old, new) = (unique(BLOCK, 8), unique(BLOCK, 9));
+    write_synced(&e, "a", &old);
+    let replacement = new.clone();
+    let (_hook, report) = once_at(&e, "read.resolved", move |e: &ScopeEngine| {
+        write_synced(e, "a", &replacement);
+        online(e)
+    });
+    assert_eq!(read_file(&e, "a").unwrap(), new);
+    let report = report.lock().unwrap().take().expect("gc ran between the read's lookup and its fetch");
+    assert_eq!(report.blocks_deleted, 1, "the old block was gone when the reader fetched it: {report:?}");
+    assert_fsck_clean(&e);
+}
+
+/// Rule 5: with metadata shipped to the bucket, a pass first ships what unreferenced its blocks,
+/// so a host lost right after gc restores from the bucket without a missing block.
+#[test]
+fn the_bucket_never_names_a_block_gc_deleted() {
+    let mut s = settings(false);
+    s.metadata_sync = Some(Duration::from_secs(600));
+    s.upload_delay = Duration::from_millis(10);
+    let h = Harness::new(s);
+    let id = ScopeId::generate();
+    let (old, new) = (unique(BLOCK, 10), unique(BLOCK, 11));
+    {
+        let e = h.storage().open_scope(&id, big_quota()).unwrap();
+        write_synced(&e, "a", &old);
+        // Rewritten and uploaded, but no durability point: the bucket's metadata still says `old`.
+        write_file(&e, "a", &new).unwrap();
+        assert!(e.wait_uploads(Duration::from_secs(10)));
+        next_second_after(unix_now());
+        assert_eq!(online(&e).blocks_deleted, 1);
+        assert!(!h.store.keys().contains(&key_of(&e, &old)));
+    }
+    let elsewhere = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> = h.store.clone();
+    let storage = Storage::new(store, h.settings.clone(), elsewhere.path(), h.rt.handle().clone()).unwrap();
+    let restored = storage.open_scope(&id, big_quota()).unwrap();
+    assert_eq!(read_file(&restored, "a").unwrap(), new);
+    assert_fsck_clean(&restored);
+}
+
+/// Rule 1: a block unreferenced before it was ever stored waits for its upload; gc takes it after.
+#[test]
+fn a_block_not_stored_yet_waits_for_its_upload() {
+    let h = Harness::new(settings(false));
+    let e = new_scope(&h.storage());
+    write_file(&e, "a", &unique(BLOCK, 12)).unwrap();
+    write_file(&e, "a", &unique(BLOCK, 13)).unwrap();
+    let first = online(&e);
+    assert_eq!((first.blocks_deleted, first.blocks_deferred), (0, 1), "{first:?}");
+    assert!(e.wait_uploads(Duration::from_secs(10)));
+    assert_eq!(online(&e).blocks_deleted, 1);
+    assert_eq!(read_file(&e, "a").unwrap(), unique(BLOCK, 13));
+    assert_fsck_clean(&e);
+}
+
+const FILES: u64 = 8;
+/// Four full blocks and a tail small enough to be journaled inline.
+const FILE_LEN: usize = 4 * BLOCK + 1000;
+
+fn version(file: u64, v: u64) -> Vec<u8> {
+    unique(FILE_LEN, file * 1000 + v + 1)
+}
+
+/// Acceptance c: eight files rewritten 10 times, fsynced or only closed, while a writer keeps
+/// writing, two readers read and gc runs; metadata shipped every 50 ms.
+#[test]
+fn online_gc_reclaims_a_scope_rewritten_ten_times_under_writers_and_readers() {
+    let mut s = settings(true);
+    s.upload_delay = Duration::from_millis(20);
+    s.metadata_sync = Some(Duration::from_millis(50));
+    let h = Harness::new(s);
+    let id = ScopeId::generate();
+    let e = h.storage().open_scope(&id, big_quota()).unwrap();
+    for f in 0..FILES {
+        write_synced(&e, &format!("f{f}"), &version(f, 0));
+    }
+    let (done, deleted, passes) = (AtomicBool::new(false), AtomicU64::new(0), AtomicU64::new(0));
+    let reads = AtomicU64::new(0);
+    let busy_versions = AtomicU64::new(0);
+    std::thread::scope(|t| {
+        t.spawn(|| {
+            for round in 1..=10 {
+                for f in 0..FILES {
+                    let path = format!("f{f}");
+                    if (round + f) % 2 == 0 {
+                        write_synced(&e, &path, &version(f, round));
+                    } else {
+                        write_file(&e, &path, &version(f, round)).unwrap();
+                    }
+                }
+            }
+            // It keeps writing until gc has reclaimed blocks in at least three passes meanwhile.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while passes.load(Ordering::SeqCst) < 3 {
+                assert!(Instant::now() < deadline, "gc reclaimed nothing while the writer wrote");
+                let v = busy_versions.fetch_add(1, Ordering::SeqCst);
+                write_file(&e, "busy", &version(99, v)).unwrap();
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        for reader in 0..2u64 {
+            let (e, done, reads) = (&e, &done, &reads);
+            t.spawn(move || {
+                let mut n = reader;
+                while !done.load(Ordering::SeqCst) {
+                    let f = n % FILES;
+                    n += 1;
+                    let got = read_file(e, &format!("f{f}")).unwrap_or_else(|err| panic!("reading f{f}: {err}"));
+                    let whole = got.is_empty() || (0..=10).any(|v| got == version(f, v));
+                    assert!(whole, "f{f}: {} bytes that are no version of it", got.len());
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        t.spawn(|| {
+            while !done.load(Ordering::SeqCst) {
+                let report = online(&e);
+                if report.blocks_deleted > 0 {
+                    deleted.fetch_add(report.blocks_deleted, Ordering::SeqCst);
+                    passes.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+    });
+    assert!(reads.load(Ordering::Relaxed) > 0);
+    // Everything stored and shipped; one more second so that every block unreferenced is older than
+    // the pass's durability point; then nothing is left to take.
+    e.sync().unwrap();
+    assert!(e.wait_uploads(Duration::from_secs(30)));
+    next_second_after(unix_now());
+    let last = online(&e);
+    assert_eq!(last.blocks_deferred, 0, "{last:?}");
+    let total = deleted.load(Ordering::SeqCst) + last.blocks_deleted;
+    assert!(total >= 10 * FILES * 4, "every old version's blocks went: {total}");
+    let mut live = BTreeSet::new();
+    let busy = busy_versions.load(Ordering::SeqCst) - 1;
+    for (f, v) in (0..FILES).map(|f| (f, 10)).chain([(99, busy)]) {
+        for chunk in version(f, v).chunks(BLOCK) {
+            live.insert(key_of(&e, chunk));
+        }
+    }
+    let stored: BTreeSet<String> = h.store.keys().into_iter().filter(|k| k.contains("/blocks/")).collect();
+    assert_eq!(stored, live, "the store holds exactly the blocks the files use");
+    assert_fsck_clean(&e);
+    drop(e);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> = h.store.clone();
+    let storage = Storage::new(store, h.settings.clone(), elsewhere.path(), h.rt.handle().clone()).unwrap();
+    let restored = storage.open_scope(&id, big_quota()).unwrap();
+    for f in 0..FILES {
+        assert_eq!(read_file(&restored, &format!("f{f}")).unwrap(), version(f, 10), "f{f} from the bucket");
+    }
+    assert_fsck_clean(&restored);
+}
+
+/// Rule 4: a writer commits a block again while gc is deleting its earlier copy (rows taken, the
+/// metadata lock let go, the object not deleted yet). Its upload waits until the delete is done,
+/// so the object the new row names is the one the upload put after it.
+#[test]
+fn an_upload_of_a_block_gc_is_deleting_waits_for_the_delete() {
+    let h = Harness::new(settings(false));
+    let e = new_scope(&h.storage());
+    let x = unique(BLOCK, 14);
+    write_synced(&e, "a", &x);
+    write_synced(&e, "a", &unique(BLOCK, 15));
+    let writer: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+    let (started, weak) = (writer.clone(), Arc::downgrade(&e));
+    let _hook = set_interleave("gc.deleting", e.scope_id().as_str(), move || {
+        let Some(engine) = weak.upgrade() else { return };
+        let mut slot = started.lock().unwrap();
+        if slot.is_some() {
+            return;
+        }
+        let again = engine.clone();
+        *slot = Some(std::thread::spawn(move || write_synced(&again, "b", &unique(BLOCK, 14))));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while engine.puts_waiting_for_gc() == 0 {
+            assert!(Instant::now() < deadline, "the upload of b never reached the block being deleted");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
+    assert_eq!(online(&e).blocks_deleted, 1);
+    writer.lock().unwrap().take().expect("the writer ran in the delete window").join().unwrap();
+    assert!(h.store.keys().contains(&key_of(&e, &x)), "the new upload's object is there");
+    assert_eq!(read_file(&e, "b").unwrap(), x);
+    assert_fsck_clean(&e);
+}
