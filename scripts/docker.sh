@@ -5,14 +5,16 @@
 #
 # - starts dockerd in the background when /var/run/docker.sock does not answer
 #   (log: .test-state/dockerd.log; it is left running afterwards),
-# - builds the busybox test image `scopefs-test:busybox` with
+# - builds the busybox test image `scopefs-test:busybox`, and `scopefs-test:python`
+#   (the same with the host's python3, for the seed's gateway smoke test), with
 #   packaging/sandbox-image/build-offline.sh — no image registry involved;
-#   skipped when the image already exists (--rebuild forces it).
+#   each skipped when it already exists (--rebuild forces them).
 #
-# Progress goes to stderr. The only stdout line is
+# Progress goes to stderr. The only stdout lines are
 #   export SCOPEFS_TEST_DOCKER_IMAGE=scopefs-test:busybox
+#   export SCOPEFS_TEST_PYTHON_IMAGE=scopefs-test:python
 # so callers can `eval "$(bash scripts/docker.sh)"`. SCOPEFS_TEST_DOCKER_IMAGE_TAG
-# overrides the tag.
+# overrides the first tag.
 set -euo pipefail
 
 die() {
@@ -53,5 +55,10 @@ say "Docker engine $(docker version --format '{{.Server.Version}}' 2>/dev/null) 
 bash "$REPO/packaging/sandbox-image/build-offline.sh" --tag "$IMAGE" "${REBUILD[@]}" >/dev/null ||
     die "building the test image $IMAGE failed"
 docker image inspect "$IMAGE" >/dev/null 2>&1 || die "image $IMAGE missing after build"
+PYTHON_IMAGE=scopefs-test:python
+bash "$REPO/packaging/sandbox-image/build-offline.sh" --python --tag "$PYTHON_IMAGE" "${REBUILD[@]}" >/dev/null ||
+    die "building the test image $PYTHON_IMAGE failed"
+docker image inspect "$PYTHON_IMAGE" >/dev/null 2>&1 || die "image $PYTHON_IMAGE missing after build"
 
 echo "export SCOPEFS_TEST_DOCKER_IMAGE=$IMAGE"
+echo "export SCOPEFS_TEST_PYTHON_IMAGE=$PYTHON_IMAGE"

@@ -12,7 +12,7 @@
 #   1. scripts/install-deps.sh        Debian packages, pjdfstest, fsx, user `tests`
 #   2. cargo fmt --check
 #   3. cargo clippy --workspace --all-targets -- -D warnings, shellcheck of every script
-#   4. scripts/docker.sh              dockerd + local busybox test image
+#   4. scripts/docker.sh              dockerd + local test images (busybox; busybox + python)
 #   5. scripts/garage.sh start/env    single-node Garage S3 server + test bucket
 #      scripts/postgres.sh start/env  scratch PostgreSQL cluster (Debian's package, pg_ctl) for the
 #                                     registry's second backend
@@ -173,8 +173,9 @@ start_docker() {
     out=$(timeout -k 10 900 bash scripts/docker.sh) || return 1
     eval "$out"
     [ -n "${SCOPEFS_TEST_DOCKER_IMAGE:-}" ] || { echo "docker.sh did not set SCOPEFS_TEST_DOCKER_IMAGE" >&2; return 1; }
-    export SCOPEFS_TEST_DOCKER_IMAGE
-    echo "SCOPEFS_TEST_DOCKER_IMAGE=$SCOPEFS_TEST_DOCKER_IMAGE"
+    [ -n "${SCOPEFS_TEST_PYTHON_IMAGE:-}" ] || { echo "docker.sh did not set SCOPEFS_TEST_PYTHON_IMAGE" >&2; return 1; }
+    export SCOPEFS_TEST_DOCKER_IMAGE SCOPEFS_TEST_PYTHON_IMAGE
+    echo "SCOPEFS_TEST_DOCKER_IMAGE=$SCOPEFS_TEST_DOCKER_IMAGE SCOPEFS_TEST_PYTHON_IMAGE=$SCOPEFS_TEST_PYTHON_IMAGE"
 }
 run_step "docker engine + test image" start_docker
 

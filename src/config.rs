@@ -224,9 +224,10 @@ pub enum CutoverMode {
     /// Any thread may be provisioned (the default; nothing is checked).
     #[default]
     Off,
-    /// A thread without a scope is provisioned only once the migration report checks out
+    /// A thread without a scope is provisioned only while the migration report checks out
     /// (its deployment id, `passed` status and SHA-256 match the recorded cutover operation);
-    /// until then it is answered `409 migration-required`.
+    /// otherwise it is answered `409 migration-required`. The daemon does not start in this mode
+    /// unless the report checks out (record it in mode `off` first).
     Required,
 }
 

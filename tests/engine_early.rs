@@ -29,19 +29,6 @@ fn settings(early: bool) -> StorageSettings {
 
 const RW: OpenFlags = OpenFlags { write: true, truncate: false, exclusive: false };
 
-/// Bytes no two blocks of which are alike (content-addressed blocks would otherwise be shared).
-fn unique(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn create_open(e: &ScopeEngine, name: &str) -> (Ino, Fh) {
     let (attr, opened) = e.create(ROOT_INO, name.as_bytes(), 0o644, RW, OWNER).unwrap();
     (attr.ino, opened.fh)

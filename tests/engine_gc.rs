@@ -37,19 +37,6 @@ fn settings(early: bool) -> StorageSettings {
     }
 }
 
-/// Bytes no two blocks of which are alike.
-fn unique(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// Writes `path` (created or truncated) and fsyncs it: its blocks are in the store.
 fn write_synced(e: &ScopeEngine, path: &str, data: &[u8]) {
     let (parent, name) = split(e, path).unwrap();

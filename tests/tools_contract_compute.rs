@@ -9,8 +9,12 @@
 //!    them (`id`, `artifacts_registered`, `output_manifest_json`) → a registrar that fails twice
 //!    then succeeds → settled exactly once; ledger, usage log and artifact registry agree.
 //!
-//! Needs root, /dev/fuse, a Docker engine and `SCOPEFS_TEST_DOCKER_IMAGE` (scripts/docker.sh);
-//! without them it fails.
+//! c. Seed 003 §16.3, the gateway's smoke test, on Garage, in both billing modes (issue 24,
+//!    acceptance b): exactly one charge per environment whoever settles.
+//!
+//! Needs root, /dev/fuse, a Docker engine, `SCOPEFS_TEST_DOCKER_IMAGE` and
+//! `SCOPEFS_TEST_PYTHON_IMAGE` (scripts/docker.sh) and Garage (`SCOPEFS_TEST_S3_*`,
+//! scripts/garage.sh); without them it fails.
 
 pub mod compute_support;
 pub mod serve_process;
@@ -21,7 +25,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use compute_support::{admin_call, compute_toml, docker_image as image, provision, signed_call, uid, Secrets};
+use compute_support::{
+    admin_call, compute_toml, docker_image as image, provision, python_image, signed_call, uid, Secrets,
+};
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use scopefs::billing::{run_pending_pass, ArtifactRegistrar, PassSettings, PricingConfig, RegistryRegistrar};
@@ -51,14 +57,19 @@ struct Daemon {
 
 impl Daemon {
     fn start(dir: &Path) -> Daemon {
-        let image = image();
+        Daemon::start_with(dir, image(), PRICING, &[])
+    }
+
+    /// A daemon running `image` with `extra` configuration (pricing and billing sections) and
+    /// `env` (`SCOPEFS_*` overrides).
+    fn start_with(dir: &Path, image: String, extra: &str, env: &[(&str, &str)]) -> Daemon {
         let port = free_port();
         let deployment = format!("cc-{}", &uid()[20..]);
         let secrets =
             Secrets { service_token: SERVICE_TOKEN, hmac_secret: HMAC_SECRET, admin_token: Some(ADMIN_TOKEN) };
-        let rest = compute_toml(&deployment, &secrets, &image, PRICING);
+        let rest = compute_toml(&deployment, &secrets, &image, extra);
         let cfg = write_config(dir, port, &rest);
-        let serve = ServeProcess::start(dir, &cfg, port, &format!("daemon-{}.log", uid()), &[]);
+        let serve = ServeProcess::start(dir, &cfg, port, &format!("daemon-{}.log", uid()), env);
         let mut d = Daemon {
             serve,
             client: Client::builder().timeout(Duration::from_secs(120)).build().unwrap(),
@@ -554,4 +565,138 @@ fn seed_shaped_create_bodies_are_taken() {
     let paths: Vec<&str> = done["artifacts"].as_array().unwrap().iter().filter_map(|a| a["path"].as_str()).collect();
     // Issue 24, item 6: the seed's default output path (/workspace) records what the job made.
     assert_eq!(paths, vec!["/workspace/out.txt"], "{done}");
+}
+
+fn required_env(name: &str) -> String {
+    std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| {
+        panic!("{name} is not set: run scripts/test.sh (or `eval \"$(bash scripts/garage.sh env)\"`)")
+    })
+}
+
+/// Compute ledger entries of `env` in the daemon's wallet ledger.
+fn charges_of(d: &Daemon, env: &str) -> usize {
+    let ledger = d.admin(reqwest::Method::GET, &format!("/admin/accounts/{USER}/ledger"), None);
+    ledger["entries"].as_array().unwrap().iter().filter(|e| e["source_id"] == env).count()
+}
+
+/// Issue 24, acceptance b: seed 003 §16.3's gateway smoke test, step by step, against a daemon on
+/// Garage running a sandbox image with python, once with `[billing] mode = "settle"` (the daemon
+/// charges; the gateway's `mark-settled` finds it done) and once with `mode = "report"` (the gateway
+/// charges in its own ledger; the daemon only records and marks): in both, exactly one charge per
+/// environment, counted across the daemon's ledger and the gateway's.
+#[test]
+fn the_seed_gateway_smoke_test_charges_each_environment_once_in_either_billing_mode() {
+    for mode in ["settle", "report"] {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = format!("gateway-smoke/{}/", uid());
+        let s3: Vec<(String, String)> = [
+            ("SCOPEFS_S3_ENDPOINT", "SCOPEFS_TEST_S3_ENDPOINT"),
+            ("SCOPEFS_S3_REGION", "SCOPEFS_TEST_S3_REGION"),
+            ("SCOPEFS_S3_BUCKET", "SCOPEFS_TEST_S3_BUCKET"),
+            ("SCOPEFS_S3_ACCESS_KEY_ID", "SCOPEFS_TEST_S3_ACCESS_KEY_ID"),
+            ("SCOPEFS_S3_SECRET_ACCESS_KEY", "SCOPEFS_TEST_S3_SECRET_ACCESS_KEY"),
+        ]
+        .into_iter()
+        .map(|(k, from)| (k.to_string(), required_env(from)))
+        .chain([("SCOPEFS_S3_PREFIX".to_string(), prefix)])
+        .collect();
+        let env: Vec<(&str, &str)> = s3.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let extra = format!("{PRICING}\n[billing]\nmode = \"{mode}\"\n");
+        let d = Daemon::start_with(dir.path(), python_image(), &extra, &env);
+        let base = d.serve.base.clone();
+
+        // 1-2. The S3 probe (the daemon does not start without it) and GET /ready 200.
+        assert_eq!(d.client.get(format!("{base}/ready")).send().unwrap().status(), StatusCode::OK, "{mode}");
+        let t = format!("thr_{}", uid());
+        d.provision(&t);
+        d.admin(reqwest::Method::PUT, &format!("/admin/accounts/{USER}/plan"), Some(json!({"plan": "metered"})));
+        let credit = json!({"amount": "1.000000", "idempotency_key": format!("smoke-{mode}")});
+        d.admin(reqwest::Method::POST, &format!("/admin/accounts/{USER}/credit"), Some(credit));
+
+        // 3. A small CSV uploaded (the WebUI server's upload into the thread's files).
+        let csv = b"name,score\nada,3\nbob,5\n".to_vec();
+        let up = d
+            .client
+            .put(format!("{base}/api/workspace/file"))
+            .query(&[("threadId", t.as_str()), ("path", "data.csv")])
+            .bearer_auth(SERVICE_TOKEN)
+            .body(csv.clone())
+            .send()
+            .unwrap();
+        assert!(up.status().is_success(), "{mode}: upload {}", up.status());
+
+        // 4. build_input_manifest: the object by its key in seed 003's layout.
+        let manifest = json!([{
+            "file_id": "file_1",
+            "object_key": format!("threads/{t}/files/data.csv"),
+            "sha256": sha256_hex(&csv),
+            "size_bytes": csv.len(),
+            "mount_path": "/workspace/data.csv",
+            "read_only": true
+        }]);
+        // 5. create_environment, standard.
+        let mut body = seed_create_body(&d.image, &t);
+        body["resource_class"] = json!("standard");
+        body["input_objects"] = manifest;
+        let env = d.ok(&t, "create_environment", body)["environment_id"].as_str().unwrap().to_string();
+
+        // 6. python --version.
+        let out = d.ok(&t, "execute_command", json!({"environment_id": env, "command": "python --version"}));
+        let said = format!("{}{}", out["stdout"].as_str().unwrap_or(""), out["stderr"].as_str().unwrap_or(""));
+        assert!(out["exit_code"] == 0 && said.starts_with("Python 3."), "{mode}: {out}");
+
+        // 7. write/read: the file tools, and python reading the uploaded CSV.
+        d.ok(&t, "write_file", json!({"path": "notes.txt", "content": "smoke"}));
+        assert_eq!(d.ok(&t, "read_file", json!({"path": "notes.txt"}))["content"], "smoke", "{mode}");
+        let count = "python -c \"import csv; print(sum(1 for _ in csv.DictReader(open('/workspace/data.csv'))))\"";
+        let out = d.ok(&t, "execute_command", json!({"environment_id": env, "command": count}));
+        assert_eq!(out["stdout"].as_str().map(str::trim), Some("2"), "{mode}: {out}");
+
+        // 8. destroy persisting an artifact.
+        let make = "mkdir -p /workspace/out && python -c \"import json; json.dump({'rows': 2}, open('/workspace/out/summary.json', 'w'))\"";
+        let out = d.ok(&t, "execute_command", json!({"environment_id": env, "command": make}));
+        assert_eq!(out["exit_code"], 0, "{mode}: {out}");
+        let done = d.ok(&t, "destroy_environment", json!({"environment_id": env}));
+        let arts = done["artifacts"].as_array().unwrap();
+        assert_eq!(arts.len(), 1, "{mode}: {done}");
+        assert_eq!(arts[0]["path"], "/workspace/out/summary.json");
+        assert_eq!(arts[0]["object_key"], format!("threads/{t}/files/out/summary.json"));
+        assert!(arts[0]["artifact_id"].as_str().is_some_and(|a| a.starts_with("art_")), "{mode}: {done}");
+
+        // 9. register_artifacts, then the gateway marks them registered.
+        let marked = json!({"environment_id": env});
+        let marked = d.admin(reqwest::Method::POST, "/admin/mark-artifacts-registered", Some(marked));
+        assert_eq!(marked["updated"], 1, "{mode}");
+
+        // 10-11. settle_compute_usage + wallet_ledger, then mark-settled of the pending record.
+        let pending = d.admin(reqwest::Method::POST, "/admin/pending-usage", Some(json!({"settled": 0})));
+        let usage_id = pending["usage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["environment_id"] == env.as_str())
+            .and_then(|r| r["id"].as_i64())
+            .unwrap_or_else(|| panic!("{mode}: no pending usage of {env}: {pending}"));
+        // The gateway of `report` mode charges in its own ledger; in `settle` mode it leaves that to
+        // the daemon (seed 003 §10.2 with one billing authority).
+        let gateway_charges = usize::from(mode == "report");
+        let mark = || {
+            let r = d.admin(reqwest::Method::POST, "/admin/mark-settled", Some(json!({"usage_ids": [usage_id]})));
+            r["results"][0]["status"].as_str().unwrap_or_default().to_string()
+        };
+        assert_eq!(mark(), "settled", "{mode}");
+        assert_eq!(mark(), "already_settled", "{mode}: marked once");
+        let daemon_charges = charges_of(&d, &env);
+        assert_eq!(daemon_charges, usize::from(mode == "settle"), "{mode}: the daemon's ledger");
+        assert_eq!(daemon_charges + gateway_charges, 1, "{mode}: exactly one charge for the environment");
+        let still = d.admin(reqwest::Method::POST, "/admin/pending-usage", Some(json!({"settled": 0})));
+        assert!(still["usage"].as_array().unwrap().iter().all(|r| r["id"] != usage_id), "{mode}: {still}");
+        let settled = d.admin(reqwest::Method::POST, "/admin/pending-usage", Some(json!({"settled": 1})));
+        assert!(settled["usage"].as_array().unwrap().iter().any(|r| r["id"] == usage_id), "{mode}: {settled}");
+
+        // 12. With the execution service stopped, a compute call reaches nothing that could run it.
+        drop(d);
+        let after = Client::new().get(format!("{base}/ready")).timeout(Duration::from_secs(5)).send();
+        assert!(after.is_err(), "{mode}: a stopped daemon still answered");
+    }
 }

@@ -58,15 +58,25 @@ impl Setup {
     }
 
     fn start(&self, failpoint: Option<&str>) -> Daemon {
+        let env: Vec<(&str, &str)> = failpoint.map(|fp| ("SCOPEFS_FAILPOINT", fp)).into_iter().collect();
+        self.start_with(&env)
+    }
+
+    /// The process, with `extra` variables, not waited for.
+    fn spawn(&self, extra: &[(&str, &str)]) -> ServeProcess {
         let mut env = vec![
             ("SCOPEFS_TEST_CLOCK_FILE", self.clock_file.to_str().unwrap()),
             ("SCOPEFS_DELETE_DRAIN_SECS", "2"),
             ("SCOPEFS_MAINTENANCE_INTERVAL_SECS", "1"),
         ];
-        env.extend(failpoint.map(|fp| ("SCOPEFS_FAILPOINT", fp)));
+        env.extend_from_slice(extra);
         let log_name = format!("serve-{}.log", uuid::Uuid::now_v7());
+        ServeProcess::start(self.dir.path(), &self.config(), self.port, &log_name, &env)
+    }
+
+    fn start_with(&self, extra: &[(&str, &str)]) -> Daemon {
         let mut d = Daemon {
-            serve: ServeProcess::start(self.dir.path(), &self.config(), self.port, &log_name, &env),
+            serve: self.spawn(extra),
             http: Client::builder().timeout(Duration::from_secs(60)).build().unwrap(),
             token: String::new(),
         };
@@ -369,14 +379,46 @@ fn cutover_lease_blocks_creation() {
     assert_eq!(st, StatusCode::CREATED, "creation works again once released");
 }
 
-/// A daemon setup with `cutover.mode = "required"` and its report path (nothing written there yet),
-/// in a directory the caller keeps.
+/// A report of the cutover `op` with `status`, for this test deployment.
+fn cutover_report(op: &str, status: &str) -> String {
+    json!({"operation_id": op, "deployment_id": "default", "status": status}).to_string()
+}
+
+/// A daemon setup with `cutover.mode = "required"` whose cutover has run as seed 000 §11.1 runs it:
+/// in mode `off`, ending with its passed report `cut-0` recorded. Returns the report's path (a
+/// directory the caller keeps) for tests that change it.
 fn required_cutover_setup() -> (tempfile::TempDir, PathBuf, Setup) {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("latest.json");
+    std::fs::write(&report, cutover_report("cut-0", "passed")).unwrap();
     let store =
         format!("[store]\nkind = \"local\"\n\n[cutover]\nmode = \"required\"\nreport = \"{}\"\n", report.display());
-    (dir, report, Setup::with_store(store))
+    let setup = Setup::with_store(store);
+    let mut d = setup.start_with(&[("SCOPEFS_CUTOVER_MODE", "off")]);
+    let (st, op) = call(d.req("POST", "/internal/workspace-cutover/report"));
+    assert_eq!((st, s(&op, "operation_id")), (StatusCode::OK, "cut-0".into()), "{op}");
+    d.serve.stop(Duration::from_secs(30));
+    (dir, report, setup)
+}
+
+/// Seed 000 §11.1: in mode `required` the daemon starts only while the configured report is a
+/// passed one of this deployment matching the newest recorded cutover; otherwise it refuses to
+/// start and says why (at 2351eb5 it started and opened the gate on the report's word alone).
+#[test]
+fn required_mode_starts_only_while_its_report_checks_out() {
+    let (_dir, report, setup) = required_cutover_setup();
+    let mut d = setup.start(None);
+    d.serve.stop(Duration::from_secs(30));
+    for (why, text) in [
+        ("another cutover's report, never recorded", cutover_report("cut-1", "passed")),
+        ("the recorded cutover's report, failed", cutover_report("cut-0", "failed")),
+    ] {
+        std::fs::write(&report, text).unwrap();
+        let mut serve = setup.spawn(&[]);
+        let status = serve.wait_exit(Duration::from_secs(60));
+        assert!(!status.success(), "{why}: the daemon started");
+        assert!(serve.log_text().contains("cutover.mode is \"required\""), "{why}: {}", serve.log_text());
+    }
 }
 
 /// Issue 24, item 3 (seed 000 §11.1): the cutover works under its own lease. The holder of
@@ -386,8 +428,10 @@ fn required_cutover_setup() -> (tempfile::TempDir, PathBuf, Setup) {
 /// for owners; at 2351eb5 the holder got 503 too).
 #[test]
 fn the_cutover_holder_provisions_under_its_own_lease() {
-    let (_dir, _report, setup) = required_cutover_setup();
+    let (_dir, report, setup) = required_cutover_setup();
     let d = setup.start(None);
+    // The cutover runs again (its report changed, not recorded yet): the gate is closed.
+    std::fs::write(&report, cutover_report("cut-9", "passed")).unwrap();
     let lease = json!({"operation_id": "cut-9", "ttl_seconds": 600});
     assert_eq!(call(d.req("POST", "/internal/leases/workspace-cutover").json(&lease)).0, StatusCode::OK);
     let provision = |op: &str, thread: &str, holder: Option<&str>| {
@@ -434,12 +478,14 @@ fn metric(d: &Daemon, name: &str) -> u64 {
 fn required_cutover_gate_and_the_shared_maintenance_lease() {
     let (_dir, report, setup) = required_cutover_setup();
     let d = setup.start(None);
+    // A cutover that has to run again (its report changed, and failed): new threads wait for it.
+    std::fs::write(&report, cutover_report("cut-1", "failed")).unwrap();
     let (st, body) = d.provision("op-1", "thread-legacy");
     assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "migration-required"), "{body}");
     let record = || call(d.req("POST", "/internal/workspace-cutover/report"));
     let (st, body) = record();
-    assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "migration-required"), "no report yet: {body}");
-    std::fs::write(&report, r#"{"operation_id":"cut-1","deployment_id":"default","status":"passed"}"#).unwrap();
+    assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "migration-required"), "not passed: {body}");
+    std::fs::write(&report, cutover_report("cut-1", "passed")).unwrap();
     let (st, op) = record();
     assert_eq!((st, s(&op, "operation_id"), s(&op, "state")), (StatusCode::OK, "cut-1".into(), "completed".into()));
     assert_eq!(s(&op, "result_sha256").len(), 64);

@@ -116,6 +116,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         billing.clone(),
         rt.handle().clone(),
     );
+    services.scopes.verify_cutover_at_startup().map_err(anyhow::Error::msg)?;
     let state = AppState {
         scopes: services.scopes,
         files: services.files,
@@ -199,31 +200,15 @@ fn build_services(
     Services { scopes, files, compute, cluster }
 }
 
-/// Runs a maintenance pass (open operations, draft expiry, purge, local scan) every interval until
-/// stop; each pass takes the `maintenance` lease when it has registry work, and is skipped (and
-/// counted) while an operator holds it.
-async fn maintenance_loop(service: Arc<Scopes>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(service.lifecycle_settings().maintenance_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        let svc = service.clone();
-        match tokio::task::spawn_blocking(move || svc.maintenance_pass()).await {
-            Ok(Ok(report)) if !report.is_quiet() => tracing::info!(?report, "maintenance pass"),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "maintenance pass failed"),
-            Err(e) => tracing::error!(error = %e, "maintenance pass panicked"),
-        }
-        crate::metrics::note_maintenance_pass();
-    }
-}
-
-/// Runs an online gc pass over the open scopes every `every` until stop (`[gc]`).
-async fn gc_loop(service: Arc<Scopes>, every: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
+/// Runs `pass` on a blocking thread every `every` until stop (the first one `every` after the
+/// start), then `done` with its result (`None`: it panicked, logged as `what`).
+async fn every_until_stop<R: Send + 'static>(
+    every: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    what: &'static str,
+    pass: impl Fn() -> R + Clone + Send + 'static,
+    done: impl Fn(Option<R>),
+) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -232,14 +217,51 @@ async fn gc_loop(service: Arc<Scopes>, every: Duration, mut stop: tokio::sync::w
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        let svc = service.clone();
-        match tokio::task::spawn_blocking(move || svc.gc_pass()).await {
-            Ok(report) if report.blocks_deleted > 0 || report.failed > 0 => tracing::info!(?report, "online gc pass"),
-            Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "online gc pass panicked"),
+        let result = tokio::task::spawn_blocking(pass.clone()).await;
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "{what} panicked");
         }
-        crate::metrics::note_gc_pass();
+        done(result.ok());
     }
+}
+
+/// Runs a maintenance pass (open operations, draft expiry, purge, local scan) every interval until
+/// stop; each pass takes the `maintenance` lease when it has registry work, and is skipped (and
+/// counted) while an operator holds it.
+async fn maintenance_loop(service: Arc<Scopes>, stop: tokio::sync::watch::Receiver<bool>) {
+    let every = service.lifecycle_settings().maintenance_interval;
+    every_until_stop(
+        every,
+        stop,
+        "maintenance pass",
+        move || service.maintenance_pass(),
+        |result| {
+            match result {
+                Some(Ok(report)) if !report.is_quiet() => tracing::info!(?report, "maintenance pass"),
+                Some(Err(e)) => tracing::error!(error = %e, "maintenance pass failed"),
+                _ => {}
+            }
+            crate::metrics::note_maintenance_pass();
+        },
+    )
+    .await
+}
+
+/// Runs an online gc pass over the open scopes every `every` until stop (`[gc]`).
+async fn gc_loop(service: Arc<Scopes>, every: Duration, stop: tokio::sync::watch::Receiver<bool>) {
+    every_until_stop(
+        every,
+        stop,
+        "online gc pass",
+        move || service.gc_pass(),
+        |result| {
+            if let Some(report) = result.filter(|r| r.blocks_deleted > 0 || r.failed > 0) {
+                tracing::info!(?report, "online gc pass");
+            }
+            crate::metrics::note_gc_pass();
+        },
+    )
+    .await
 }
 
 /// How the process ends.

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Builds a scopefs sandbox image without any image registry.
 #
-#   build-offline.sh [--tag NAME:TAG] [--force] [--full [--mirror URL]]
+#   build-offline.sh [--tag NAME:TAG] [--force] [--python] [--full [--mirror URL]]
 #
 # Default (minimal): a rootfs holding Debian's static busybox and a symlink
 # for every applet, an `agent` user (uid 2000000000, the default executor.user; no host account has it) and /workspace, imported with
 # `docker import`. Needs only the busybox-static package and a Docker engine.
+#
+# --python: the minimal image plus the host's Debian python3 (/usr/bin/python3.11,
+# its standard library without tests, and the shared libraries both need), as
+# `python3` and `python`: enough for the seed's smoke test (`python --version`,
+# reading and writing files) without any package download.
 #
 # --full: a Debian 12 minbase rootfs with python3, git and coreutils built by
 # debootstrap (must be installed; it fetches packages from the configured
@@ -24,14 +29,16 @@ say() { echo "build-offline: $*" >&2; }
 TAG=""
 FORCE=0
 FULL=0
+PYTHON=0
 MIRROR=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --tag) TAG="${2:?--tag needs a value}"; shift 2 ;;
     --force) FORCE=1; shift ;;
     --full) FULL=1; shift ;;
+    --python) PYTHON=1; shift ;;
     --mirror) MIRROR="${2:?--mirror needs a value}"; shift 2 ;;
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument: $1" ;;
     esac
 done
@@ -47,6 +54,53 @@ if [ "$FORCE" -eq 0 ] && docker image inspect "$TAG" >/dev/null 2>&1; then
     echo "$TAG"
     exit 0
 fi
+
+# Copies path $2 into rootfs $1 at the same place (symlinks kept as symlinks, their targets too).
+copy_into() {
+    local root=$1 path=$2
+    [ -e "$root$path" ] && return 0
+    mkdir -p "$root$(dirname "$path")"
+    cp -a "$path" "$root$path"
+    if [ -L "$path" ]; then
+        # Its target as the link names it (one level), so the link resolves inside the rootfs too.
+        local target
+        target=$(readlink "$path")
+        case "$target" in
+        /*) ;;
+        *) target="$(dirname "$path")/$target" ;;
+        esac
+        copy_into "$root" "$target"
+    fi
+}
+
+# The shared libraries (with their loader) that the ELF files given need, into rootfs $1.
+copy_libraries() {
+    local root=$1
+    shift
+    local lib
+    # ldd names each file given ("path:") and then, per library, "name => /path (address)".
+    for lib in $(LC_ALL=C ldd "$@" 2>/dev/null | grep -v ':$' | grep -o '/[^ ]*' | sort -u); do
+        if [ -e "$lib" ]; then
+            copy_into "$root" "$lib"
+        fi
+    done
+}
+
+# The host's Debian python3 into rootfs $1 (--python).
+add_host_python() {
+    local root=$1 python=/usr/bin/python3.11 stdlib=/usr/lib/python3.11
+    if [ ! -x "$python" ] || [ ! -d "$stdlib" ]; then
+        die "--python needs Debian's python3.11 (apt-get install python3)"
+    fi
+    copy_into "$root" "$python"
+    mkdir -p "$root$stdlib"
+    tar -C "$stdlib" --exclude=test --exclude=tests --exclude=idlelib --exclude=tkinter \
+        --exclude=ensurepip --exclude=__pycache__ -cf - . | tar -C "$root$stdlib" -xf - ||
+        die "copying the python standard library failed"
+    copy_libraries "$root" "$python" "$stdlib"/lib-dynload/*.so
+    ln -sf python3.11 "$root/usr/bin/python3"
+    ln -sf python3.11 "$root/usr/bin/python"
+}
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -84,6 +138,7 @@ GROUP
     chmod 0700 "$ROOT/root"
     chown 2000000000:2000000000 "$ROOT/home/agent" "$ROOT/workspace"
     IMPORT_CHANGES+=(--change 'ENV PATH=/bin:/sbin:/usr/bin:/usr/sbin' --change 'CMD ["/bin/sh"]')
+    [ "$PYTHON" -eq 0 ] || add_host_python "$ROOT"
 else
     command -v debootstrap >/dev/null 2>&1 || die "--full needs debootstrap (apt-get install debootstrap)"
     say "debootstrap bookworm (minbase + python3, git) — this takes a few minutes"
@@ -103,5 +158,9 @@ tar --numeric-owner -C "$ROOT" -c . | docker import "${IMPORT_CHANGES[@]}" - "$T
     die "docker import failed"
 docker run --rm --network none "$TAG" /bin/sh -c 'id agent >/dev/null && test -d /workspace' ||
     die "image $TAG failed its smoke check"
+if [ "$PYTHON" -eq 1 ]; then
+    docker run --rm --network none --user 2000000000:2000000000 "$TAG" python -c 'import csv, json, sys' ||
+        die "image $TAG: its python does not run"
+fi
 say "built $TAG"
 echo "$TAG"

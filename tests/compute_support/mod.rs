@@ -9,11 +9,19 @@ pub mod daemon;
 /// The sandbox image the tests run (`SCOPEFS_TEST_DOCKER_IMAGE`, set by scripts/docker.sh); a
 /// missing variable, engine or image fails the test with the step that provides it.
 pub fn docker_image() -> String {
-    let image = std::env::var("SCOPEFS_TEST_DOCKER_IMAGE").unwrap_or_default();
-    assert!(
-        !image.is_empty(),
-        "SCOPEFS_TEST_DOCKER_IMAGE is not set: run scripts/test.sh (or `eval \"$(bash scripts/docker.sh)\"`)"
-    );
+    image_named_by("SCOPEFS_TEST_DOCKER_IMAGE")
+}
+
+/// The sandbox image with python (`SCOPEFS_TEST_PYTHON_IMAGE`, set by scripts/docker.sh), for
+/// the seed's gateway smoke test; missing, it fails the test with the step that provides it.
+pub fn python_image() -> String {
+    image_named_by("SCOPEFS_TEST_PYTHON_IMAGE")
+}
+
+/// The local image the variable `var` names, checked to exist.
+fn image_named_by(var: &str) -> String {
+    let image = std::env::var(var).unwrap_or_default();
+    assert!(!image.is_empty(), "{var} is not set: run scripts/test.sh (or `eval \"$(bash scripts/docker.sh)\"`)");
     let ok = Command::new("docker").args(["image", "inspect", &image]).output().expect("docker CLI missing");
     assert!(ok.status.success(), "Docker engine not answering or image {image} missing (run scripts/docker.sh)");
     image

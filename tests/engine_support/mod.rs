@@ -125,6 +125,20 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
 
+/// `len` bytes no two blocks of which are alike (content-addressed blocks would otherwise be
+/// shared), different for every `seed`.
+pub fn unique(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// Opens `path` for writing: its inode and handle.
 pub fn open_rw(e: &ScopeEngine, path: &str) -> (Ino, Fh) {
     let ino = resolve(e, path).unwrap();

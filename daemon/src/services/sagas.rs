@@ -253,6 +253,21 @@ impl Scopes {
         }
     }
 
+    /// At startup in `required` mode (seed 000 §11.1): the configured report must be a passed one of
+    /// this deployment matching the newest recorded cutover, else the daemon does not start (`Err`
+    /// says why and what to do).
+    pub fn verify_cutover_at_startup(&self) -> Result<(), String> {
+        if self.cutover.mode != CutoverMode::Required {
+            return Ok(());
+        }
+        self.verified_report().map_err(|reason| {
+            format!(
+                "cutover.mode is \"required\" but {reason}: run the cutover with mode \"off\", record its passed \
+                 report (POST /internal/workspace-cutover/report), then switch to \"required\""
+            )
+        })
+    }
+
     /// Whether the report's deployment id, status and SHA-256 match the newest recorded cutover
     /// operation (`Err` names what did not).
     fn verified_report(&self) -> Result<(), &'static str> {

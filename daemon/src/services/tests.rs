@@ -447,6 +447,8 @@ fn the_required_cutover_gate_opens_only_for_a_verified_report() {
         .with_cutover(super::CutoverGate::from_config(&cfg));
     let refused = gated.provision("op-1", &thread("t1"));
     assert!(matches!(refused, Err(ServiceError::MigrationRequired)), "{refused:?}");
+    let startup = gated.verify_cutover_at_startup().unwrap_err();
+    assert!(startup.contains("no report") || startup.contains("cannot be read"), "{startup}");
 
     let write = |deployment: &str, status: &str| {
         let body = format!(r#"{{"operation_id":"cut-1","deployment_id":"{deployment}","status":"{status}"}}"#);
@@ -458,15 +460,19 @@ fn the_required_cutover_gate_opens_only_for_a_verified_report() {
     assert!(matches!(gated.record_cutover_report(), Err(ServiceError::MigrationRequired)));
     write("d", "passed");
     assert!(matches!(gated.provision("op-1", &thread("t1")), Err(ServiceError::MigrationRequired)), "not recorded");
+    assert!(gated.verify_cutover_at_startup().is_err(), "passed, but not recorded");
     let op = gated.record_cutover_report().unwrap();
     assert_eq!((op.operation_id.as_str(), op.scope_id), ("cut-1", None));
+    assert_eq!(gated.verify_cutover_at_startup(), Ok(()));
     let (rec, created) = gated.provision("op-1", &thread("t1")).unwrap();
     assert!(created && rec.state == ScopeState::Draft);
 
     std::fs::write(&report, br#"{"operation_id":"cut-1","deployment_id":"d","status":"passed","x":1}"#).unwrap();
     assert!(matches!(gated.provision("op-2", &thread("t2")), Err(ServiceError::MigrationRequired)), "hash changed");
     assert_eq!(gated.provision("op-1", &thread("t1")).unwrap().0.scope_id, rec.scope_id, "known thread");
+    assert!(gated.verify_cutover_at_startup().is_err(), "a changed report stops the next start too");
     assert!(h.services.scopes.provision("op-3", &thread("t3")).is_ok(), "mode off by default");
+    assert_eq!(h.services.scopes.verify_cutover_at_startup(), Ok(()), "mode off: nothing to verify");
 }
 
 /// Seed 000 §11.1: the maintenance pass shares the `maintenance` lease: while an operator holds
