@@ -187,7 +187,13 @@ fn c_a_frozen_node_s_late_writes_never_become_the_scope_s_state() {
                 let attempt = (|| -> std::io::Result<()> {
                     let mut f = std::fs::File::create(mnt.join(&name))?;
                     f.write_all(name.as_bytes())?;
-                    f.sync_all()
+                    f.sync_all()?;
+                    // Once node-0 let go of the mount, the path is the directory under it: what
+                    // lands there was never the scope's (and the loop would never meet an error).
+                    if !on_fuse(&f) {
+                        return Err(std::io::Error::other("the mount is gone (written under it)"));
+                    }
+                    Ok(())
                 })();
                 match attempt {
                     Ok(()) => done.push((name, Instant::now())),
@@ -250,6 +256,18 @@ fn c_a_frozen_node_s_late_writes_never_become_the_scope_s_state() {
     let after: Vec<&String> = done.iter().filter(|(_, at)| *at >= resumed).map(|(n, _)| n).collect();
     assert!(after.is_empty(), "a deposed node acknowledged fsyncs after it resumed: {after:?}");
     assert!(!served.join(&failed).exists(), "{failed}, in flight at the freeze, became part of the scope");
+}
+
+/// Whether `f` is a file of a FUSE filesystem.
+fn on_fuse(f: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+    // SAFETY: fstatfs(2) on an open descriptor, into a zeroed struct it fills.
+    let (rc, st) = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        (libc::fstatfs(f.as_raw_fd(), &mut st), st)
+    };
+    rc == 0 && st.f_type == FUSE_SUPER_MAGIC
 }
 
 #[test]

@@ -634,11 +634,15 @@ fn the_seed_gateway_smoke_test_charges_each_environment_once_in_either_billing_m
             "mount_path": "/workspace/data.csv",
             "read_only": true
         }]);
-        // 5. create_environment, standard.
+        // 5. create_environment, standard (a dedicated container; seed 003 §15 defaults).
         let mut body = seed_create_body(&d.image, &t);
-        body["resource_class"] = json!("standard");
+        body["execution_mode"] = json!("standard");
+        body["resource_class"] = json!("small");
+        body["shared_compute_eligible"] = json!(false);
         body["input_objects"] = manifest;
-        let env = d.ok(&t, "create_environment", body)["environment_id"].as_str().unwrap().to_string();
+        let created = d.ok(&t, "create_environment", body);
+        assert_eq!(created["execution_mode"], "standard", "{mode}: {created}");
+        let env = created["environment_id"].as_str().unwrap().to_string();
 
         // 6. python --version.
         let out = d.ok(&t, "execute_command", json!({"environment_id": env, "command": "python --version"}));
