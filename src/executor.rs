@@ -45,22 +45,24 @@ pub struct ContainerSpec {
     pub scope_id: String,
     pub owner_id: String,
     pub environment_id: String,
-    /// The host mountpoint of the scope, bound at `/workspace` (the only writable bind mount).
+    /// The host mountpoint of the scope, bound at `/workspace`.
     pub workspace: PathBuf,
     /// Bind `/workspace` read-only (memory workers).
     pub read_only_workspace: bool,
-    /// Read-only views of other scopes of the same user, granted by the request (seed 003 §3.7):
-    /// each bound read-only at its target (`/threads/{thread_id}`, `/__global__`).
-    pub read_only_views: Vec<ReadOnlyView>,
+    /// Views of other scopes of the same user, granted by the request (seed 003 §3.7), each bound
+    /// at its target (`/threads/{thread_id}` always read-only, `/__global__` read-write when granted).
+    pub views: Vec<ViewMount>,
 }
 
-/// One read-only bind of another scope's mountpoint into a container.
+/// One bind of another scope's mountpoint into a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadOnlyView {
+pub struct ViewMount {
     /// The host mountpoint of the viewed scope.
     pub source: PathBuf,
     /// Where the container sees it: `/threads/{thread_id}` or `/__global__`.
     pub target: String,
+    /// Bound read-only (every `/threads/{id}`; `/__global__` unless granted writable).
+    pub read_only: bool,
 }
 
 /// A container carrying the deployment's label, as listed by the engine.

@@ -89,7 +89,7 @@ impl Rig {
             environment_id: env,
             workspace: self.mnt_a.clone(),
             read_only_workspace: read_only,
-            read_only_views: Vec::new(),
+            views: Vec::new(),
         }
     }
 

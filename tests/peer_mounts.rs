@@ -233,3 +233,92 @@ fn containers_get_read_only_views_of_the_same_users_threads_only() {
     d.ok("user-1", &main, "destroy_environment", json!({"environment_id": env_id}));
     d.ok("user-1", &sib, "write_file", json!({"path": "notes/after.txt", "content": "still writable"}));
 }
+
+/// The mount options of `target` in a container's `/proc/self/mountinfo` output.
+fn mount_options<'a>(mountinfo: &'a str, target: &str) -> Vec<&'a str> {
+    let line = mountinfo
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(target))
+        .unwrap_or_else(|| panic!("no {target} mount in the container's mountinfo:\n{mountinfo}"));
+    line.split(' ').nth(5).unwrap_or_default().split(',').collect()
+}
+
+/// Issue 24, item 4 (seed 003 §3.3 "user-global read-write", §3.7 step 3b `read_only = false`):
+/// a container whose manifest lists a `/__global__` entry `read_only: false` writes the user's
+/// global store, another thread of the user reads what it wrote, and with `/__global__` among its
+/// output paths the files it made there are its artifacts (`users/{user}/files/…` keys). An
+/// `object_scope` that does not let the request write `/__global__` keeps the same manifest's view
+/// read-only (`EROFS`); `/threads/{id}` stays read-only whatever the entry says (400).
+#[test]
+fn a_manifest_entry_read_only_false_makes_the_global_store_writable_in_the_container() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path());
+    let n = uid();
+    let (main, sib) = (format!("gmain-{n}"), format!("gsib-{n}"));
+    d.provision(&main, Some("user-1"));
+    d.provision(&sib, Some("user-1"));
+    let global = json!({"read": ["/workspace"], "write_prefixes": ["/__global__"]});
+    let (s, v) = d.tool(
+        "user-1",
+        &main,
+        "write_file",
+        json!({"path": "/__global__/old.txt", "content": "before"}),
+        Some(global),
+    );
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let writable = |path: &str| {
+        let mut g = grant(path);
+        g["read_only"] = json!(false);
+        g
+    };
+    let (s, v) = d.tool(
+        "user-1",
+        &main,
+        "create_environment",
+        json!({"input_objects": [writable(&format!("/threads/{sib}"))]}),
+        None,
+    );
+    assert_eq!((s, code(&v)), (StatusCode::BAD_REQUEST, Some("invalid_request")), "writable /threads: {v}");
+
+    let body = json!({"input_objects": [writable("/__global__/old.txt")],
+                      "default_output_paths": ["/workspace", "/__global__"]});
+    let env = d.ok("user-1", &main, "create_environment", body.clone());
+    let env_id = env["environment_id"].as_str().unwrap().to_string();
+    let script = "mkdir -p /__global__/lib && echo made > /__global__/lib/made.txt && echo ws > /workspace/w.txt \
+                  && echo ==MOUNTINFO== && cat /proc/self/mountinfo";
+    let out = d.ok("user-1", &main, "execute_command", json!({"environment_id": env_id, "command": script}));
+    assert_eq!(out["exit_code"], 0, "{out}");
+    let stdout = out["stdout"].as_str().unwrap();
+    let mountinfo = section(stdout, "MOUNTINFO").join("\n");
+    assert!(mount_options(&mountinfo, "/__global__").contains(&"rw"), "{mountinfo}");
+    let read = d.granted("user-1", &sib, "read_file", json!({"path": "/__global__/lib/made.txt"}), "/__global__");
+    assert_eq!(read["content"], "made\n", "another thread of the user reads what the container wrote");
+    let done = d.ok("user-1", &main, "destroy_environment", json!({"environment_id": env_id}));
+    let arts: Vec<(&str, &str)> = done["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["path"].as_str().unwrap(), a["object_key"].as_str().unwrap()))
+        .collect();
+    let ws_key = format!("threads/{main}/files/w.txt");
+    assert_eq!(
+        arts,
+        vec![("/__global__/lib/made.txt", "users/user-1/files/lib/made.txt"), ("/workspace/w.txt", ws_key.as_str())],
+        "what the job made in both stores, not the global file it found there: {done}"
+    );
+
+    // The same manifest under an object_scope that withholds writing /__global__: read-only.
+    let reads_only = Some(json!({"read": ["/__global__"], "write_prefixes": ["/workspace"]}));
+    let env = d.ok_under("user-1", &main, "create_environment", body, reads_only.clone());
+    let env_id = env["environment_id"].as_str().unwrap().to_string();
+    let script = "cat /__global__/old.txt; echo; (echo x > /__global__/old.txt) 2>&1; echo ==MOUNTINFO==; cat /proc/self/mountinfo";
+    let cmd = json!({"environment_id": env_id, "command": format!("echo ==OUT==; {script}")});
+    let out = d.ok_under("user-1", &main, "execute_command", cmd, reads_only.clone());
+    let stdout = out["stdout"].as_str().unwrap();
+    let lines = section(stdout, "OUT");
+    assert_eq!(lines.first().copied(), Some("before"), "{stdout}");
+    assert!(lines.iter().any(|l| l.contains("Read-only file system")), "{stdout}");
+    let mountinfo = section(stdout, "MOUNTINFO").join("\n");
+    assert!(mount_options(&mountinfo, "/__global__").contains(&"ro"), "{mountinfo}");
+    d.ok_under("user-1", &main, "destroy_environment", json!({"environment_id": env_id}), reads_only);
+}

@@ -538,8 +538,8 @@ fn outputs_outside_the_signed_grant_are_refused_at_create_and_at_destroy() {
 
 /// Issue 24, item 4: the create bodies a seed gateway sends are taken (each was a 400 at 2351eb5):
 /// seed 003 §15.2's whole `limits` block (`max_user_concurrency` included), §7.3's default output
-/// paths (`/workspace` and `/__global__`: the global store is read-only in containers, so it holds
-/// no outputs) and a §3.7 manifest listing every file of the conversation (more than 64 entries).
+/// paths (`/workspace` and `/__global__`: this manifest grants no writable global store, so it
+/// holds no outputs; `peer_mounts.rs` has one that does) and a §3.7 manifest listing every file of the conversation (more than 64 entries).
 #[test]
 fn seed_shaped_create_bodies_are_taken() {
     let dir = tempfile::tempdir().unwrap();

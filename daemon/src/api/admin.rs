@@ -121,15 +121,17 @@ struct PendingView {
     /// The manifest as a JSON string (`[{path, logical_path, size_bytes, sha256, content_type}]`),
     /// `null` when the environment produced no artifacts.
     output_manifest_json: Option<String>,
-    /// Artifact paths relative to `/workspace`.
+    /// Artifact paths: relative to `/workspace`, or `/__global__/…` in the user's global store.
     artifacts: Vec<String>,
 }
 
 impl PendingView {
     fn of(billing: &crate::billing_loop::BillingService, usage: UsageRecord) -> Result<PendingView, BillingError> {
         let rows = billing.registry.artifact_manifest(&usage.environment_id)?;
-        let manifest: Vec<ArtifactView> =
-            rows.iter().map(|r| ArtifactView::of(r.entry.clone(), &usage.environment_id, &usage.thread_id)).collect();
+        let manifest: Vec<ArtifactView> = rows
+            .iter()
+            .map(|r| ArtifactView::of(r.entry.clone(), &usage.environment_id, &usage.thread_id, &usage.user_id))
+            .collect();
         // Plain strings and numbers: serializing them cannot fail.
         let output_manifest_json = (!manifest.is_empty()).then(|| serde_json::json!(manifest).to_string());
         let artifacts = rows.into_iter().map(|r| r.entry.path).collect();

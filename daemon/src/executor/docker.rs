@@ -133,11 +133,11 @@ impl DockerExecutor {
             ..Default::default()
         };
         let mut mounts = vec![workspace];
-        mounts.extend(spec.read_only_views.iter().map(|v| Mount {
+        mounts.extend(spec.views.iter().map(|v| Mount {
             target: Some(v.target.clone()),
             source: Some(v.source.to_string_lossy().into_owned()),
             typ: Some(MountType::BIND),
-            read_only: Some(true),
+            read_only: Some(v.read_only),
             bind_options: Some(MountBindOptions {
                 propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
                 ..Default::default()

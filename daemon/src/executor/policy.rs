@@ -1,8 +1,9 @@
 //! The container policy of SPEC §8 (from `[executor]`) and the checks of strict mode.
 //!
-//! Every sandbox container gets: the scope's mountpoint at `/workspace` as its only writable bind
-//! mount (read-only for memory workers), plus the read-only binds the request granted
-//! (`/threads/{thread_id}`, `/__global__`: `ContainerSpec::read_only_views`), the configured network (`none` by default), all capabilities
+//! Every sandbox container gets: the scope's mountpoint at `/workspace` (read-only for memory
+//! workers), plus the binds of other scopes of the user the request granted
+//! (`ContainerSpec::views`: `/threads/{thread_id}` read-only, `/__global__` read-write only when
+//! granted so), the configured network (`none` by default), all capabilities
 //! dropped, `no-new-privileges`, a read-only root filesystem with a tmpfs `/tmp`, memory (no
 //! swap), CPU and pids limits, the configured non-root user, private PID and IPC namespaces, an
 //! init process, no Docker socket, and the deployment's labels. `weaknesses` lists what a

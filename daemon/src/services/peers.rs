@@ -9,11 +9,14 @@
 //! - `/threads/{id}` names the scope of thread `id` only if that scope belongs to the same user and
 //!   is draft or active; anything else (unknown, another user's, a scope no user was bound to,
 //!   deleted) is `ScopeNotFound` (404), deleting is `NotMountable(Deleting)`. Read-only always.
-//! - `/__global__` names the requesting user's global store; reading it needs no grant, writing it
-//!   through the file tools needs an `object_scope` write prefix covering it (the seed's
-//!   `read_only = false` for `/__global__`). Containers only ever get a read-only view.
+//! - `/__global__` names the requesting user's global store (seed 003 §3.3: "user-global
+//!   read-write"); reading it needs no grant, writing it through the file tools needs an
+//!   `object_scope` write prefix covering it. A container gets it read-write when its grant says
+//!   so (an `input_objects` entry under `/__global__` with `read_only: false`, as the seed's
+//!   manifest writes them, a caller that may write, and no `object_scope` that withholds writing
+//!   `/__global__`), read-only otherwise.
 
-use scopefs::executor::ReadOnlyView;
+use scopefs::executor::ViewMount;
 use scopefs::ids::{IdError, ThreadId};
 use scopefs::registry::{DeploymentRegistry, RegistryError, ScopeRecord, ScopeState};
 
@@ -100,23 +103,43 @@ pub fn resolve(
     }
 }
 
-/// Mounts the scopes of `views` for `user` (rules in the module docs) and returns their read-only
-/// binds for a container. Each view's scope keeps its one shared mount (it lives as long as the
-/// scope is draft/active); the container's read-only bind of it ends with the container.
+/// A view a request grants a container, and whether it may write there (only `/__global__` can be
+/// writable; module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewGrant {
+    pub view: View,
+    pub writable: bool,
+}
+
+/// The binds of the views of one container, and the user's global store when it is bound writable
+/// (its changed files are outputs of the environment).
+#[derive(Debug, Default)]
+pub struct MountedViews {
+    pub mounts: Vec<ViewMount>,
+    pub writable_global: Option<ScopeRecord>,
+}
+
+/// Mounts the scopes of `views` for `user` (rules in the module docs) and returns their binds for a
+/// container. Each view's scope keeps its one shared mount (it lives as long as the scope is
+/// draft/active); the container's bind of it ends with the container.
 pub fn mount_views(
     registry: &DeploymentRegistry,
     open: &OpenScopes,
     user: &str,
-    views: &[View],
-) -> Result<Vec<ReadOnlyView>, ServiceError> {
-    let mut out: Vec<ReadOnlyView> = Vec::with_capacity(views.len());
-    for view in views {
-        let target = view.root();
-        if out.iter().any(|v| v.target == target) {
+    views: &[ViewGrant],
+) -> Result<MountedViews, ServiceError> {
+    let mut out = MountedViews { mounts: Vec::with_capacity(views.len()), writable_global: None };
+    for grant in views {
+        let target = grant.view.root();
+        if out.mounts.iter().any(|v| v.target == target) {
             continue;
         }
-        let rec = resolve(registry, open, user, view)?;
-        out.push(ReadOnlyView { source: open.mount(&rec)?, target });
+        let rec = resolve(registry, open, user, &grant.view)?;
+        let writable = grant.writable && grant.view == View::Global;
+        out.mounts.push(ViewMount { source: open.mount(&rec)?, target, read_only: !writable });
+        if writable {
+            out.writable_global = Some(rec);
+        }
     }
     Ok(out)
 }

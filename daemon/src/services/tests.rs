@@ -23,6 +23,7 @@ use super::open_scopes::OpenScopes;
 use super::{ComputeService, LifecycleSettings, Scopes, ServiceError, Services, WorkspaceFiles};
 use crate::executor::fake::FakeExecutor;
 
+mod peers;
 mod runtime_limits;
 
 /// Everything a service test needs; `tmp` holds the data directory, the fake mounts and the
@@ -225,7 +226,7 @@ fn startup_reconciliation_ends_live_environments_and_removes_every_container() {
         environment_id: env_id.into(),
         workspace: tmp.clone(),
         read_only_workspace: false,
-        read_only_views: Vec::new(),
+        views: Vec::new(),
     };
     let known = fake.adopt(spec(&env.environment_id, "d"));
     svc.registry().attach_container(&env.environment_id, &known).unwrap();
@@ -268,7 +269,7 @@ fn scope_with_env(svc: &ComputeService, fake: &FakeExecutor, t: &str) -> (ScopeI
         environment_id: env.environment_id.clone(),
         workspace: "/nonexistent".into(),
         read_only_workspace: false,
-        read_only_views: Vec::new(),
+        views: Vec::new(),
     });
     svc.registry().attach_container(&env.environment_id, &container).unwrap();
     svc.registry().environment_started(&env.environment_id).unwrap().unwrap();
@@ -607,7 +608,7 @@ fn shared_environments_reuse_their_users_warm_containers() {
 #[test]
 fn environment_path_lists_are_bounded() {
     use super::compute::{Caller, CreateEnvironment, EnvironmentOptions};
-    use crate::services::peers::View;
+    use crate::services::peers::{View, ViewGrant};
     let limits = LimitsConfig { max_environment_paths: 2, max_input_objects: 3, ..LimitsConfig::default() };
     let h = harness(limits);
     let svc = &h.services.compute;
@@ -615,7 +616,9 @@ fn environment_path_lists_are_bounded() {
     let caller = Caller { user_id: "u".into(), thread_id: "tp".into(), read_only: false };
     let req = |inputs: usize, views: usize, outputs: usize| CreateEnvironment {
         input_objects: inputs,
-        views: (0..views).map(|i| View::Thread(thread(&format!("tv{i}")))).collect(),
+        views: (0..views)
+            .map(|i| ViewGrant { view: View::Thread(thread(&format!("tv{i}"))), writable: false })
+            .collect(),
         options: EnvironmentOptions {
             default_output_paths: (0..outputs).map(|i| format!("/workspace/out{i}")).collect(),
             ..EnvironmentOptions::default()
@@ -633,47 +636,6 @@ fn environment_path_lists_are_bounded() {
     assert!(h.registry.environments(&scope).unwrap().is_empty() && h.executor.container_ids().is_empty());
     let env = svc.create_environment(&scope, &caller, &req(3, 0, 2)).unwrap();
     assert_eq!((h.registry.environments(&scope).unwrap().len(), h.executor.container_ids().len()), (1, 1), "{env:?}");
-}
-
-/// Views of other scopes (`services::peers`, seed 003 §3.7): a tool request binds an unowned scope
-/// to its user and is refused (like an unknown thread) in another user's; `/threads/{id}` resolves
-/// only to a draft/active scope of the same user; the global store is created once per user
-/// under its reserved thread and mounted for containers read-only.
-#[test]
-fn peer_views_are_per_user_and_the_global_store_is_made_once() {
-    use super::peers::{mount_views, resolve, View};
-    let h = harness(LimitsConfig::default());
-    let (files, open) = (&h.services.files, h.services.scopes.open_scopes());
-    let (a, _) = h.services.scopes.provision_for_user("op-a", &thread("ta"), Some("u1"), None).unwrap();
-    let (b, _) = h.services.scopes.provision("op-b", &thread("tb")).unwrap();
-    let (c, _) = h.services.scopes.provision_for_user("op-c", &thread("tc"), Some("u2"), None).unwrap();
-    assert_eq!(a.user_id.as_deref(), Some("u1"));
-    let view = |t: &str| View::Thread(thread(t));
-    assert!(matches!(resolve(&h.registry, open, "u1", &view("tb")), Err(ServiceError::ScopeNotFound)), "unowned");
-    files.tool_scope(&thread("tb"), "u1").unwrap();
-    assert!(matches!(files.tool_scope(&thread("tb"), "u2"), Err(ServiceError::ScopeNotFound)), "another user");
-    assert!(matches!(files.tool_scope(&thread("tc"), "u1"), Err(ServiceError::ScopeNotFound)));
-    assert_eq!(resolve(&h.registry, open, "u1", &view("tb")).unwrap().scope_id, b.scope_id);
-    assert!(matches!(resolve(&h.registry, open, "u1", &view("tc")), Err(ServiceError::ScopeNotFound)));
-    assert!(matches!(resolve(&h.registry, open, "u2", &view("tb")), Err(ServiceError::ScopeNotFound)));
-    assert!(matches!(resolve(&h.registry, open, "u1", &view("nope")), Err(ServiceError::ScopeNotFound)));
-    assert!(matches!(
-        h.services.scopes.provision_for_user("op-c2", &thread("tc"), Some("u1"), None),
-        Err(ServiceError::ScopeNotFound)
-    ));
-
-    let g1 = resolve(&h.registry, open, "u1", &View::Global).unwrap();
-    assert_eq!((g1.state, g1.user_id.as_deref()), (ScopeState::Active, Some("u1")), "a draft would expire");
-    assert_eq!(g1.primary_thread_id, ThreadId::global_store("u1"));
-    assert_eq!(resolve(&h.registry, open, "u1", &View::Global).unwrap().scope_id, g1.scope_id, "made once");
-    let g2 = resolve(&h.registry, open, "u2", &View::Global).unwrap();
-    assert_ne!(g2.scope_id, g1.scope_id, "one store per user");
-    assert_ne!(g2.scope_id, c.scope_id);
-
-    let binds = mount_views(&h.registry, open, "u1", &[view("tb"), View::Global, view("tb")]).unwrap();
-    let targets: Vec<&str> = binds.iter().map(|v| v.target.as_str()).collect();
-    assert_eq!(targets, vec!["/threads/tb", "/__global__"], "each view once");
-    assert!(mount_views(&h.registry, open, "u1", &[view("tb"), view("tc")]).is_err(), "all or nothing");
 }
 
 /// A maintenance pass leaves alone an operation a request may be driving right now (so normal

@@ -316,9 +316,12 @@ async fn create_environment(
             thread_id: req.thread_id.as_str().to_string(),
             read_only: !req.may_write(),
         };
-        let create = req.body.into_request()?;
-        for view in &create.views {
-            super::object_scope::check_read(req.grant.as_ref(), &view.root())?;
+        let mut create = req.body.into_request()?;
+        for grant in &mut create.views {
+            let root = grant.view.root();
+            super::object_scope::check_read(req.grant.as_ref(), &root)?;
+            // Writable only as far as `object_scope` lets the request write (services::peers).
+            grant.writable &= req.grant.as_ref().is_none_or(|g| g.may_write(&root));
         }
         super::object_scope::check_outputs(req.grant.as_ref(), &create.options.default_output_paths)?;
         let env = svc.create_environment(&req.scope.scope_id, &caller, &create)?;
@@ -345,8 +348,8 @@ async fn destroy_environment(
         let outputs = svc.destroy_output_paths(&req.scope.scope_id, &req.body.environment_id, &params)?;
         super::object_scope::check_outputs(req.grant.as_ref(), &outputs)?;
         let done = svc.destroy_environment(&req.scope.scope_id, &req.body.environment_id, &params)?;
-        let (env_id, thread) = (done.env.environment_id.clone(), done.env.thread_id.clone());
-        let artifacts = done.artifacts.into_iter().map(|a| ArtifactView::of(a, &env_id, &thread)).collect();
+        let (env_id, thread, user) = (&done.env.environment_id, &done.env.thread_id, &done.env.user_id);
+        let artifacts = done.artifacts.into_iter().map(|a| ArtifactView::of(a, env_id, thread, user)).collect();
         let env = EnvView::seen_by(done.env, &Who::of(&req), svc.execution_of(&req.body.environment_id));
         Ok(Json(DestroyedView {
             env,

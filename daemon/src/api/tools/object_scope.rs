@@ -198,7 +198,7 @@ pub fn check_list(grant: Option<&ObjectScope>, path: &str) -> Result<(), ApiErro
 }
 
 /// Collecting an environment's outputs reads (lists and hashes) every file below each output path
-/// (`/workspace/...` or relative): under `grant` each must be readable, else 403 (review N7), unless
+/// (`/workspace/...` or relative, `/__global__/...`): under `grant` each must be readable, else 403 (review N7), unless
 /// the grant lets the request produce its job's artifacts (a `jobs/{…}/artifacts/` write prefix:
 /// the outputs are those artifacts). A path that is not an output path at all is left to the
 /// service, which refuses it with 400.
@@ -207,8 +207,11 @@ pub fn check_outputs(grant: Option<&ObjectScope>, paths: &[String]) -> Result<()
         return Ok(());
     }
     for raw in paths {
-        let Ok(rel) = crate::services::compute::output_path(raw) else { continue };
-        check_read(grant, &crate::services::compute::workspace_path(&rel))?;
+        let Ok(split) = crate::services::compute::output_paths(std::slice::from_ref(raw), true) else { continue };
+        let global = split.global.iter().map(|p| crate::services::compute::global_artifact(p));
+        for path in split.workspace.iter().map(|p| crate::services::compute::workspace_path(p)).chain(global) {
+            check_read(grant, &path)?;
+        }
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ use super::{
     reason, Caller, Compute, ComputeError, ComputeService, CreateEnvironment, DestroyEnvironment, Destroyed,
     EnvironmentOptions, ReconcileReport,
 };
+use crate::services::peers::ViewGrant;
 
 /// Collects an environment's outputs once its container is gone.
 type Collect<'a> = &'a dyn Fn() -> Result<Vec<ArtifactEntry>, ComputeError>;
@@ -30,9 +31,19 @@ fn check_paths(compute: &Compute, field: &'static str, n: usize) -> Result<(), C
     Ok(())
 }
 
+/// Gives a scope's root still owned by root to the sandbox user (`executor.sandbox_owner`), so that
+/// the container's non-root user can write at the top of its mount.
+fn give_root(root: &std::path::Path, (uid, gid): (u32, u32)) -> Result<(), ComputeError> {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata(root)?.uid() == 0 {
+        std::os::unix::fs::chown(root, Some(uid), Some(gid))?;
+    }
+    Ok(())
+}
+
 /// Checks the seed fields of a create request against the configuration: `image_ref` must be the
-/// configured image, path lists are bounded and output paths valid. Returns the options' JSON.
-fn check_create(compute: &Compute, req: &CreateEnvironment) -> Result<String, ComputeError> {
+/// configured image, path lists are bounded and output paths valid. Returns the options to record.
+fn check_create(compute: &Compute, req: &CreateEnvironment) -> Result<EnvironmentOptions, ComputeError> {
     if let Some(image) = &req.image_ref {
         if *image != compute.settings.image {
             return Err(ComputeError::Forbidden(
@@ -51,7 +62,7 @@ fn check_create(compute: &Compute, req: &CreateEnvironment) -> Result<String, Co
     }
     check_paths(compute, "input_objects", req.views.len())?;
     check_paths(compute, "default_output_paths", req.options.default_output_paths.len())?;
-    output_paths(&req.options.default_output_paths).map_err(|e| match e {
+    output_paths(&req.options.default_output_paths, true).map_err(|e| match e {
         ComputeError::Invalid(_, text) => ComputeError::Invalid("default_output_paths", text),
         other => other,
     })?;
@@ -60,11 +71,10 @@ fn check_create(compute: &Compute, req: &CreateEnvironment) -> Result<String, Co
     }
     // Outputs are what changes from now on (`outputs::output_files`).
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let options = EnvironmentOptions {
+    Ok(EnvironmentOptions {
         outputs_since_ns: Some(i64::try_from(since.as_nanos()).unwrap_or(i64::MAX)),
         ..req.options.clone()
-    };
-    serde_json::to_string(&options).map_err(|e| ComputeError::Invalid("limits", e.to_string()))
+    })
 }
 
 impl ComputeService {
@@ -86,16 +96,23 @@ impl ComputeService {
         // Seed 003 §15: the user's shared pool or a dedicated container (429 before anything runs).
         let (route, req) = self.route(compute, &caller.user_id, req)?;
         let req = &req;
-        let options = check_create(compute, req)?;
+        let mut options = check_create(compute, req)?;
         let mountpoint = self.mount_scope(scope)?;
-        let read_only_views =
-            crate::services::peers::mount_views(&self.registry, &self.open, &caller.user_id, &req.views)?;
-        if let Some((uid, gid)) = compute.settings.sandbox_owner.filter(|_| !caller.read_only) {
-            use std::os::unix::fs::MetadataExt;
-            if std::fs::metadata(&mountpoint)?.uid() == 0 {
-                std::os::unix::fs::chown(&mountpoint, Some(uid), Some(gid))?;
+        // A memory worker's container writes nowhere, its global store included.
+        let grants: Vec<ViewGrant> = req
+            .views
+            .iter()
+            .map(|g| ViewGrant { view: g.view.clone(), writable: g.writable && !caller.read_only })
+            .collect();
+        let views = crate::services::peers::mount_views(&self.registry, &self.open, &caller.user_id, &grants)?;
+        options.global_store_scope = views.writable_global.as_ref().map(|r| r.scope_id.to_string());
+        let writable_roots = views.mounts.iter().filter(|v| !v.read_only).map(|v| &v.source);
+        if let Some(owner) = compute.settings.sandbox_owner.filter(|_| !caller.read_only) {
+            for root in std::iter::once(&mountpoint).chain(writable_roots) {
+                give_root(root, owner)?;
             }
         }
+        let options = serde_json::to_string(&options).map_err(|e| ComputeError::Invalid("limits", e.to_string()))?;
         let (env, effective) = {
             // Preflight and the new row under one lock: the preflight counts the user's live
             // environments (review M7), so two creations must not both see the same balance.
@@ -125,7 +142,7 @@ impl ComputeService {
             environment_id: env.environment_id.clone(),
             workspace: mountpoint,
             read_only_workspace: caller.read_only,
-            read_only_views,
+            views: views.mounts,
         };
         let (container, watch) = match self.container_for(compute, &spec, &caller.user_id, route) {
             Ok(c) => c,
@@ -239,7 +256,7 @@ impl ComputeService {
         let opts = self.options_of(&env.environment_id)?;
         let raw = req.output_paths.as_ref().unwrap_or(&opts.default_output_paths);
         check_paths(compute, "output_paths", raw.len())?;
-        let paths = output_paths(raw)?;
+        let paths = output_paths(raw, opts.global_store_scope.is_some())?;
         let persist = req.persist_outputs.unwrap_or(true) && !paths.is_empty();
         let id = env.environment_id.as_str();
         if req.force_destroy || !persist {
@@ -292,7 +309,7 @@ impl ComputeService {
     ) -> Result<(EnvironmentRecord, bool), ComputeError> {
         let env = self.registry.environment_unscoped(env_id)?.ok_or(ComputeError::EnvironmentNotFound)?;
         let opts = self.options_of(env_id)?;
-        let paths = output_paths(&opts.default_output_paths).unwrap_or_default();
+        let paths = output_paths(&opts.default_output_paths, opts.global_store_scope.is_some()).unwrap_or_default();
         if paths.is_empty() || !env.state.is_live() {
             return self.stop_environment(env_id, why, true);
         }

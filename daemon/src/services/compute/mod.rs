@@ -24,7 +24,7 @@ mod processes;
 mod runtime_limits;
 pub mod shared;
 
-pub use outputs::{content_type, output_path, workspace_path, WORKSPACE};
+pub use outputs::{content_type, global_artifact, output_path, output_paths, workspace_path, OutputPaths, WORKSPACE};
 
 use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom};
@@ -234,9 +234,9 @@ pub struct CreateEnvironment {
     pub input_objects: usize,
     /// What the request says about shared compute (seed 003 §5, §15).
     pub shared: shared::SharedRequest,
-    /// Read-only views the request grants the container (`input_objects` mounted at
-    /// `/threads/{thread_id}` or `/__global__`): `services::peers`.
-    pub views: Vec<crate::services::peers::View>,
+    /// Views the request grants the container (`input_objects` mounted at `/threads/{thread_id}`
+    /// or `/__global__`): `services::peers`.
+    pub views: Vec<crate::services::peers::ViewGrant>,
 }
 
 /// What an environment was created with, recorded as JSON (`environments.create_options`).
@@ -266,6 +266,10 @@ pub struct EnvironmentOptions {
     /// every file there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs_since_ns: Option<i64>,
+    /// The user's global store when the container has it read-write: its changed files under
+    /// `/__global__` output paths are outputs too (`None`: `/__global__` output paths hold none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_store_scope: Option<String>,
 }
 
 /// `destroy_environment` parameters (seed 003 §4.5, §7.5).

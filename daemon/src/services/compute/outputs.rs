@@ -8,9 +8,12 @@
 //! not an output, so the seed's default output path (`/workspace`) hashes only what the job made.
 //!
 //! Output paths are relative to `/workspace` (`/workspace/out`, `out`, `/workspace` itself) and
-//! validated like file-tool paths. `/__global__` (seed 003 §7.3's default output paths name it) is
-//! taken and holds none: containers see the global store read-only, so no environment changes it. The walk refuses (`limits.max_artifact_files`,
-//! `limits.max_artifact_bytes`) from the listing, before any file is read.
+//! validated like file-tool paths, or name the user's global store (`/__global__`, `/__global__/…`:
+//! seed 003 §7.3's default output paths name it). Files of the global store are outputs only of an
+//! environment whose container had it read-write (`EnvironmentOptions::global_store_scope`); their
+//! artifact paths are `/__global__/<path>`, the workspace's are scope paths. The walk refuses
+//! (`limits.max_artifact_files`, `limits.max_artifact_bytes`, over both stores together) from the
+//! listing, before any file is read.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -49,20 +52,51 @@ pub fn output_path(raw: &str) -> Result<String, ComputeError> {
     scopefs::vpath::normalize(rel).map_err(|e| invalid(format!("{raw:?}: {e}")))
 }
 
-/// Whether `raw` names the user's global store or a path below it (an output path that holds no
-/// outputs: module docs).
-pub fn in_global_store(raw: &str) -> bool {
-    let raw = raw.trim_end_matches('/');
-    raw == GLOBAL_ROOT
-        || raw
-            .strip_prefix(GLOBAL_ROOT)
-            .and_then(|r| r.strip_prefix('/'))
-            .is_some_and(|r| scopefs::vpath::normalize(r).is_ok())
+/// The path below the user's global store that `raw` names (`""`: the store itself); `None`: not
+/// a global-store path.
+fn global_path(raw: &str) -> Option<String> {
+    let rest = raw.trim_end_matches('/').strip_prefix(GLOBAL_ROOT)?;
+    match rest.strip_prefix('/') {
+        None if rest.is_empty() => Some(String::new()),
+        None => None,
+        Some(r) => scopefs::vpath::normalize(r).ok(),
+    }
 }
 
-/// The scope paths of output paths `raw`, those in the global store left out.
-pub fn output_paths(raw: &[String]) -> Result<Vec<String>, ComputeError> {
-    raw.iter().filter(|p| !in_global_store(p)).map(|p| output_path(p)).collect()
+/// Output paths as scope paths of the two stores they may name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutputPaths {
+    pub workspace: Vec<String>,
+    /// Paths below the user's global store (module docs: only with a read-write global store).
+    pub global: Vec<String>,
+}
+
+impl OutputPaths {
+    pub fn is_empty(&self) -> bool {
+        self.workspace.is_empty() && self.global.is_empty()
+    }
+}
+
+/// The scope paths of output paths `raw`; those in the global store kept only with `global`.
+pub fn output_paths(raw: &[String], global: bool) -> Result<OutputPaths, ComputeError> {
+    let mut out = OutputPaths::default();
+    for p in raw {
+        match global_path(p) {
+            Some(g) if global => out.global.push(g),
+            Some(_) => {}
+            None => out.workspace.push(output_path(p)?),
+        }
+    }
+    Ok(out)
+}
+
+/// The artifact path of scope path `path` of the global store.
+pub fn global_artifact(path: &str) -> String {
+    if path.is_empty() {
+        GLOBAL_ROOT.to_string()
+    } else {
+        format!("{GLOBAL_ROOT}/{path}")
+    }
 }
 
 /// The container's view of scope path `rel` (`""`: the root): `/workspace` or `/workspace/<rel>`.
@@ -104,21 +138,32 @@ pub fn content_type(path: &str) -> &'static str {
     }
 }
 
-/// The regular files under `paths` (deduplicated, by path) changed at or after `since` (`None`:
-/// all) with their listed sizes; refuses past the file and byte bounds before anything is read. A
-/// path that does not exist has no files.
+/// One store an environment's outputs are listed from: its engine, the scope paths to walk, and
+/// whether its artifact paths carry the `/__global__` root.
+struct Source<'a> {
+    engine: &'a ScopeEngine,
+    paths: &'a [String],
+    global: bool,
+}
+
+/// Listed outputs: artifact path → (index of its source, scope path, listed size).
+type Listed = BTreeMap<String, (usize, String, u64)>;
+
+/// The regular files under each source's paths (deduplicated, by artifact path) changed at or after
+/// `since` (`None`: all) with their listed sizes; refuses past the file and byte bounds (over all
+/// sources together) before anything is read. A path that does not exist has no files.
 fn output_files(
-    engine: &ScopeEngine,
-    paths: &[String],
+    sources: &[Source<'_>],
     since: Option<SystemTime>,
     (max_files, max_bytes): (u64, u64),
-) -> Result<BTreeMap<String, u64>, ComputeError> {
+) -> Result<Listed, ComputeError> {
     let changed = |attr: &scopefs::engine::Attr| attr.kind == FileKind::File && since.is_none_or(|s| attr.ctime >= s);
-    let mut files = BTreeMap::new();
+    let mut files = Listed::new();
     // Checked at each file: the map never holds more than one file past the bound (the listing
     // itself is bounded by its bytes, `limits.max_listing_bytes`).
-    let mut add = |path: String, size: u64| {
-        files.insert(path, size);
+    let mut add = |source: usize, path: String, size: u64| {
+        let key = if sources[source].global { global_artifact(&path) } else { path.clone() };
+        files.insert(key, (source, path, size));
         if files.len() as u64 > max_files {
             refuse(Bound::ArtifactFiles);
             return Err(ComputeError::OutputsTooLarge(format!(
@@ -127,24 +172,26 @@ fn output_files(
         }
         Ok(())
     };
-    for p in paths {
-        let attr = match engine.resolve_path(p) {
-            Ok(a) => a,
-            Err(scopefs::engine::EngineError::NotFound) => continue,
-            Err(e) => return Err(ServiceError::from(e).into()),
-        };
-        match attr.kind {
-            FileKind::File if changed(&attr) => add(p.clone(), attr.size)?,
-            FileKind::Dir => {
-                let listing = engine.list_path(p, true).map_err(ServiceError::from)?;
-                for e in listing.iter().filter(|e| changed(&e.attr)) {
-                    add(e.path.clone(), e.attr.size)?;
+    for (i, source) in sources.iter().enumerate() {
+        for p in source.paths {
+            let attr = match source.engine.resolve_path(p) {
+                Ok(a) => a,
+                Err(scopefs::engine::EngineError::NotFound) => continue,
+                Err(e) => return Err(ServiceError::from(e).into()),
+            };
+            match attr.kind {
+                FileKind::File if changed(&attr) => add(i, p.clone(), attr.size)?,
+                FileKind::Dir => {
+                    let listing = source.engine.list_path(p, true).map_err(ServiceError::from)?;
+                    for e in listing.iter().filter(|e| changed(&e.attr)) {
+                        add(i, e.path.clone(), e.attr.size)?;
+                    }
                 }
+                _ => {}
             }
-            _ => {}
         }
     }
-    let total = files.values().fold(0u64, |a, s| a.saturating_add(*s));
+    let total = files.values().fold(0u64, |a, (_, _, s)| a.saturating_add(*s));
     if total > max_bytes {
         refuse(Bound::ArtifactBytes);
         return Err(ComputeError::OutputsTooLarge(format!(
@@ -180,43 +227,81 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 impl ComputeService {
-    /// The scope's engine (opened if needed).
-    fn scope_engine(&self, scope: &ScopeId) -> Result<std::sync::Arc<ScopeEngine>, ComputeError> {
-        let rec = self.registry.get(scope)?.ok_or(ServiceError::ScopeNotFound)?;
-        Ok(self.open.engine(&rec)?)
+    /// The engines of the stores `paths` name: the scope's, and the user's global store when the
+    /// environment had it read-write and some output path is in it.
+    fn output_engines(
+        &self,
+        scope: &ScopeId,
+        paths: &OutputPaths,
+        opts: &EnvironmentOptions,
+    ) -> Result<Vec<(std::sync::Arc<ScopeEngine>, bool)>, ComputeError> {
+        let engine = |id: &ScopeId| -> Result<std::sync::Arc<ScopeEngine>, ComputeError> {
+            let rec = self.registry.get(id)?.ok_or(ServiceError::ScopeNotFound)?;
+            Ok(self.open.engine(&rec)?)
+        };
+        let mut out = vec![(engine(scope)?, false)];
+        let global = opts.global_store_scope.as_deref().filter(|_| !paths.global.is_empty());
+        if let Some(id) = global {
+            let id = ScopeId::parse(id).map_err(|_| ServiceError::ScopeNotFound)?;
+            out.push((engine(&id)?, true));
+        }
+        Ok(out)
     }
 
-    /// Checks the bounds of the outputs under `paths` (scope paths) without reading any file.
+    /// Lists the outputs under `paths` within the bounds, then hands each listed file to `each`.
+    fn with_outputs<T>(
+        &self,
+        scope: &ScopeId,
+        paths: &OutputPaths,
+        opts: &EnvironmentOptions,
+        each: impl FnOnce(&[Source<'_>], Listed) -> Result<T, ComputeError>,
+    ) -> Result<T, ComputeError> {
+        let engines = self.output_engines(scope, paths, opts)?;
+        let sources: Vec<Source<'_>> = engines
+            .iter()
+            .map(|(engine, global)| Source {
+                engine,
+                paths: if *global { &paths.global } else { &paths.workspace },
+                global: *global,
+            })
+            .collect();
+        let listed = output_files(&sources, outputs_since(opts), self.artifact_bounds(opts))?;
+        each(&sources, listed)
+    }
+
+    /// Checks the bounds of the outputs under `paths` without reading any file.
     pub(super) fn check_outputs(
         &self,
         scope: &ScopeId,
-        paths: &[String],
+        paths: &OutputPaths,
         opts: &EnvironmentOptions,
     ) -> Result<usize, ComputeError> {
-        let engine = self.scope_engine(scope)?;
-        Ok(output_files(&engine, paths, outputs_since(opts), self.artifact_bounds(opts))?.len())
+        self.with_outputs(scope, paths, opts, |_, listed| Ok(listed.len()))
     }
 
-    /// The artifact manifest of the regular files under `paths` (scope paths), by path.
+    /// The artifact manifest of the regular files under `paths`, by artifact path.
     pub(super) fn collect_outputs(
         &self,
         scope: &ScopeId,
-        paths: &[String],
+        paths: &OutputPaths,
         opts: &EnvironmentOptions,
     ) -> Result<Vec<ArtifactEntry>, ComputeError> {
-        let engine = self.scope_engine(scope)?;
-        let mut out = Vec::new();
-        for (path, size) in output_files(&engine, paths, outputs_since(opts), self.artifact_bounds(opts))? {
-            let (sha256, size_bytes) = match hash_file(&engine, &path, size) {
-                Ok(h) => h,
-                // Removed between the listing and the read: not an output any more.
-                Err(ComputeError::Service(ServiceError::Engine(scopefs::engine::EngineError::NotFound))) => continue,
-                Err(e) => return Err(e),
-            };
-            let content_type = content_type(&path).to_string();
-            out.push(ArtifactEntry { path, size_bytes, sha256, content_type });
-        }
-        Ok(out)
+        self.with_outputs(scope, paths, opts, |sources, listed| {
+            let mut out = Vec::new();
+            for (path, (source, scope_path, size)) in listed {
+                let (sha256, size_bytes) = match hash_file(sources[source].engine, &scope_path, size) {
+                    Ok(h) => h,
+                    // Removed between the listing and the read: not an output any more.
+                    Err(ComputeError::Service(ServiceError::Engine(scopefs::engine::EngineError::NotFound))) => {
+                        continue
+                    }
+                    Err(e) => return Err(e),
+                };
+                let content_type = content_type(&path).to_string();
+                out.push(ArtifactEntry { path, size_bytes, sha256, content_type });
+            }
+            Ok(out)
+        })
     }
 
     /// The configured artifact bounds, lowered by the environment's own `limits`.
@@ -242,13 +327,22 @@ mod tests {
         for bad in ["/etc", "/workspace/../etc", "out/../../x", "/threads/t/x"] {
             assert!(matches!(output_path(bad), Err(ComputeError::Invalid("output_paths", _))), "{bad}");
         }
-        // Seed 003 §7.3's default: the global store is taken and holds no outputs.
+        // Seed 003 §7.3's default: the global store is taken; its paths count only when the
+        // environment had it read-write.
         let seed_default = ["/workspace".to_string(), "/__global__".to_string(), "/__global__/lib/".to_string()];
-        assert_eq!(output_paths(&seed_default).unwrap(), vec![String::new()]);
+        let both = OutputPaths { workspace: vec![String::new()], global: vec![String::new(), "lib".into()] };
+        assert_eq!(output_paths(&seed_default, true).unwrap(), both);
+        let workspace_only = OutputPaths { workspace: vec![String::new()], global: Vec::new() };
+        assert_eq!(output_paths(&seed_default, false).unwrap(), workspace_only);
+        assert!(output_paths(&["/__global__".to_string()], false).unwrap().is_empty());
         for bad in ["/__global__/../etc", "/__globalx", "/__global__/a/../../b"] {
-            assert!(!in_global_store(bad), "{bad}");
-            assert!(output_paths(&[bad.to_string()]).is_err(), "{bad}");
+            assert_eq!(global_path(bad), None, "{bad}");
+            assert!(output_paths(&[bad.to_string()], true).is_err(), "{bad}");
         }
+        assert_eq!(
+            (global_artifact(""), global_artifact("lib/a.py")),
+            ("/__global__".into(), "/__global__/lib/a.py".into())
+        );
     }
 
     #[test]

@@ -544,7 +544,7 @@ mod tests {
             environment_id: env.into(),
             workspace: format!("/mnt/{scope}").into(),
             read_only_workspace: false,
-            read_only_views: Vec::new(),
+            views: Vec::new(),
         }
     }
 

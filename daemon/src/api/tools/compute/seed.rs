@@ -14,9 +14,10 @@
 //! `limits.max_user_concurrency` bounds the user's live shared environments (seed §15.2). `execution_mode`, `shared_compute_eligible`, `resource_class`,
 //! `backend_policy`, the input sizes and the limits also decide shared compute
 //! (`services::compute::shared`: eligible requests answer "simple"/"shared", others "standard").
-//! An `input_objects` entry mounted at or below `/threads/{thread_id}` or at `/__global__` is the
-//! explicit grant of a read-only view of that thread's scope (same user only, else 404) or of the
-//! user's global store, bound read-only into the container (`services::peers`).
+//! An `input_objects` entry mounted at or below `/threads/{thread_id}` or `/__global__` is the
+//! explicit grant of a view of that thread's scope (same user only, else 404; read-only) or of the
+//! user's global store (read-write when an entry says `read_only: false`), bound into the
+//! container (`services::peers`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -24,7 +25,7 @@ use serde_json::{Map, Value};
 use crate::services::compute::shared::SharedRequest;
 use crate::services::compute::ComputeError;
 use crate::services::compute::{CreateEnvironment, DestroyEnvironment, EnvironmentOptions, WORKSPACE};
-use crate::services::peers::{View, GLOBAL_ROOT, THREADS_ROOT};
+use crate::services::peers::{View, ViewGrant, GLOBAL_ROOT, THREADS_ROOT};
 
 /// Longest `resource_class`, `backend_policy` or `artifact_prefix`.
 const MAX_LABEL: usize = 256;
@@ -136,18 +137,23 @@ fn check_inputs(inputs: &[InputObject]) -> Result<(), ComputeError> {
     Ok(())
 }
 
-/// The read-only views `input_objects` grant (services::peers): every entry mounted at or below
-/// `/threads/{thread_id}` or `/__global__` grants that view, once.
-fn views_of(inputs: &[InputObject]) -> Result<Vec<View>, ComputeError> {
-    let mut views: Vec<View> = Vec::new();
+/// The views `input_objects` grant (services::peers): every entry mounted at or below
+/// `/threads/{thread_id}` or `/__global__` grants that view, once; `/__global__` is writable when
+/// any of its entries is `read_only: false` (seed 003 §3.7 step 3b writes them so).
+fn views_of(inputs: &[InputObject]) -> Result<Vec<ViewGrant>, ComputeError> {
+    let mut views: Vec<ViewGrant> = Vec::new();
     for o in inputs {
-        match View::split(&o.mount_path) {
-            None => {}
+        let view = match View::split(&o.mount_path) {
+            None => continue,
             Some(Err(_)) => {
                 return Err(invalid("input_objects", format!("mount_path {:?} names no valid thread", o.mount_path)))
             }
-            Some(Ok((view, _))) if !views.contains(&view) => views.push(view),
-            Some(Ok(_)) => {}
+            Some(Ok((view, _))) => view,
+        };
+        let writable = view == View::Global && !o.read_only;
+        match views.iter_mut().find(|g| g.view == view) {
+            Some(g) => g.writable |= writable,
+            None => views.push(ViewGrant { view, writable }),
         }
     }
     Ok(views)
@@ -155,9 +161,9 @@ fn views_of(inputs: &[InputObject]) -> Result<Vec<View>, ComputeError> {
 
 /// What is recorded of `input_objects`: how many and their bytes, and the views they grant (a
 /// seed manifest lists every file of the conversation, which the scope holds already).
-fn inputs_summary(inputs: &[InputObject], views: &[View]) -> Value {
+fn inputs_summary(inputs: &[InputObject], views: &[ViewGrant]) -> Value {
     let bytes = inputs.iter().fold(0u64, |n, o| n.saturating_add(o.size_bytes));
-    let views: Vec<String> = views.iter().map(View::root).collect();
+    let views: Vec<String> = views.iter().map(|g| g.view.root()).collect();
     serde_json::json!({"count": inputs.len(), "size_bytes": bytes, "views": views})
 }
 
@@ -221,6 +227,7 @@ impl CreateParams {
             execution_mode: None,
             // Set by the service when it creates the environment.
             outputs_since_ns: None,
+            global_store_scope: None,
         };
         Ok(CreateEnvironment {
             max_runtime_seconds,
@@ -287,9 +294,12 @@ mod tests {
         };
         assert!(check_inputs(&[obj("/workspace/a", false), obj("/threads/t1/x", true)]).is_ok());
         assert!(check_inputs(&[obj("/threads/t1", true), obj("/__global__", true)]).is_ok(), "whole views");
-        let views = views_of(&[obj("/threads/t1/x", true), obj("/threads/t1", true), obj("/__global__/g", false)]);
-        let t1 = View::Thread(scopefs::ids::ThreadId::parse("t1").unwrap());
-        assert_eq!(views.unwrap(), vec![t1, View::Global], "one view per thread, in order");
+        let inputs = [obj("/threads/t1/x", true), obj("/threads/t1", true), obj("/__global__/g", true)];
+        let t1 = ViewGrant { view: View::Thread(scopefs::ids::ThreadId::parse("t1").unwrap()), writable: false };
+        let global = |writable| ViewGrant { view: View::Global, writable };
+        assert_eq!(views_of(&inputs).unwrap(), vec![t1.clone(), global(false)], "one view per thread, in order");
+        let rw = [obj("/__global__/a", true), obj("/threads/t1/x", true), obj("/__global__/b", false)];
+        assert_eq!(views_of(&rw).unwrap(), vec![global(true), t1], "an entry read_only: false makes it writable");
         assert!(views_of(&[obj("/workspace/a", false)]).unwrap().is_empty());
         assert!(views_of(&[obj("/threads/__global__.u/x", true)]).is_err(), "reserved thread ids");
         for bad in [
