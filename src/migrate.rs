@@ -32,6 +32,7 @@ pub const REGISTRY: &[Migration] = &[
     Migration { version: 10, sql: include_str!("../migrations/registry/0010_nodes.sql") },
     Migration { version: 11, sql: include_str!("../migrations/registry/0011_forks.sql") },
     Migration { version: 12, sql: include_str!("../migrations/registry/0012_usage_reported.sql") },
+    Migration { version: 13, sql: include_str!("../migrations/registry/0013_prices_adjustments_audit.sql") },
 ];
 
 /// The same registry on PostgreSQL, from `migrations/registry-postgres/` (one file per SQLite
@@ -49,6 +50,7 @@ pub const REGISTRY_POSTGRES: &[Migration] = &[
     Migration { version: 10, sql: include_str!("../migrations/registry-postgres/0010_nodes.sql") },
     Migration { version: 11, sql: include_str!("../migrations/registry-postgres/0011_forks.sql") },
     Migration { version: 12, sql: include_str!("../migrations/registry-postgres/0012_usage_reported.sql") },
+    Migration { version: 13, sql: include_str!("../migrations/registry-postgres/0013_prices_adjustments_audit.sql") },
 ];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.

@@ -136,6 +136,7 @@ fn a_preflight_counts_live_environments_and_unsettled_usage_of_the_user() {
             requested_max_runtime_seconds: Some(secs),
             effective_max_runtime_seconds: secs,
             max_live_per_scope: 4,
+            pricing_snapshot: None,
         };
         dep.create_environment(scope, &new).unwrap().unwrap().environment_id
     };
@@ -678,6 +679,22 @@ fn admin_api_accounts_usage_and_the_settlement_loop() {
     assert_eq!((acc["plan"].as_str(), acc["compute_quota_monthly"].as_i64()), (Some("pro"), Some(1)));
     assert_eq!(admin(c.put(url("/admin/accounts/alice/plan")).json(&json!({"plan": "gold"}))).status(), 400);
     assert_eq!(admin(c.get(url("/admin/accounts/nobody"))).status(), 404);
+    // Issue 24 item 8: the operator's quota adjustment, and the audit log of every change above.
+    let adjust = |body: Value| admin(c.put(url("/admin/accounts/alice/quota-adjustment")).json(&body));
+    let acc: Value = adjust(json!({"minutes": 9})).json().unwrap();
+    assert_eq!((acc["compute_quota_adjustment"].as_i64(), acc["compute_quota_monthly"].as_i64()), (Some(9), Some(10)));
+    for bad in [json!({"minutes": 2_000_000}), json!({"minutes": "9"}), json!({})] {
+        assert_eq!(adjust(bad.clone()).status(), 400, "{bad}");
+    }
+    let log: Value = admin(c.get(url("/admin/audit-log?limit=500"))).json().unwrap();
+    let mut seen: Vec<String> =
+        log["entries"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap().to_string()).collect();
+    seen.reverse();
+    // The loop's settlements are not admin requests; the refused credit and plan left no row.
+    assert_eq!(seen, ["credit", "set_plan", "set_quota_adjustment"], "{log}");
+    assert_eq!(log["entries"][0]["detail"]["minutes"], 9);
+    assert_eq!(admin(c.get(url("/admin/audit-log?limit=0"))).status(), 400);
+    assert_eq!(c.get(url("/admin/audit-log")).send().unwrap().status(), 401);
     // Every admin route is in the OpenAPI document with the admin scheme.
     let doc: Value = c.get(url("/openapi.json")).send().unwrap().json().unwrap();
     assert_eq!(doc["paths"]["/admin/accounts/{user_id}/credit"]["post"]["x-scopefs-auth"], "admin_token");
@@ -734,6 +751,7 @@ fn b_outputs_become_artifacts_registered_before_a_single_settlement() {
         requested_max_runtime_seconds: Some(600),
         effective_max_runtime_seconds: 600,
         max_live_per_scope: 4,
+        pricing_snapshot: None,
     };
     let env = dep.create_environment(&scope, &new).unwrap().unwrap().environment_id;
     dep.environment_started(&env).unwrap().unwrap();

@@ -428,6 +428,9 @@ fn outputs_become_artifacts_registered_with_retries_then_settled_once() {
     assert_eq!(rec["artifacts_registered"], false, "{rec}");
     let usage_id = rec["id"].as_i64().expect("id");
     assert_eq!(rec["usage_id"], usage_id);
+    // Issue 24 item 8: the price the environment was admitted at goes with its usage.
+    let price: Value = serde_json::from_str(rec["pricing_snapshot"].as_str().expect("pricing snapshot")).unwrap();
+    assert_eq!(price["overtime_price_per_minute"], daemon_pricing().overtime_price_per_minute.to_string(), "{rec}");
     let manifest: Value = serde_json::from_str(rec["output_manifest_json"].as_str().expect("manifest JSON")).unwrap();
     assert_eq!(manifest, Value::Array(arts.clone()), "the manifest is what destroy answered");
 

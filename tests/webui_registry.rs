@@ -105,10 +105,11 @@ impl Daemon {
         self.http.request(m, format!("{}{path}", self.serve.base)).bearer_auth(&self.token)
     }
 
+    /// Provisions `thread` as a new conversation (`new_thread`, as a BFF creating one does).
     fn provision(&self, op: &str, thread: &str) -> (StatusCode, Value) {
         call(
             self.req("POST", "/internal/workspace-scopes/provision")
-                .json(&json!({"operation_id": op, "primary_thread_id": thread})),
+                .json(&json!({"operation_id": op, "primary_thread_id": thread, "new_thread": true})),
         )
     }
 
@@ -379,9 +380,13 @@ fn cutover_lease_blocks_creation() {
     assert_eq!(st, StatusCode::CREATED, "creation works again once released");
 }
 
-/// A report of the cutover `op` with `status`, for this test deployment.
+/// A report of the cutover `op` with `status`, for this test deployment, its gates passed (seed
+/// 000 §11.1: equal counts, nothing unhandled or inconsistent, the static gate passed).
 fn cutover_report(op: &str, status: &str) -> String {
-    json!({"operation_id": op, "deployment_id": "default", "status": status}).to_string()
+    json!({"operation_id": op, "deployment_id": "default", "status": status,
+           "counts": {"threads": 3, "scopes": 3, "primary_owners": 3},
+           "unhandled_legacy_owners": 0, "inconsistencies": 0, "static_gate": "passed"})
+    .to_string()
 }
 
 /// A daemon setup with `cutover.mode = "required"` whose cutover has run as seed 000 §11.1 runs it:
@@ -485,12 +490,34 @@ fn required_cutover_gate_and_the_shared_maintenance_lease() {
     let record = || call(d.req("POST", "/internal/workspace-cutover/report"));
     let (st, body) = record();
     assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "migration-required"), "not passed: {body}");
+    // A passed status does not open the gate by itself: each of the report's gates is checked
+    // (issue 24 item 3; at 2351eb5 the status alone decided).
+    let passed: Value = serde_json::from_str(&cutover_report("cut-1", "passed")).unwrap();
+    for (key, bad) in [
+        ("counts", json!({"threads": 3, "scopes": 2, "primary_owners": 3})),
+        ("unhandled_legacy_owners", json!(1)),
+        ("inconsistencies", json!(2)),
+        ("static_gate", json!("failed")),
+        ("counts", Value::Null),
+    ] {
+        let mut r = passed.clone();
+        r[key] = bad;
+        std::fs::write(&report, r.to_string()).unwrap();
+        let (st, body) = record();
+        assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "migration-required"), "{key}: {body}");
+    }
     std::fs::write(&report, cutover_report("cut-1", "passed")).unwrap();
     let (st, op) = record();
     assert_eq!((st, s(&op, "operation_id"), s(&op, "state")), (StatusCode::OK, "cut-1".into(), "completed".into()));
     assert_eq!(s(&op, "result_sha256").len(), 64);
     let sc = d.draft("thread-legacy");
     assert_eq!(s(&sc, "state"), "draft");
+    // Open gate: a thread that is not a new conversation and has no scope is one the cutover
+    // missed, still 409 (at b9db1d1 the open gate provisioned any unknown thread).
+    let historical = json!({"operation_id": "op-h", "primary_thread_id": "thread-missed"});
+    let (st, body) = call(d.req("POST", "/internal/workspace-scopes/provision").json(&historical));
+    assert_eq!((st, code(&body)), (StatusCode::CONFLICT, "migration-required"), "{body}");
+    assert_eq!(d.by_thread("thread-missed").0, StatusCode::NOT_FOUND);
     // Served (`metric` panics on a missing sample).
     metric(&d, "scopefs_runs_without_scope_total");
     metric(&d, "scopefs_metadata_mismatch_total");

@@ -11,6 +11,7 @@ use scopefs::billing::{
     run_pending_pass, ArtifactRegistrar, BillingError, PassSettings, PricingConfig, RegistryRegistrar,
 };
 use scopefs::config::BillingMode;
+use scopefs::registry::admin_audit::{self, AdminAction};
 use scopefs::registry::billing::Settlement;
 use scopefs::registry::Registry;
 
@@ -56,11 +57,20 @@ impl BillingService {
     }
 
     /// `/admin/mark-settled` of one record: settled now (charged at most once) in settle mode,
-    /// marked settled by the gateway (no charge) in report mode.
+    /// marked settled by the gateway (no charge) in report mode; audited when it changes the record.
     pub fn mark_settled(&self, usage_id: i64) -> Result<Settlement, BillingError> {
+        let mode = match self.mode {
+            BillingMode::Settle => "settle",
+            BillingMode::Report => "report",
+        };
+        let audit = AdminAction {
+            action: admin_audit::MARK_SETTLED,
+            subject: format!("usage:{usage_id}"),
+            detail: serde_json::json!({ "usage_id": usage_id, "billing_mode": mode }),
+        };
         match self.mode {
-            BillingMode::Settle => self.registry.settle_usage(&self.pricing, usage_id),
-            BillingMode::Report => self.registry.mark_usage_reported(usage_id),
+            BillingMode::Settle => self.registry.settle_usage_audited(&self.pricing, usage_id, Some(&audit)),
+            BillingMode::Report => self.registry.mark_usage_reported_audited(usage_id, Some(&audit)),
         }
     }
 
@@ -70,13 +80,14 @@ impl BillingService {
         self
     }
 
-    /// Preflight for `create_environment`: the effective max runtime, or `ComputeQuotaExceeded` (429).
+    /// Preflight for `create_environment`: the effective max runtime and the price the environment
+    /// will be charged at, or `ComputeQuotaExceeded` (429).
     pub fn admit_environment(
         &self,
         user_id: &str,
         requested_runtime_seconds: Option<u64>,
-    ) -> Result<u64, BillingError> {
-        self.registry.admit_environment(&self.pricing, user_id, requested_runtime_seconds)
+    ) -> Result<(u64, String), BillingError> {
+        self.registry.admit_environment_priced(&self.pricing, user_id, requested_runtime_seconds)
     }
 
     fn interval(&self) -> Duration {

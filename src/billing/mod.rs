@@ -174,6 +174,23 @@ impl PricingConfig {
     }
 
     /// The snapshot stored with a settlement (JSON text).
+    /// The currency and overtime price a usage is charged at: those of its `pricing_snapshot`,
+    /// taken when its environment was admitted (seed 003 §9.2: settle with the usage's snapshot, not
+    /// with whatever `[pricing]` says at settlement); without one (usage recorded by an older
+    /// version), the current ones. A snapshot that does not read back is refused, never guessed.
+    pub fn price_of(&self, snapshot: Option<&str>) -> Result<(String, Micros), BillingError> {
+        let Some(text) = snapshot else {
+            return Ok((self.currency.clone(), self.overtime_price_per_minute));
+        };
+        let corrupt = |why: &str| BillingError::Invalid { field: "pricing_snapshot", reason: why.to_string() };
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|_| corrupt("not JSON"))?;
+        let currency = v.get("currency").and_then(|c| c.as_str()).ok_or_else(|| corrupt("no currency"))?;
+        let price = v.get("overtime_price_per_minute").and_then(|p| p.as_str()).ok_or_else(|| corrupt("no price"))?;
+        Ok((currency.to_string(), Micros::parse(price)?))
+    }
+
+    /// The price in force for an account on `plan`, as JSON: recorded with an environment when it is
+    /// admitted, copied to its usage, charged from at settlement and kept on the ledger row.
     pub fn snapshot_json(&self, plan: &str) -> String {
         serde_json::json!({
             "plan": plan,

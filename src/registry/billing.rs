@@ -7,6 +7,8 @@
 //! returns `InsufficientComputeBalance` with nothing written. Accounts are created on first use with
 //! the default plan; a monthly period that has ended is refreshed before the account is used.
 
+mod accounts;
+pub use accounts::MAX_QUOTA_ADJUSTMENT;
 mod artifacts;
 mod audit;
 mod preflight;
@@ -18,6 +20,7 @@ pub use artifacts::{ArtifactEntry, ArtifactRow};
 use crate::registry::db::{params, Conn, OptionalExtension, Row, Tx};
 use serde::Serialize;
 
+use super::admin_audit::{self, AdminAction};
 use super::{validate_key, Registry, RegistryError};
 use crate::billing::{self, AccountBalance, BillingError, Micros, PricingConfig};
 
@@ -32,7 +35,10 @@ pub struct Account {
     pub compute_overtime_charged: Micros,
     pub cash_balance: Micros,
     pub total_credited: Micros,
+    /// The plan's monthly minutes plus `compute_quota_adjustment` (never below 0).
     pub compute_quota_monthly: i64,
+    /// Minutes an operator added to (or, negative, took from) the plan's monthly quota.
+    pub compute_quota_adjustment: i64,
     pub compute_quota_period_start: i64,
     pub compute_quota_period_end: i64,
     pub compute_quota_refreshed_at: Option<i64>,
@@ -96,6 +102,9 @@ pub struct UsageRecord {
     pub ledger_entry_id: Option<i64>,
     pub created_at: i64,
     pub settled_at: Option<i64>,
+    /// The price in force when the environment was admitted (`PricingConfig::snapshot_json`): what
+    /// settlement charges; `None` for usage recorded by older versions (charged at the current price).
+    pub pricing_snapshot: Option<String>,
 }
 
 impl UsageRecord {
@@ -151,7 +160,8 @@ pub struct BillingAudit {
 
 const ACCOUNT_COLS: &str = "user_id, plan, compute_minutes_remaining, compute_minutes_used, compute_minutes_lifetime, \
      compute_overtime_charged_micros, cash_balance_micros, total_credited_micros, compute_quota_monthly, \
-     compute_quota_period_start, compute_quota_period_end, compute_quota_refreshed_at, created_at, updated_at";
+     compute_quota_period_start, compute_quota_period_end, compute_quota_refreshed_at, created_at, updated_at, \
+     compute_quota_adjustment";
 
 fn account_row(r: &Row<'_>) -> crate::registry::db::Result<Account> {
     Ok(Account {
@@ -169,12 +179,14 @@ fn account_row(r: &Row<'_>) -> crate::registry::db::Result<Account> {
         compute_quota_refreshed_at: r.get(11)?,
         created_at: r.get(12)?,
         updated_at: r.get(13)?,
+        compute_quota_adjustment: r.get(14)?,
     })
 }
 
 const USAGE_COLS: &str = "usage_id, environment_id, user_id, thread_id, runtime_seconds, compute_minutes, \
      settlement_status, artifacts_state, artifact_attempts, settle_failures, settlement_error, next_attempt_at, plan, \
-     free_minutes, overtime_minutes, overtime_charged_micros, quota_remaining, ledger_entry_id, created_at, settled_at";
+     free_minutes, overtime_minutes, overtime_charged_micros, quota_remaining, ledger_entry_id, created_at, settled_at, \
+     pricing_snapshot";
 
 fn usage_row(r: &Row<'_>) -> crate::registry::db::Result<Result<UsageRecord, RegistryError>> {
     let artifacts: String = r.get(7)?;
@@ -200,6 +212,7 @@ fn usage_row(r: &Row<'_>) -> crate::registry::db::Result<Result<UsageRecord, Reg
         ledger_entry_id: r.get(17)?,
         created_at: r.get(18)?,
         settled_at: r.get(19)?,
+        pricing_snapshot: r.get(20)?,
     };
     Ok(ArtifactsState::parse(&artifacts).map(|a| UsageRecord { artifacts_state: a, ..rec }))
 }
@@ -253,9 +266,19 @@ fn settleable_in(conn: &Conn<'_>, usage_id: i64) -> Result<Result<UsageRecord, S
 
 /// The end of a settlement's transaction: its one state transition (`changed` rows) checked, the
 /// record read back as settled, the transaction committed.
-fn commit_settlement(tx: Tx<'_, '_>, usage_id: i64, changed: usize) -> Result<Settlement, BillingError> {
+/// Commits a settlement's transaction (with the audit row of the admin request that made it, if
+/// one did) and returns the settled record.
+fn commit_settlement(
+    tx: Tx<'_, '_>,
+    usage_id: i64,
+    changed: usize,
+    audit: Option<(&AdminAction, i64)>,
+) -> Result<Settlement, BillingError> {
     if changed != 1 {
         return Err(RegistryError::Corrupt("usage settlement transition refused".into()).into());
+    }
+    if let Some((action, now)) = audit {
+        admin_audit::record_in(&tx, action, now)?;
     }
     let usage = get_usage_in(&tx, usage_id)?.ok_or(BillingError::UsageNotFound)?;
     tx.commit()?;
@@ -265,7 +288,7 @@ fn commit_settlement(tx: Tx<'_, '_>, usage_id: i64, changed: usize) -> Result<Se
 /// The ledger's debit of one settlement's overtime (idempotent on its key); returns its entry id.
 fn insert_overtime_entry_in(
     tx: &Conn<'_>,
-    pricing: &PricingConfig,
+    currency: &str,
     usage: &UsageRecord,
     charge: &billing::Charge,
     cash_after: Micros,
@@ -287,7 +310,7 @@ fn insert_overtime_entry_in(
             cash_after.micros(),
             charge.compute_minutes,
             charge.free_minutes,
-            pricing.currency,
+            currency,
             snapshot,
             now
         ],
@@ -333,9 +356,15 @@ fn ensure_account_in(conn: &Conn<'_>, pricing: &PricingConfig, user: &str, now: 
     get_account_in(conn, user)?.ok_or_else(|| RegistryError::Corrupt("account vanished".into()))
 }
 
-/// Starts the period containing `now`: remaining minutes = the plan's monthly minutes, used = 0.
+/// The monthly minutes of an account on `plan` with `adjustment`: the plan's plus the adjustment,
+/// never below 0.
+fn monthly_minutes(pricing: &PricingConfig, plan: &str, adjustment: i64) -> i64 {
+    pricing.plan(plan).map(|p| p.monthly_minutes).unwrap_or(0).saturating_add(adjustment).max(0)
+}
+
+/// Starts the period containing `now`: remaining minutes = the monthly quota, used = 0.
 fn refresh_account_in(conn: &Conn<'_>, pricing: &PricingConfig, acc: &Account, now: i64) -> Result<(), RegistryError> {
-    let monthly = pricing.plan(&acc.plan).map(|p| p.monthly_minutes).unwrap_or(0);
+    let monthly = monthly_minutes(pricing, &acc.plan, acc.compute_quota_adjustment);
     let (start, end) = billing::month_period(now);
     conn.execute(
         "UPDATE accounts SET compute_minutes_remaining = ?1, compute_minutes_used = 0, compute_quota_monthly = ?1,
@@ -369,10 +398,13 @@ pub(crate) fn record_usage_in(
     let minutes = billing::compute_minutes(runtime_seconds);
     let runtime = i64::try_from(runtime_seconds).unwrap_or(i64::MAX);
     let state = if artifacts.is_empty() { "none" } else { "pending" };
+    // The price the environment was admitted at goes with its usage (`PricingConfig::price_of`).
     conn.execute(
         "INSERT INTO compute_usage_log (environment_id, user_id, thread_id, runtime_seconds, compute_minutes,
-                                        artifacts_state, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (environment_id) DO NOTHING",
+                                        artifacts_state, created_at, pricing_snapshot)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,
+                 (SELECT pricing_snapshot FROM environments WHERE environment_id = ?1))
+         ON CONFLICT (environment_id) DO NOTHING",
         params![environment_id, user, thread, runtime, minutes, state, now],
     )?;
     let mut added = 0;
@@ -511,6 +543,17 @@ impl Registry {
 
     /// Settles one usage record exactly as seed 003 §10.2, in one `BEGIN IMMEDIATE` transaction.
     pub fn settle_usage(&self, pricing: &PricingConfig, usage_id: i64) -> Result<Settlement, BillingError> {
+        self.settle_usage_audited(pricing, usage_id, None)
+    }
+
+    /// [`Registry::settle_usage`] for an admin request: a settlement it makes is audited in its
+    /// transaction.
+    pub fn settle_usage_audited(
+        &self,
+        pricing: &PricingConfig,
+        usage_id: i64,
+        audit: Option<&AdminAction>,
+    ) -> Result<Settlement, BillingError> {
         let now = self.now_ms();
         let mut conn = self.db.conn()?;
         let tx = conn.transaction()?;
@@ -519,7 +562,8 @@ impl Registry {
             Err(settled) => return Ok(settled),
         };
         let acc = ensure_account_in(&tx, pricing, &usage.user_id, now)?;
-        let price = pricing.overtime_price_per_minute;
+        // The price the environment was admitted at, not the one in force now.
+        let (currency, price) = pricing.price_of(usage.pricing_snapshot.as_deref())?;
         let charge = billing::split_charge(usage.compute_minutes, acc.compute_minutes_remaining, price)?;
         if acc.cash_balance < charge.overtime_amount {
             // Dropping `tx` rolls back everything, including an account created just now.
@@ -540,8 +584,8 @@ impl Registry {
             params![acc.user_id, remaining_after, cash_after.micros(), charge.compute_minutes, charged_total.micros(), now],
         )?;
         billing::failpoint("billing_settle_after_charge");
-        let snapshot = pricing.snapshot_json(&acc.plan);
-        let entry_id = insert_overtime_entry_in(&tx, pricing, &usage, &charge, cash_after, &snapshot, now)?;
+        let snapshot = usage.pricing_snapshot.clone().unwrap_or_else(|| pricing.snapshot_json(&acc.plan));
+        let entry_id = insert_overtime_entry_in(&tx, &currency, &usage, &charge, cash_after, &snapshot, now)?;
         billing::failpoint("billing_settle_after_ledger");
         let n = tx.execute(
             "UPDATE compute_usage_log
@@ -558,102 +602,13 @@ impl Registry {
                 charge.overtime_minutes,
                 charge.overtime_amount.micros(),
                 remaining_after,
-                pricing.currency,
+                currency,
                 snapshot,
                 entry_id,
                 now
             ],
         )?;
-        commit_settlement(tx, usage_id, n)
-    }
-
-    /// Credits cash to `user` (account created if needed), idempotent on `idempotency_key`: the same
-    /// key with the same amount returns the first entry; with another amount it is `CreditConflict`.
-    pub fn credit_cash(
-        &self,
-        pricing: &PricingConfig,
-        user: &str,
-        amount: Micros,
-        idempotency_key: &str,
-        note: Option<&str>,
-    ) -> Result<(Account, LedgerEntry), BillingError> {
-        validate_key("user_id", user)?;
-        validate_key("idempotency_key", idempotency_key)?;
-        if !amount.is_positive() {
-            return Err(BillingError::Invalid { field: "amount", reason: "must be greater than 0".into() });
-        }
-        let now = self.now_ms();
-        let key = format!("credit:{user}:{idempotency_key}");
-        let mut conn = self.db.conn()?;
-        let tx = conn.transaction()?;
-        let existing = tx
-            .query_row(
-                &format!("SELECT {LEDGER_COLS} FROM wallet_ledger WHERE idempotency_key = ?1"),
-                [&key],
-                ledger_row,
-            )
-            .optional()?;
-        if let Some(entry) = existing {
-            if entry.amount != amount {
-                return Err(BillingError::CreditConflict);
-            }
-            let acc = get_account_in(&tx, user)?.ok_or(BillingError::AccountNotFound)?;
-            return Ok((acc, entry));
-        }
-        let acc = ensure_account_in(&tx, pricing, user, now)?;
-        let cash = acc.cash_balance.checked_add(amount).ok_or(BillingError::Overflow)?;
-        let credited = acc.total_credited.checked_add(amount).ok_or(BillingError::Overflow)?;
-        tx.execute(
-            "UPDATE accounts SET cash_balance_micros = ?2, total_credited_micros = ?3, updated_at = ?4 WHERE user_id = ?1",
-            params![user, cash.micros(), credited.micros(), now],
-        )?;
-        let id: i64 = tx.query_row(
-            "INSERT INTO wallet_ledger (user_id, idempotency_key, entry_type, source_type, source_id, direction,
-                                        amount_micros, balance_after_micros, currency, note, created_at)
-             VALUES (?1, ?2, 'credit', 'admin', ?3, 'credit', ?4, ?5, ?6, ?7, ?8)
-             RETURNING entry_id",
-            params![
-                user,
-                key,
-                idempotency_key,
-                amount.micros(),
-                cash.micros(),
-                pricing.currency,
-                note.map(truncate),
-                now
-            ],
-            |r| r.get(0),
-        )?;
-        // New money: records waiting for it are due again.
-        tx.execute(
-            "UPDATE compute_usage_log SET next_attempt_at = NULL WHERE user_id = ?1 AND settlement_status = 'pending'",
-            [user],
-        )?;
-        let entry =
-            tx.query_row(&format!("SELECT {LEDGER_COLS} FROM wallet_ledger WHERE entry_id = ?1"), [id], ledger_row)?;
-        let acc = get_account_in(&tx, user)?.ok_or(BillingError::AccountNotFound)?;
-        tx.commit()?;
-        Ok((acc, entry))
-    }
-
-    /// Moves `user` to `plan`: the monthly quota becomes the plan's, and the minutes remaining this
-    /// period become `max(0, monthly - used this period)`.
-    pub fn set_plan(&self, pricing: &PricingConfig, user: &str, plan: &str) -> Result<Account, BillingError> {
-        validate_key("user_id", user)?;
-        let monthly = pricing.plan(plan).ok_or_else(|| BillingError::UnknownPlan(plan.to_string()))?.monthly_minutes;
-        let now = self.now_ms();
-        let mut conn = self.db.conn()?;
-        let tx = conn.transaction()?;
-        ensure_account_in(&tx, pricing, user, now)?;
-        tx.execute(
-            "UPDATE accounts SET plan = ?2, compute_quota_monthly = ?3,
-                    compute_minutes_remaining = CASE WHEN ?3 > compute_minutes_used THEN ?3 - compute_minutes_used ELSE 0 END, updated_at = ?4
-             WHERE user_id = ?1",
-            params![user, plan, monthly, now],
-        )?;
-        let acc = get_account_in(&tx, user)?.ok_or(BillingError::AccountNotFound)?;
-        tx.commit()?;
-        Ok(acc)
+        commit_settlement(tx, usage_id, n, audit.map(|a| (a, now)))
     }
 
     /// Ledger entries of `user`, newest first, at most `limit`, older than `before` if given.
@@ -666,24 +621,6 @@ impl Registry {
         let mut stmt = conn.prepare(&sql)?;
         let rows = stmt.query_map(params![user, before, i64::try_from(limit).unwrap_or(i64::MAX)], ledger_row)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
-    }
-
-    /// Starts a new monthly period for every account whose period has ended. Returns how many.
-    pub fn refresh_compute_quotas(&self, pricing: &PricingConfig) -> Result<usize, BillingError> {
-        let now = self.now_ms();
-        let mut conn = self.db.conn()?;
-        let tx = conn.transaction()?;
-        let due: Vec<Account> = {
-            let mut stmt =
-                tx.prepare(&format!("SELECT {ACCOUNT_COLS} FROM accounts WHERE compute_quota_period_end <= ?1"))?;
-            let rows = stmt.query_map([now], account_row)?;
-            rows.collect::<Result<_, _>>()?
-        };
-        for acc in &due {
-            refresh_account_in(&tx, pricing, acc, now)?;
-        }
-        tx.commit()?;
-        Ok(due.len())
     }
 }
 

@@ -86,6 +86,9 @@ pub struct NewEnvironment {
     pub effective_max_runtime_seconds: u64,
     /// Live environments the scope may hold at once (this one included).
     pub max_live_per_scope: u64,
+    /// The price it was admitted at (`PricingConfig::snapshot_json`), carried to its usage;
+    /// `None` without billing.
+    pub pricing_snapshot: Option<String>,
 }
 
 /// One row of `environment_processes`. Times are Unix milliseconds.
@@ -335,8 +338,9 @@ impl DeploymentRegistry {
         )?;
         tx.execute(
             "INSERT INTO environments (deployment_id, environment_id, scope_id, owner_id, user_id, thread_id, read_only, state,
-                                       requested_max_runtime_seconds, effective_max_runtime_seconds, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'creating', ?8, ?9, ?10)",
+                                       requested_max_runtime_seconds, effective_max_runtime_seconds, created_at,
+                                       pricing_snapshot)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'creating', ?8, ?9, ?10, ?11)",
             params![
                 deployment,
                 environment_id,
@@ -347,7 +351,8 @@ impl DeploymentRegistry {
                 i64::from(new.read_only),
                 new.requested_max_runtime_seconds.map(to_i64),
                 to_i64(new.effective_max_runtime_seconds),
-                now
+                now,
+                new.pricing_snapshot
             ],
         )?;
         let rec = get_env_in(&tx, deployment, &environment_id)?.ok_or_else(|| corrupt("new environment"))?;

@@ -43,6 +43,7 @@ macro_rules! string_enum {
     };
 }
 
+pub mod admin_audit;
 pub mod billing;
 pub mod db;
 mod db_pg;
@@ -62,6 +63,8 @@ mod scopes;
 pub mod test_backend;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_admin;
 #[cfg(test)]
 mod tests_forks;
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! `/admin/*` (SPEC §7.4, seed 003 §4.6, §11): pending usage, settlement marks and account management.
+//! `/admin/*` (SPEC §7.4, seed 003 §4.6, §11): pending usage, settlement marks, account management
+//! and the admin audit log (each change audited in its own transaction: `registry::admin_audit`).
 //!
 //! Authenticated by `X-Admin-Token` (constant-time compare, see `require_admin_token`). Money is a
 //! decimal string both ways (`"10.000000"`); a JSON number is refused.
@@ -7,6 +8,7 @@ use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::Json;
 use scopefs::billing::{BillingError, Micros};
+use scopefs::registry::admin_audit::{self, AdminAction};
 use scopefs::registry::billing::{Account, ArtifactsState, LedgerEntry, SettleStatus, UsageRecord};
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +84,25 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Set the plan. Body {plan}; monthly minutes become the plan's, remaining = max(0, monthly - used \
              this period); 400 unknown_plan; answers the account",
             put(set_plan),
+        )
+        .add(
+            "PUT",
+            "/admin/accounts/{user_id}/quota-adjustment",
+            Auth::Admin,
+            "Set the account's compute_quota_adjustment (seed 003 §9.1): minutes added to (negative: taken \
+             from) the plan's monthly quota, within ±1051200. Body {minutes}; the monthly quota becomes \
+             max(0, plan's + minutes), remaining = max(0, monthly - used this period); answers the account",
+            put(set_quota_adjustment),
+        )
+        .add(
+            "GET",
+            "/admin/audit-log",
+            Auth::Admin,
+            "The admin audit log (seed 003 exec_admin_audit_log), newest first: one row per admin request that \
+             changed something (credit, set_plan, set_quota_adjustment, mark_settled, mark_artifacts_registered), \
+             written with the change. Query limit (1-500, default 100), before (audit_id); answers {entries: \
+             [{audit_id, action, subject, detail, created_at}]}",
+            get(audit_log),
         )
         .add(
             "GET",
@@ -234,7 +255,13 @@ async fn mark_artifacts_registered(
             }
             (_, _, ids) => ids.unwrap_or_default(),
         };
-        billing.registry.mark_artifacts_registered(&ids)
+        let subject = match ids.as_slice() {
+            [one] => format!("usage:{one}"),
+            _ => format!("usages:{}", ids.len()),
+        };
+        let detail = serde_json::json!({ "usage_ids": ids });
+        let audit = AdminAction { action: admin_audit::MARK_ARTIFACTS_REGISTERED, subject, detail };
+        billing.registry.mark_artifacts_registered_audited(&ids, Some(&audit))
     })
     .await?;
     Ok(Json(serde_json::json!({ "updated": updated })))
@@ -289,6 +316,42 @@ async fn set_plan(
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct AdjustmentRequest {
+    minutes: i64,
+}
+
+async fn set_quota_adjustment(
+    State(st): State<AppState>,
+    ApiPath(user): ApiPath<String>,
+    ApiJson(req): ApiJson<AdjustmentRequest>,
+) -> Result<Json<Account>, ApiError> {
+    let billing = st.billing.clone();
+    let adjusted = move || billing.registry.set_quota_adjustment(&billing.pricing, &user, req.minutes);
+    Ok(Json(blocking(Internal, adjusted).await?))
+}
+
+/// `limit` of a listing query: 1-500, `default` when absent.
+fn listing_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError> {
+    let limit = limit.unwrap_or(default);
+    if !(1..=MAX_BATCH).contains(&limit) {
+        return Err(BillingError::Invalid { field: "limit", reason: "must be 1-500".into() }.into());
+    }
+    Ok(limit)
+}
+
+async fn audit_log(
+    State(st): State<AppState>,
+    ApiQuery(q): ApiQuery<LedgerQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let limit = listing_limit(q.limit, 100)?;
+    let billing = st.billing.clone();
+    let entries =
+        blocking(Internal, move || billing.registry.admin_audit(limit, q.before).map_err(BillingError::from)).await?;
+    Ok(Json(serde_json::json!({ "entries": entries })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LedgerQuery {
     limit: Option<usize>,
     before: Option<i64>,
@@ -299,10 +362,7 @@ async fn ledger(
     ApiPath(user): ApiPath<String>,
     ApiQuery(q): ApiQuery<LedgerQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=MAX_BATCH).contains(&limit) {
-        return Err(BillingError::Invalid { field: "limit", reason: "must be 1-500".into() }.into());
-    }
+    let limit = listing_limit(q.limit, 100)?;
     let billing = st.billing.clone();
     let entries = blocking(Internal, move || billing.registry.ledger(&user, limit, q.before)).await?;
     Ok(Json(serde_json::json!({ "entries": entries })))

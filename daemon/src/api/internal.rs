@@ -20,6 +20,7 @@ use super::extract::{ApiJson, ApiPath, ApiQuery, ScopePath};
 use super::routes::{Auth, RouteTable};
 use super::{blocking, ApiError, AppState};
 use crate::pools::RouteClass::Internal;
+use crate::services::ProvisionBy;
 
 /// Adds the `/internal` routes to the table.
 pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
@@ -29,11 +30,12 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "/internal/workspace-scopes/provision",
             Auth::Service,
             "Create (or return) the draft scope of a primary thread; idempotent on operation_id. \
-             Body {operation_id, primary_thread_id, user_id?, lease_operation_id?} (user_id: the user the scope \
-             belongs to; a scope of another user is 404); 201 new / 200 existing: scope view with `created`. \
-             503 cutover-in-progress while a blocking lease is held by another operation than lease_operation_id \
-             (its holder works under it); 409 migration-required for a thread without a scope while cutover.mode \
-             is required and the migration report is not verified (not for the holder of workspace-cutover)",
+             Body {operation_id, primary_thread_id, user_id?, lease_operation_id?, new_thread?} (user_id: the \
+             user the scope belongs to; a scope of another user is 404; new_thread: the caller creates a new \
+             conversation); 201 new / 200 existing: scope view with `created`. 503 cutover-in-progress while a \
+             blocking lease is held by another operation than lease_operation_id (its holder works under it); \
+             409 migration-required for a thread without a scope while cutover.mode is required, unless it is a \
+             new_thread and the migration report is verified (not for the holder of workspace-cutover)",
             post(provision),
         )
         .add(
@@ -209,6 +211,11 @@ struct ProvisionRequest {
     /// migrates): that lease does not refuse its holder.
     #[serde(default)]
     lease_operation_id: Option<String>,
+    /// The caller is creating a new conversation (seed 000 §5.3). In cutover mode `required` a
+    /// thread without a scope is provisioned only so; any other is one the cutover missed (409
+    /// `migration-required`). Ignored in mode `off`.
+    #[serde(default)]
+    new_thread: bool,
 }
 
 async fn provision(
@@ -220,8 +227,8 @@ async fn provision(
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_user_id", "user_id must be 1-256 bytes"));
     }
     let provision = move || {
-        let holder = req.lease_operation_id.as_deref();
-        st.scopes.provision_for_user(&req.operation_id, &thread, req.user_id.as_deref(), holder)
+        let by = ProvisionBy { lease_holder: req.lease_operation_id.as_deref(), new_thread: req.new_thread };
+        st.scopes.provision_for_user(&req.operation_id, &thread, req.user_id.as_deref(), by)
     };
     let (rec, created) = blocking(Internal, provision).await?;
     Ok((created_status(created), Json(ScopeView { created: Some(created), ..ScopeView::of(rec) })))

@@ -32,7 +32,7 @@ pub use compute::ComputeService;
 pub use files::WorkspaceFiles;
 pub use lifecycle::{LifecycleSettings, MaintenanceReport};
 pub use sagas::{CutoverGate, OperationsReport};
-pub use scopes::Scopes;
+pub use scopes::{ProvisionBy, Scopes};
 
 /// Failures of scope lifecycle work.
 #[derive(Debug, thiserror::Error)]

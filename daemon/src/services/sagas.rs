@@ -238,11 +238,18 @@ impl Scopes {
         Ok(Outcome::Compensated)
     }
 
-    /// `MigrationRequired` when the gate is `required`, `thread` has no scope yet and the migration
-    /// report does not check out.
-    pub(super) fn check_cutover_gate(&self, thread: &ThreadId) -> Result<(), ServiceError> {
+    /// `MigrationRequired` when the gate is `required` and `thread` has no scope yet, unless the
+    /// caller creates it as a new conversation (`new_thread`) and the migration report checks out.
+    /// A thread that is not new and has no scope is one the cutover missed (seed 000 §11.1: "unknown
+    /// old threads answer migration-required in required mode"; only the gateway's thread metadata
+    /// knows which threads are old, so it says which are new).
+    pub(super) fn check_cutover_gate(&self, thread: &ThreadId, new_thread: bool) -> Result<(), ServiceError> {
         if self.cutover.mode == CutoverMode::Off || self.registry.find_by_thread(thread)?.is_some() {
             return Ok(());
+        }
+        if !new_thread {
+            tracing::warn!("provisioning refused: a thread that is not new has no scope (missed by the cutover)");
+            return Err(ServiceError::MigrationRequired);
         }
         match self.verified_report() {
             Ok(()) => Ok(()),
@@ -295,6 +302,7 @@ impl Scopes {
         if json.get("status").and_then(|v| v.as_str()) != Some("passed") {
             return Err("the report has not passed");
         }
+        report_gates(&json)?;
         let op_id = json.get("operation_id").and_then(|v| v.as_str()).ok_or("the report has no operation_id")?;
         Ok((op_id.to_owned(), hex::encode(Sha256::digest(&bytes))))
     }
@@ -308,6 +316,34 @@ impl Scopes {
         })?;
         Ok(self.registry.record_cutover(&op_id, &sha)?)
     }
+}
+
+/// The gates of a passed report (seed 000 §11.1: "passed only when the counts are equal, no legacy
+/// owner is left unhandled, there is no inconsistency and the static gate passed"), checked here
+/// rather than taken on the report's `status`: `counts.threads`, `counts.scopes` and
+/// `counts.primary_owners` equal; `unhandled_legacy_owners` and `inconsistencies` 0;
+/// `static_gate` "passed". A missing field fails.
+fn report_gates(json: &serde_json::Value) -> Result<(), &'static str> {
+    let count = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_u64);
+    let counts = json.get("counts");
+    let [threads, scopes, owners] =
+        ["threads", "scopes", "primary_owners"].map(|k| count(counts.and_then(|c| c.get(k))));
+    let (Some(threads), Some(scopes), Some(owners)) = (threads, scopes, owners) else {
+        return Err("the report lacks counts.threads, counts.scopes or counts.primary_owners");
+    };
+    if threads != scopes || scopes != owners {
+        return Err("the report's thread, scope and primary owner counts differ");
+    }
+    if count(json.get("unhandled_legacy_owners")) != Some(0) {
+        return Err("the report does not show 0 unhandled_legacy_owners");
+    }
+    if count(json.get("inconsistencies")) != Some(0) {
+        return Err("the report does not show 0 inconsistencies");
+    }
+    if json.get("static_gate").and_then(|v| v.as_str()) != Some("passed") {
+        return Err("the report's static_gate has not passed");
+    }
+    Ok(())
 }
 
 fn ms(d: std::time::Duration) -> i64 {

@@ -52,6 +52,16 @@ pub struct Scopes {
     ready: AtomicBool,
 }
 
+/// Who asks for a provision, for the lease and cutover checks (`Scopes::provision_as`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProvisionBy<'a> {
+    /// The `operation_id` of the caller's blocking lease (a cutover migrating its threads).
+    pub lease_holder: Option<&'a str>,
+    /// The caller creates a new conversation (seed 000 §5.3), not one that existed before the
+    /// cutover: in cutover mode `required` only these get a scope without the cutover.
+    pub new_thread: bool,
+}
+
 impl Scopes {
     pub fn new(
         registry: DeploymentRegistry,
@@ -189,29 +199,32 @@ impl Scopes {
         Ok(self.registry.release_lease(name, operation_id)?)
     }
 
-    /// Idempotent provisioning (operation id and thread); returns the scope and whether it is new.
-    /// `MigrationRequired` for a thread without a scope while the cutover gate is closed.
+    /// Idempotent provisioning (operation id and thread) of a new conversation; returns the scope and
+    /// whether it is new. `MigrationRequired` for a thread without a scope while the cutover gate is
+    /// closed.
     pub fn provision(&self, operation_id: &str, thread: &ThreadId) -> Result<(ScopeRecord, bool), ServiceError> {
-        self.provision_under_lease(operation_id, thread, None)
+        self.provision_as(operation_id, thread, ProvisionBy { new_thread: true, ..ProvisionBy::default() })
     }
 
-    /// `provision` by the holder of a blocking lease (`holder`: its `operation_id`), which that
-    /// lease does not refuse; the holder of `workspace-cutover` is the migration itself, so the
-    /// cutover gate does not wait for its report either (seed 000 §11.1: the cutover creates the
-    /// scopes of the threads it migrates).
-    pub fn provision_under_lease(
+    /// `provision` as `by` says: by the holder of a blocking lease (`lease_holder`: its
+    /// `operation_id`), which that lease does not refuse (the holder of `workspace-cutover` is the
+    /// migration itself, so the cutover gate does not wait for its report either: seed 000 §11.1,
+    /// the cutover creates the scopes of the threads it migrates); for a new conversation or for a
+    /// thread that existed before (`new_thread`: the `required` gate refuses the latter).
+    pub fn provision_as(
         &self,
         operation_id: &str,
         thread: &ThreadId,
-        holder: Option<&str>,
+        by: ProvisionBy<'_>,
     ) -> Result<(ScopeRecord, bool), ServiceError> {
         validate_operation_id(operation_id)?;
+        let holder = by.lease_holder;
         let cutover = match holder {
             Some(h) => self.registry.lease(BLOCKING_LEASES[0])?.is_some_and(|l| l.operation_id == h),
             None => false,
         };
         if !cutover {
-            self.check_cutover_gate(thread)?;
+            self.check_cutover_gate(thread, by.new_thread)?;
         }
         let p = self.registry.provision_under_lease(operation_id, thread, None, holder)?;
         failpoint("provision_after_record");
@@ -229,9 +242,9 @@ impl Scopes {
         operation_id: &str,
         thread: &ThreadId,
         user: Option<&str>,
-        holder: Option<&str>,
+        by: ProvisionBy<'_>,
     ) -> Result<(ScopeRecord, bool), ServiceError> {
-        let (rec, created) = self.provision_under_lease(operation_id, thread, holder)?;
+        let (rec, created) = self.provision_as(operation_id, thread, by)?;
         match user {
             Some(u) => {
                 super::peers::bind_user(&self.registry, &rec, u)?;

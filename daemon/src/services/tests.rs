@@ -217,6 +217,7 @@ fn startup_reconciliation_ends_live_environments_and_removes_every_container() {
         requested_max_runtime_seconds: None,
         effective_max_runtime_seconds: 60,
         max_live_per_scope: 4,
+        pricing_snapshot: None,
     };
     let env = svc.registry().create_environment(&scope, &new).unwrap().unwrap();
     let spec = |env_id: &str, dep: &str| ContainerSpec {
@@ -260,6 +261,7 @@ fn scope_with_env(svc: &ComputeService, fake: &FakeExecutor, t: &str) -> (ScopeI
         requested_max_runtime_seconds: None,
         effective_max_runtime_seconds: 60,
         max_live_per_scope: 4,
+        pricing_snapshot: None,
     };
     let env = svc.registry().create_environment(&scope, &new).unwrap().unwrap();
     let container = fake.adopt(ContainerSpec {
@@ -451,8 +453,9 @@ fn the_required_cutover_gate_opens_only_for_a_verified_report() {
     let startup = gated.verify_cutover_at_startup().unwrap_err();
     assert!(startup.contains("no report") || startup.contains("cannot be read"), "{startup}");
 
+    let gates = r#""counts":{"threads":1,"scopes":1,"primary_owners":1},"unhandled_legacy_owners":0,"inconsistencies":0,"static_gate":"passed""#;
     let write = |deployment: &str, status: &str| {
-        let body = format!(r#"{{"operation_id":"cut-1","deployment_id":"{deployment}","status":"{status}"}}"#);
+        let body = format!(r#"{{"operation_id":"cut-1","deployment_id":"{deployment}","status":"{status}",{gates}}}"#);
         std::fs::write(&report, body).unwrap();
     };
     write("d", "failed");
@@ -467,8 +470,14 @@ fn the_required_cutover_gate_opens_only_for_a_verified_report() {
     assert_eq!(gated.verify_cutover_at_startup(), Ok(()));
     let (rec, created) = gated.provision("op-1", &thread("t1")).unwrap();
     assert!(created && rec.state == ScopeState::Draft);
+    let missed = gated.provision_as("op-m", &thread("t-old"), super::ProvisionBy::default());
+    assert!(matches!(missed, Err(ServiceError::MigrationRequired)), "not new: missed by the cutover");
 
-    std::fs::write(&report, br#"{"operation_id":"cut-1","deployment_id":"d","status":"passed","x":1}"#).unwrap();
+    std::fs::write(
+        &report,
+        format!(r#"{{"operation_id":"cut-1","deployment_id":"d","status":"passed",{gates},"x":1}}"#),
+    )
+    .unwrap();
     assert!(matches!(gated.provision("op-2", &thread("t2")), Err(ServiceError::MigrationRequired)), "hash changed");
     assert_eq!(gated.provision("op-1", &thread("t1")).unwrap().0.scope_id, rec.scope_id, "known thread");
     assert!(gated.verify_cutover_at_startup().is_err(), "a changed report stops the next start too");

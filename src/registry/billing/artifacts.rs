@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{query_usages, UsageRecord};
 use crate::billing::BillingError;
+use crate::registry::admin_audit::{self, AdminAction};
 use crate::registry::{Registry, RegistryError};
 
 /// One file an environment produced: its path relative to the scope root (`/workspace`), size,
@@ -132,6 +133,16 @@ impl Registry {
     /// and stamps their manifest rows registered (whoever registered them, they are registered).
     /// Returns how many records changed.
     pub fn mark_artifacts_registered(&self, usage_ids: &[i64]) -> Result<usize, BillingError> {
+        self.mark_artifacts_registered_audited(usage_ids, None)
+    }
+
+    /// [`Registry::mark_artifacts_registered`] for an admin request: when it changes any record, the
+    /// request is audited (with how many changed) in its transaction.
+    pub fn mark_artifacts_registered_audited(
+        &self,
+        usage_ids: &[i64],
+        audit: Option<&AdminAction>,
+    ) -> Result<usize, BillingError> {
         let now = self.now_ms();
         let mut conn = self.db.conn()?;
         let tx = conn.transaction()?;
@@ -147,6 +158,11 @@ impl Registry {
                    AND environment_id = (SELECT environment_id FROM compute_usage_log WHERE usage_id = ?1)",
                 params![id, now],
             )?;
+        }
+        if let Some(action) = audit.filter(|_| changed > 0) {
+            let mut action = action.clone();
+            action.detail["updated"] = serde_json::json!(changed);
+            admin_audit::record_in(&tx, &action, now)?;
         }
         tx.commit()?;
         Ok(changed)

@@ -29,7 +29,20 @@ impl Registry {
         user: &str,
         requested_runtime_seconds: Option<u64>,
     ) -> Result<u64, BillingError> {
-        self.compute_preflight(pricing, user, requested_runtime_seconds)?.into_effective(pricing)
+        Ok(self.admit_environment_priced(pricing, user, requested_runtime_seconds)?.0)
+    }
+
+    /// [`Registry::admit_environment`] with the price in force for the account
+    /// (`PricingConfig::snapshot_json`), which the environment records and its settlement charges.
+    pub fn admit_environment_priced(
+        &self,
+        pricing: &PricingConfig,
+        user: &str,
+        requested_runtime_seconds: Option<u64>,
+    ) -> Result<(u64, String), BillingError> {
+        let preflight = self.compute_preflight(pricing, user, requested_runtime_seconds)?;
+        let snapshot = pricing.snapshot_json(&preflight.plan);
+        Ok((preflight.into_effective(pricing)?, snapshot))
     }
 }
 

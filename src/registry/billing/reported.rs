@@ -6,6 +6,7 @@ use crate::registry::db::params;
 
 use super::{commit_settlement, settleable_in, Settlement};
 use crate::billing::BillingError;
+use crate::registry::admin_audit::AdminAction;
 use crate::registry::Registry;
 
 impl Registry {
@@ -13,6 +14,16 @@ impl Registry {
     /// `AlreadySettled` after (whoever settled it); `ArtifactsPending` while its artifacts wait for
     /// registration (the gateway registers them first, seed 003 §10.2).
     pub fn mark_usage_reported(&self, usage_id: i64) -> Result<Settlement, BillingError> {
+        self.mark_usage_reported_audited(usage_id, None)
+    }
+
+    /// [`Registry::mark_usage_reported`] for an admin request: a mark it makes is audited in its
+    /// transaction.
+    pub fn mark_usage_reported_audited(
+        &self,
+        usage_id: i64,
+        audit: Option<&AdminAction>,
+    ) -> Result<Settlement, BillingError> {
         let now = self.now_ms();
         let mut conn = self.db.conn()?;
         let tx = conn.transaction()?;
@@ -27,6 +38,6 @@ impl Registry {
                                              WHERE from_state = compute_usage_log.settlement_status AND to_state = 'reported')",
             params![usage_id, now],
         )?;
-        commit_settlement(tx, usage_id, n)
+        commit_settlement(tx, usage_id, n, audit.map(|a| (a, now)))
     }
 }

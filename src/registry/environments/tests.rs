@@ -26,6 +26,7 @@ fn new_env(max: u64) -> NewEnvironment {
         requested_max_runtime_seconds: Some(100),
         effective_max_runtime_seconds: 100,
         max_live_per_scope: max,
+        pricing_snapshot: None,
     }
 }
 

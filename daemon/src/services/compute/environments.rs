@@ -118,9 +118,12 @@ impl ComputeService {
             // environments (review M7), so two creations must not both see the same balance.
             let _one_at_a_time = compute.environment_admission.lock();
             // Billing preflight (seed 003 §10.1): min(requested, plan maximum, affordable), or 429.
-            let admitted = match &self.billing {
-                Some(billing) => billing.admit_environment(&caller.user_id, requested)?,
-                None => requested.unwrap_or(max),
+            let (admitted, pricing_snapshot) = match &self.billing {
+                Some(billing) => {
+                    let (runtime, price) = billing.admit_environment(&caller.user_id, requested)?;
+                    (runtime, Some(price))
+                }
+                None => (requested.unwrap_or(max), None),
             };
             let effective = admitted.min(max);
             let new = NewEnvironment {
@@ -130,6 +133,7 @@ impl ComputeService {
                 requested_max_runtime_seconds: requested,
                 effective_max_runtime_seconds: effective,
                 max_live_per_scope: compute.settings.max_environments_per_scope,
+                pricing_snapshot,
             };
             let env = self.registry.create_environment(scope, &new)?.ok_or(ComputeError::AtCapacity)?;
             self.registry.set_environment_options(&env.environment_id, &options)?;

@@ -5,7 +5,7 @@ use scopefs::registry::ScopeState;
 
 use super::{harness, thread};
 use crate::services::peers::{mount_views, resolve, View, ViewGrant};
-use crate::services::ServiceError;
+use crate::services::{ProvisionBy, ServiceError};
 use scopefs::ids::ThreadId;
 
 /// Views of other scopes (`services::peers`, seed 003 §3.7): a tool request binds an unowned scope
@@ -16,9 +16,11 @@ use scopefs::ids::ThreadId;
 fn peer_views_are_per_user_and_the_global_store_is_made_once() {
     let h = harness(LimitsConfig::default());
     let (files, open) = (&h.services.files, h.services.scopes.open_scopes());
-    let (a, _) = h.services.scopes.provision_for_user("op-a", &thread("ta"), Some("u1"), None).unwrap();
+    let (a, _) =
+        h.services.scopes.provision_for_user("op-a", &thread("ta"), Some("u1"), ProvisionBy::default()).unwrap();
     let (b, _) = h.services.scopes.provision("op-b", &thread("tb")).unwrap();
-    let (c, _) = h.services.scopes.provision_for_user("op-c", &thread("tc"), Some("u2"), None).unwrap();
+    let (c, _) =
+        h.services.scopes.provision_for_user("op-c", &thread("tc"), Some("u2"), ProvisionBy::default()).unwrap();
     assert_eq!(a.user_id.as_deref(), Some("u1"));
     let view = |t: &str| View::Thread(thread(t));
     assert!(matches!(resolve(&h.registry, open, "u1", &view("tb")), Err(ServiceError::ScopeNotFound)), "unowned");
@@ -30,7 +32,7 @@ fn peer_views_are_per_user_and_the_global_store_is_made_once() {
     assert!(matches!(resolve(&h.registry, open, "u2", &view("tb")), Err(ServiceError::ScopeNotFound)));
     assert!(matches!(resolve(&h.registry, open, "u1", &view("nope")), Err(ServiceError::ScopeNotFound)));
     assert!(matches!(
-        h.services.scopes.provision_for_user("op-c2", &thread("tc"), Some("u1"), None),
+        h.services.scopes.provision_for_user("op-c2", &thread("tc"), Some("u1"), ProvisionBy::default()),
         Err(ServiceError::ScopeNotFound)
     ));
 
