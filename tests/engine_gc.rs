@@ -364,3 +364,40 @@ fn an_upload_of_a_block_gc_is_deleting_waits_for_the_delete() {
     assert_eq!(read_file(&e, "b").unwrap(), x);
     assert_fsck_clean(&e);
 }
+
+/// Rule 7: a pass cut short between its rows' deletion and its objects' (here the store fails its
+/// deletes; a crash there is enumerated in `crash_states.rs`) leaves the objects logged, not
+/// orphaned: fsck names them pending, and the next pass deletes them — except a block written
+/// again meanwhile, whose object is now its new row's and stays.
+#[test]
+fn objects_of_a_pass_cut_short_are_deleted_by_the_next_unless_written_again() {
+    let h = Harness::new(settings(false));
+    let e = new_scope(&h.storage());
+    let (x, y) = (unique(BLOCK, 71), unique(BLOCK, 72));
+    write_synced(&e, "a", &x);
+    write_synced(&e, "b", &y);
+    write_synced(&e, "a", &unique(BLOCK, 73));
+    write_synced(&e, "b", &unique(BLOCK, 74));
+    let store = h.store.clone();
+    let hook = set_interleave("gc.deleting", e.scope_id().as_str(), move || store.set_unavailable(true));
+    assert!(e.collect_garbage_online(Duration::ZERO, u64::MAX).is_err(), "the deletes failed");
+    drop(hook);
+    h.store.set_unavailable(false);
+    let (kx, ky) = (key_of(&e, &x), key_of(&e, &y));
+    assert!(h.store.keys().contains(&kx) && h.store.keys().contains(&ky), "both objects are left");
+    let report = e.fsck(false).unwrap();
+    assert!(report.orphan_objects.is_empty(), "logged, not orphaned: {report:?}");
+    assert_eq!(BTreeSet::from_iter(report.pending_deletes), BTreeSet::from([kx.clone(), ky.clone()]));
+
+    // x is written again before the next pass: its object is the new row's.
+    write_synced(&e, "c", &x);
+    let report = online(&e);
+    assert!(report.blocks_deleted >= 1, "{report:?}");
+    let keys = h.store.keys();
+    assert!(keys.contains(&kx), "the block written again keeps its object");
+    assert!(!keys.contains(&ky), "the logged object nobody wrote again is deleted");
+    assert_eq!(read_file(&e, "c").unwrap(), x);
+    let report = e.fsck(false).unwrap();
+    assert!(report.pending_deletes.is_empty(), "{report:?}");
+    assert_fsck_clean(&e);
+}

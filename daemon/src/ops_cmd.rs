@@ -111,6 +111,11 @@ pub fn fsck(cfg: &Config, scope: &str, repair: bool) -> anyhow::Result<bool> {
         let action = if repair { "deleted" } else { "found (delete with --repair)" };
         println!("ORPHAN block {id}: {action}");
     }
+    for key in &report.pending_deletes {
+        let id = key.rsplit('/').next().unwrap_or_default();
+        let action = if repair { "deleted" } else { "left by an interrupted gc pass (the next one deletes it)" };
+        println!("PENDING-DELETE block {id}: {action}");
+    }
     for problem in &report.metadata_problems {
         println!("METADATA {problem}");
     }

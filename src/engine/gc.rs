@@ -25,6 +25,11 @@
 //!    shipping) and takes only blocks unreferenced before it: a restore from the bucket never
 //!    names a block gc deleted.
 //! 6. A reader that finds a block gone because its file changed meanwhile reads again (`fileio.rs`).
+//! 7. The rows' deletion logs each object it leaves to delete (`gc_deleting`, same transaction);
+//!    the log entry goes once the object is gone. Every pass (online and offline) first deletes
+//!    what the log still names — the objects of a pass a crash or restart cut short, which nothing
+//!    else would ever delete — except a block the scope has a row for again (its object is that
+//!    row's), by rules 3 and 4 (a put in flight defers it, puts of it wait for its delete).
 //!
 //! A pass takes one of the scope's upload shares and one of the daemon's upload slots per page, so
 //! a scope's gc takes turns with every scope's uploads and never holds more than its share.
@@ -196,6 +201,7 @@ impl ScopeEngine {
     fn collect(&self, pass: &Pass) -> EngineResult<GcReport> {
         let page_len = if pass.online { ONLINE_PAGE } else { OFFLINE_PAGE };
         let mut report = GcReport::default();
+        self.finish_logged_deletes(pass.online, page_len, &mut report)?;
         let mut after = String::new();
         loop {
             let _turn = if pass.online { Some(self.gc_turn()?) } else { None };
@@ -223,6 +229,8 @@ impl ScopeEngine {
             let _deleting = self.uploads.puts.deleting(batch.iter().map(|b| b.sha256.clone()).collect());
             drop(meta);
             crate::testhooks::interleave("gc.deleting", self.scope_id.as_str());
+            let logged: Vec<String> =
+                batch.iter().filter(|b| b.uploaded && b.home.is_none()).map(|b| b.sha256.clone()).collect();
             for block in batch {
                 match &block.home {
                     // Another scope's block: this scope lets go of it; it goes once nobody refers
@@ -239,11 +247,51 @@ impl ScopeEngine {
                 BLOCKS_DELETED.fetch_add(1, Ordering::Relaxed);
                 BYTES_DELETED.fetch_add(block.len, Ordering::Relaxed);
             }
+            // Rule 7: their objects are gone; forgetting them need not be durable (a replay of a
+            // delete finds nothing to delete).
+            self.meta.lock()?.forget_gc_deleting(&logged)?;
             if !full || report.blocks_deleted >= pass.max_blocks {
                 break;
             }
         }
         Ok(report)
+    }
+
+    /// Rule 7: deletes the objects the deletion log still names (a pass cut short), a page at a
+    /// time, except a block with a row again (forgotten: the object is the row's) or a put in
+    /// flight (left for a later pass); counted as deleted blocks of unknown size.
+    fn finish_logged_deletes(&self, online: bool, page_len: usize, report: &mut GcReport) -> EngineResult<()> {
+        let mut deferred: HashSet<String> = HashSet::new();
+        loop {
+            let _turn = if online { Some(self.gc_turn()?) } else { None };
+            let mut meta = self.meta.lock()?;
+            let mut page = meta.gc_deleting(page_len + deferred.len())?;
+            page.retain(|(sha, _)| !deferred.contains(sha));
+            let mut again = Vec::new();
+            let mut gone = Vec::new();
+            for (sha, has_row) in page {
+                if has_row {
+                    again.push(sha);
+                } else if self.uploads.puts.contains(&sha) {
+                    deferred.insert(sha);
+                } else {
+                    gone.push(sha);
+                }
+            }
+            if again.is_empty() && gone.is_empty() {
+                return Ok(());
+            }
+            meta.forget_gc_deleting(&again)?;
+            let _deleting = self.uploads.puts.deleting(gone.clone());
+            drop(meta);
+            for sha in &gone {
+                self.storage.cache.remove(self.scope_id.as_str(), sha);
+                self.delete_object(self.scope_id.as_str(), sha)?;
+                report.blocks_deleted += 1;
+                BLOCKS_DELETED.fetch_add(1, Ordering::Relaxed);
+            }
+            self.meta.lock()?.forget_gc_deleting(&gone)?;
+        }
     }
 
     /// Puts of this scope waiting until gc has deleted an earlier copy of their block.

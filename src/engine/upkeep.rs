@@ -11,8 +11,11 @@ pub struct FsckReport {
     pub blocks_checked: u64,
     /// Virtual paths of files with a missing or corrupt block.
     pub damaged_files: Vec<String>,
-    /// Objects under the scope prefix no block row refers to.
+    /// Objects under the scope prefix no block row refers to (nor gc's deletion log).
     pub orphan_objects: Vec<String>,
+    /// Objects gc took the rows of and has not deleted yet (its deletion log: a pass cut short);
+    /// the next gc pass deletes them.
+    pub pending_deletes: Vec<String>,
     /// Metadata inconsistencies (counters, references).
     pub metadata_problems: Vec<String>,
 }
@@ -23,10 +26,12 @@ impl ScopeEngine {
     pub fn fsck(&self, repair: bool) -> EngineResult<FsckReport> {
         let scope = self.scope_id.as_str().to_string();
         let mut report = FsckReport::default();
-        let (blocks, usage, problems) = {
+        let (blocks, usage, problems, logged) = {
             let meta = self.meta.lock()?;
-            (meta.all_blocks()?, meta.usage()?, meta.consistency_problems()?)
+            (meta.all_blocks()?, meta.usage()?, meta.consistency_problems()?, meta.gc_deleting(usize::MAX)?)
         };
+        let logged: std::collections::HashSet<String> =
+            logged.into_iter().filter(|(_, has_row)| !has_row).map(|(sha, _)| sha).collect();
         report.metadata_problems = problems;
         report.files_checked = usage.files;
         let st = &self.storage;
@@ -58,8 +63,15 @@ impl ScopeEngine {
                 if repair {
                     st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&obj.key)))?;
                 }
-                report.orphan_objects.push(obj.key);
+                if logged.contains(&sha) {
+                    report.pending_deletes.push(obj.key);
+                } else {
+                    report.orphan_objects.push(obj.key);
+                }
             }
+        }
+        if repair {
+            self.meta.lock()?.forget_gc_deleting(&logged.into_iter().collect::<Vec<_>>())?;
         }
         Ok(report)
     }

@@ -281,6 +281,7 @@ pub fn run_step(e: &ScopeEngine, step: &Step) -> Outcome {
             Ok(())
         }
         Step::Commit => e.commit_metadata(),
+        Step::Gc => e.collect_garbage_online(Duration::ZERO, u64::MAX).map(drop),
         Step::Restart => Err(EngineError::Invalid("a restart is the rig's step")),
     })();
     r.map_err(|e| class(&e))
@@ -370,7 +371,17 @@ pub fn observe(e: &ScopeEngine) -> EngineResult<Observed> {
         }
     }
     let mut problems = e.consistency_problems()?;
-    let report = e.fsck(false)?;
+    let mut report = e.fsck(false)?;
+    if !report.pending_deletes.is_empty() {
+        // Objects an interrupted gc pass logged: the next pass deletes them, and nothing else.
+        e.collect_garbage_online(Duration::ZERO, 0)?;
+        let after = e.fsck(false)?;
+        if !after.pending_deletes.is_empty() {
+            problems.push(format!("{} logged gc deletes left after a pass", after.pending_deletes.len()));
+        }
+        report.damaged_files.extend(after.damaged_files);
+        report.orphan_objects.extend(after.orphan_objects);
+    }
     problems.extend(report.metadata_problems);
     let damaged = report.damaged_files.iter().map(|p| p.trim_start_matches('/').to_string()).collect();
     let link_sets = names.into_values().filter(|s| s.len() > 1).collect();

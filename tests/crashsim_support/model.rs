@@ -36,6 +36,9 @@ pub enum Step {
     /// Close the engine and its storage (a graceful daemon restart: queued uploads stay
     /// queued) and open a fresh one on the same directories.
     Restart,
+    /// An online gc pass with no grace (`collect_garbage_online`): nothing a program can see
+    /// changes, and no crash state may lose a block something still refers to.
+    Gc,
 }
 
 impl Step {
@@ -193,7 +196,7 @@ impl Model {
                 Ok(())
             }
             Step::Fsync(p) => self.node(p).map(drop),
-            Step::FsyncDir | Step::Sync | Step::WaitUploads | Step::Commit | Step::Restart => Ok(()),
+            Step::FsyncDir | Step::Sync | Step::WaitUploads | Step::Commit | Step::Restart | Step::Gc => Ok(()),
         }
     }
 
@@ -313,6 +316,7 @@ pub fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::WaitUploads),
         1 => Just(Step::Commit),
         1 => Just(Step::Restart),
+        1 => Just(Step::Gc),
     ]
 }
 

@@ -111,8 +111,9 @@ impl MetaDb {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
-    /// Deletes the rows of `blocks` (still unreferenced) and their journaled bytes, in one batch;
-    /// marks which had bytes journaled inline. Those referenced again meanwhile are dropped from it.
+    /// Deletes the rows of `blocks` (still unreferenced) and their journaled bytes, in one batch,
+    /// logging in `gc_deleting` each whose object this scope's prefix holds (deleted next); marks
+    /// which had bytes journaled inline. Those referenced again meanwhile are dropped from it.
     pub fn take_unreferenced(&mut self, blocks: &mut Vec<Unreferenced>) -> EngineResult<()> {
         let tx = self.tx()?;
         let mut taken = Vec::with_capacity(blocks.len());
@@ -121,10 +122,37 @@ impl MetaDb {
                 continue;
             }
             b.inline = exec(&tx, st::DELETE_INLINE, params![&b.sha256])? > 0;
+            if b.uploaded && b.home.is_none() {
+                exec(&tx, st::INSERT_GC_DELETING, params![&b.sha256])?;
+            }
             taken.push(b);
         }
         tx.commit()?;
         *blocks = taken;
+        Ok(())
+    }
+
+    /// Up to `limit` blocks of the deletion log (`gc_deleting`), each with whether the scope has a
+    /// row for it again.
+    pub fn gc_deleting(&self, limit: usize) -> EngineResult<Vec<(String, bool)>> {
+        let mut st = self.conn.prepare(
+            "SELECT d.sha256, EXISTS (SELECT 1 FROM blocks b WHERE b.sha256 = d.sha256) FROM gc_deleting d
+             ORDER BY d.sha256 LIMIT ?1",
+        )?;
+        let rows = st.query_map([limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Removes `shas` from the deletion log (their objects are gone, or belong to a new row).
+    pub fn forget_gc_deleting(&mut self, shas: &[String]) -> EngineResult<()> {
+        if shas.is_empty() {
+            return Ok(());
+        }
+        let tx = self.tx()?;
+        for sha in shas {
+            exec(&tx, st::DELETE_GC_DELETING, params![sha])?;
+        }
+        tx.commit()?;
         Ok(())
     }
 }

@@ -64,6 +64,8 @@ statements! {
     DELETE_XATTR = 37 => "DELETE FROM xattrs WHERE ino = ?1 AND name = ?2";
     INSERT_UNREFERENCED_UPLOAD = 38 => "INSERT OR IGNORE INTO blocks (sha256, len, refcount, state, unreferenced_since)
              VALUES (?1, ?2, 0, 'uploaded', ?3)";
+    INSERT_GC_DELETING = 39 => "INSERT OR IGNORE INTO gc_deleting (sha256) VALUES (?1)";
+    DELETE_GC_DELETING = 40 => "DELETE FROM gc_deleting WHERE sha256 = ?1";
 }
 
 /// The statement with id `id`.
