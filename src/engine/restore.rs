@@ -131,6 +131,8 @@ async fn rebuild(
         }
         out.objects += 1;
     }
+    // Rows changed here and not by a shipped batch: the restored database is a new state.
+    let mut changed = false;
     for block in db.staged_blocks()? {
         let key = block_key(scope, &block.sha256);
         let present = match block.inline {
@@ -142,11 +144,26 @@ async fn rebuild(
         };
         if present {
             db.mark_uploaded(&block.sha256)?;
+            changed = true;
         } else if !block.referenced {
             db.forget_unreferenced(&block.sha256)?;
+            changed = true;
         } else {
             out.blocks_missing += 1;
         }
+    }
+    // An unreferenced block whose object is gone (gc deleted it after the newest batch the bucket
+    // holds) must not stay named as stored: the same bytes written again would count as in the
+    // bucket and never be uploaded.
+    for sha in db.unreferenced_uploaded()? {
+        let key = block_key(scope, &sha);
+        if retried(|| store.head(&key)).await?.is_none() {
+            db.forget_unreferenced(&sha)?;
+            changed = true;
+        }
+    }
+    if changed {
+        db.diverge()?;
     }
     db.finish()?;
     std::fs::File::open(tmp)?.sync_all()?;

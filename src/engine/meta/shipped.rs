@@ -84,6 +84,17 @@ impl Rebuild {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Blocks the copy names as uploaded under this scope's prefix that no file refers to: a gc
+    /// pass may have deleted their objects after the last batch the bucket holds (its rows'
+    /// deletion was durable only on the lost host).
+    pub fn unreferenced_uploaded(&self) -> EngineResult<Vec<String>> {
+        let mut q = self.conn.prepare(
+            "SELECT sha256 FROM blocks WHERE state = 'uploaded' AND refcount = 0 AND home IS NULL ORDER BY sha256",
+        )?;
+        let rows = q.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// A staged block no file refers to and the store does not hold: its row goes (nothing is lost).
     pub fn forget_unreferenced(&self, sha: &str) -> EngineResult<()> {
         batch::run(&self.conn, &st::DELETE_UNREFERENCED, &[sha.to_string().into()])?;
@@ -99,6 +110,15 @@ impl Rebuild {
     }
 
     /// Ends the rebuild: the copy's WAL folded into its file.
+    /// Gives the copy a state of its own (`redo_state.state`) after the restore changed rows the
+    /// bucket's batches do not: the process that opens it then starts a new generation with a
+    /// snapshot (`ship.rs`) instead of continuing a chain that would replay onto the old rows.
+    pub fn diverge(&self) -> EngineResult<()> {
+        let state = crate::engine::logfile::fresh_id();
+        self.conn.execute("UPDATE redo_state SET state = ?1 WHERE id = 1", params![state as i64])?;
+        Ok(())
+    }
+
     pub fn finish(self) -> EngineResult<()> {
         self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         self.conn.close().map_err(|(_, e)| EngineError::from(e))
