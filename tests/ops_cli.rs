@@ -383,6 +383,20 @@ fn metrics_parse_as_prometheus_text_and_counters_move() {
         sample(&after, "scopefs_limit_refused_total", &[("bound", bound)]);
     }
     assert!(daemon.terminate(SIGTERM_WAIT).success());
+
+    // Issue 24 item 8: after a restart the scope's database stays closed until used, and the scrape
+    // answers its counts from what the database noted when it closed.
+    let mut daemon = ServeProcess::start(tmp.path(), &config, port, "serve2.log", &[]);
+    daemon.wait_ready(&http);
+    let resp = http.get(format!("{}/metrics", daemon.base)).bearer_auth(METRICS_SERVICE_TOKEN).send().unwrap();
+    let restarted = parse_metrics(&resp.text().unwrap());
+    assert_eq!(sample(&restarted, "scopefs_open_scope_databases", &[]), 0.0, "nothing opened for the scrape");
+    for name in ["scopefs_scope_files", "scopefs_scope_bytes"] {
+        let (now, before) =
+            (sample(&restarted, name, &[("scope_id", &scope)]), sample(&last, name, &[("scope_id", &scope)]));
+        assert_eq!(now, before, "{name}: what the last scrape before the restart said");
+    }
+    assert!(daemon.terminate(SIGTERM_WAIT).success());
 }
 
 fn garage_env(name: &str) -> String {

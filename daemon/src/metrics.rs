@@ -241,8 +241,8 @@ fn scope_families(t: &mut Text, scopes: &[ScopeRecord], engines: &[Arc<ScopeEngi
     let mut upload_queue = 0usize;
     let mut metadata_queue = 0u64;
     for (id, engine) in &engines {
-        // An idle scope's database is not opened for a scrape.
-        if let Ok(Some(u)) = engine.usage_if_open() {
+        // An idle scope's database is not opened for a scrape: a closed one answers from its note.
+        if let Ok(Some(u)) = engine.usage_known() {
             usages.push((id.as_str().to_owned(), u));
         }
         upload_queue += engine.pending_uploads();
@@ -255,11 +255,19 @@ fn scope_families(t: &mut Text, scopes: &[ScopeRecord], engines: &[Arc<ScopeEngi
         "Scope metadata databases open now (limits.max_open_scope_databases).",
     );
     t.sample("scopefs_open_scope_databases", &[], scopefs::engine::open_databases());
-    t.family("scopefs_scope_files", "gauge", "Regular files per scope whose metadata database is open.");
+    t.family(
+        "scopefs_scope_files",
+        "gauge",
+        "Regular files per scope (its open metadata database, or what the closed one noted).",
+    );
     for (id, u) in &usages {
         t.sample("scopefs_scope_files", &[("scope_id", id)], u.files);
     }
-    t.family("scopefs_scope_bytes", "gauge", "Logical bytes of files per scope whose metadata database is open.");
+    t.family(
+        "scopefs_scope_bytes",
+        "gauge",
+        "Logical bytes of files per scope (its open metadata database, or what the closed one noted).",
+    );
     for (id, u) in &usages {
         t.sample("scopefs_scope_bytes", &[("scope_id", id)], u.bytes);
     }

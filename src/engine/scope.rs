@@ -270,6 +270,16 @@ impl ScopeEngine {
         self.meta.lock()?.usage()
     }
 
+    /// The scope's usage without opening its database: the open database's, else what the closed
+    /// database noted when it closed (`note.rs`); `None` for a database never opened since its
+    /// note was lost (a killed process) or never written.
+    pub fn usage_known(&self) -> EngineResult<Option<Usage>> {
+        match self.meta.noted() {
+            Some(note) => Ok(Some(note.usage)),
+            None => self.usage_if_open(),
+        }
+    }
+
     /// Whether an inode losing its last name must be kept (detached) rather than deleted: a handle
     /// of this process holds it, or (on a resumed mount) the kernel may hold it.
     pub(crate) fn is_open(&self, ino: Ino) -> bool {

@@ -113,10 +113,10 @@ impl Cluster {
         Ok(report)
     }
 
-    /// What placement weighs: bytes of the scopes open here and live environments.
+    /// What placement weighs: bytes of the scopes served here (open or noted) and live environments.
     fn load(&self) -> NodeLoad {
         let bytes_used =
-            self.open.engines().iter().filter_map(|e| e.usage_if_open().ok().flatten()).map(|u| u.bytes).sum();
+            self.open.engines().iter().filter_map(|e| e.usage_known().ok().flatten()).map(|u| u.bytes).sum();
         let environments = self.compute.live_environment_count().unwrap_or(0);
         NodeLoad { bytes_used, environments }
     }
