@@ -4,7 +4,8 @@
 //! otherwise break, and the test fails if that rule is taken out. Then a scope rewritten 10 times
 //! while a writer keeps writing, readers read and gc runs: every read sees a whole version, the
 //! store ends with exactly the blocks the files use, `fsck` is clean, and the bucket alone restores
-//! every file.
+//! every file. A pass cut short leaves its objects logged for the next (rule 7), and a long pass
+//! lets another scope's upload have the host's slot between two of its pages (its fair share).
 
 pub mod engine_support;
 
@@ -400,4 +401,51 @@ fn objects_of_a_pass_cut_short_are_deleted_by_the_next_unless_written_again() {
     let report = e.fsck(false).unwrap();
     assert!(report.pending_deletes.is_empty(), "{report:?}");
     assert_fsck_clean(&e);
+}
+
+/// Item 7's fair share: a pass takes the host's upload slot one page at a time, so another scope's
+/// upload gets it between two pages. With a single slot for the whole host and a slow store, a
+/// scope's `fsync` (which waits for its upload) returns while a long gc pass of another scope is
+/// still deleting — it would wait for the whole pass if gc held the slot throughout.
+#[test]
+fn another_scopes_fsync_gets_the_upload_slot_between_two_pages_of_a_long_pass() {
+    let h = Harness::new(StorageSettings { upload_parallelism: 1, upload_parallelism_per_scope: 1, ..settings(false) });
+    let storage = h.storage();
+    let (a, b) = (new_scope(&storage), new_scope(&storage));
+    const GARBAGE: u64 = 320;
+    for i in 0..GARBAGE {
+        write_file(&a, &format!("g{i}"), &unique(BLOCK, 10_000 + i)).unwrap();
+    }
+    a.sync().unwrap();
+    for i in 0..GARBAGE {
+        a.unlink(ROOT_INO, format!("g{i}").as_bytes()).unwrap();
+    }
+    h.store.set_stall(Some(Duration::from_millis(20)));
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let started = Mutex::new(Some(started_tx));
+    let hook = set_interleave("gc.deleting", a.scope_id().as_str(), move || {
+        if let Some(tx) = started.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+    });
+    let done = Arc::new(AtomicBool::new(false));
+    let pass = {
+        let (a, done) = (a.clone(), done.clone());
+        std::thread::spawn(move || {
+            let report = online(&a);
+            done.store(true, Ordering::SeqCst);
+            report
+        })
+    };
+    started_rx.recv_timeout(Duration::from_secs(30)).expect("the pass reached its first deletes");
+    write_synced(&b, "mine", &unique(BLOCK, 99));
+    let gc_was_running = !done.load(Ordering::SeqCst);
+    let report = pass.join().unwrap();
+    drop(hook);
+    h.store.set_stall(None);
+    assert_eq!(report.blocks_deleted, GARBAGE, "{report:?}");
+    assert!(gc_was_running, "the other scope's fsync waited for the whole gc pass");
+    assert_eq!(read_file(&b, "mine").unwrap(), unique(BLOCK, 99));
+    assert_fsck_clean(&a);
+    assert_fsck_clean(&b);
 }
