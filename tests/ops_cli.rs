@@ -415,7 +415,8 @@ fn doctor(config: &Path, env: &[(&str, &str)]) -> (bool, String) {
     let out = cmd.arg("--config").arg(config).arg("doctor").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     for line in stdout.lines() {
-        assert!(line.starts_with("PASS ") || line.starts_with("FAIL "), "not a PASS/FAIL line: {line}\n{stdout}");
+        let level = ["PASS ", "WARN ", "FAIL "].iter().any(|p| line.starts_with(p));
+        assert!(level, "not a PASS/WARN/FAIL line: {line}\n{stdout}");
     }
     (out.status.success(), stdout)
 }
@@ -446,12 +447,24 @@ fn doctor_passes_when_healthy_and_fails_clearly_on_each_broken_prerequisite() {
     let checks =
         ["fuse-device", "mount-permission", "mount-root", "registry", "object-store", "docker-engine", "docker-image"];
 
-    // Healthy: Garage with the right credentials, /dev/fuse, a running Docker engine.
-    let (ok, out) = doctor(&config, &[]);
+    // Healthy: Garage with the right credentials, /dev/fuse, a running Docker engine, the test's
+    // sandbox image; the embedded default plan allows no compute, a warning that names the key.
+    let image = std::env::var("SCOPEFS_TEST_DOCKER_IMAGE").expect("SCOPEFS_TEST_DOCKER_IMAGE (scripts/docker.sh)");
+    let with_image = [("SCOPEFS_EXECUTOR_IMAGE", image.as_str())];
+    let (ok, out) = doctor(&config, &with_image);
     assert!(ok, "doctor failed on a healthy setup:\n{out}");
     for check in checks {
         assert!(has(&out, &format!("PASS {check}:")), "no PASS {check}:\n{out}");
     }
+    let starter = "WARN billing-plan: new accounts get plan \"starter\", which allows no compute";
+    assert!(has(&out, starter) && out.contains("pricing.default_plan"), "{out}");
+    // Issue 25 item 6: an image not pulled yet warns (at b9db1d1: `PASS ... is not present`), and
+    // a default plan with compute passes, naming what it allows.
+    let missing = [("SCOPEFS_EXECUTOR_IMAGE", "scopefs-test:never-built"), ("SCOPEFS_PRICING_DEFAULT_PLAN", "pro")];
+    let (ok, out) = doctor(&config, &missing);
+    assert!(ok, "a warning is no failure:\n{out}");
+    assert!(has(&out, "WARN docker-image: sandbox image scopefs-test:never-built is not present"), "{out}");
+    assert!(has(&out, "PASS billing-plan: new accounts get plan \"pro\": compute allowed, 120 free minutes"), "{out}");
 
     // No FUSE device.
     let (ok, out) = doctor(&config, &[("SCOPEFS_DOCTOR_FUSE_DEVICE", "/dev/no-such-fuse")]);

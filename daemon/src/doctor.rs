@@ -1,4 +1,6 @@
-//! `scopefs doctor`: host and configuration checks, one `PASS`/`FAIL` line each; non-zero exit if any fails.
+//! `scopefs doctor`: host and configuration checks, one `PASS`, `WARN` or `FAIL` line each; non-zero
+//! exit if any fails. `WARN`: the daemon runs, but something a user will meet does not work yet (a
+//! sandbox image not pulled, a default plan that allows no compute).
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
@@ -7,17 +9,40 @@ use scopefs::config::Config;
 
 use crate::setup;
 
+/// What one check found, with what it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Pass(String),
+    /// Works, but not for everything a user will try (the line says what and how to fix it).
+    Warn(String),
+    Fail(String),
+}
+
+impl From<Result<String, String>> for Outcome {
+    fn from(r: Result<String, String>) -> Outcome {
+        match r {
+            Ok(detail) => Outcome::Pass(detail),
+            Err(reason) => Outcome::Fail(reason),
+        }
+    }
+}
+
 /// The outcome of one check.
 pub struct Check {
     pub name: &'static str,
-    pub result: Result<String, String>,
+    pub outcome: Outcome,
 }
 
 impl Check {
+    fn of(name: &'static str, outcome: impl Into<Outcome>) -> Check {
+        Check { name, outcome: outcome.into() }
+    }
+
     fn line(&self) -> String {
-        match &self.result {
-            Ok(detail) => format!("PASS {}: {detail}", self.name),
-            Err(reason) => format!("FAIL {}: {reason}", self.name),
+        match &self.outcome {
+            Outcome::Pass(detail) => format!("PASS {}: {detail}", self.name),
+            Outcome::Warn(detail) => format!("WARN {}: {detail}", self.name),
+            Outcome::Fail(reason) => format!("FAIL {}: {reason}", self.name),
         }
     }
 }
@@ -68,9 +93,11 @@ fn docker_engine(cfg: &Config) -> Result<String, String> {
     }
 }
 
-fn docker_image(cfg: &Config) -> Result<String, String> {
+fn docker_image(cfg: &Config) -> Outcome {
     let image = &cfg.executor.image;
-    let socket = cfg.executor.docker_socket().ok_or("executor.docker_host is not a Unix socket")?;
+    let Some(socket) = cfg.executor.docker_socket() else {
+        return Outcome::Fail("executor.docker_host is not a Unix socket".into());
+    };
     let path: String = image
         .bytes()
         .map(|b| match b {
@@ -82,16 +109,43 @@ fn docker_image(cfg: &Config) -> Result<String, String> {
         .collect();
     let required = cfg.executor.isolation == scopefs::config::Isolation::Required;
     match docker_get(socket, &format!("/images/{path}/json")) {
-        Ok(200) => Ok(format!("sandbox image {image} is present")),
-        Ok(404) if !required => Ok(format!(
-            "sandbox image {image} is not present (isolation optional: compute tools answer 503 until it is)"
+        Ok(200) => Outcome::Pass(format!("sandbox image {image} is present")),
+        Ok(404) if !required => Outcome::Warn(format!(
+            "sandbox image {image} is not present (isolation optional: compute tools answer 503 until it is; \
+             pull or build it, or set executor.image)"
         )),
-        Ok(404) => {
-            Err(format!("sandbox image {image} is not present (isolation required: serve will refuse to start)"))
-        }
-        Ok(code) => Err(format!("inspecting sandbox image {image} answered HTTP {code}")),
-        Err(e) => Err(format!("cannot inspect sandbox image {image}: {e}")),
+        Ok(404) => Outcome::Fail(format!(
+            "sandbox image {image} is not present (isolation required: serve will refuse to start)"
+        )),
+        Ok(code) => Outcome::Fail(format!("inspecting sandbox image {image} answered HTTP {code}")),
+        Err(e) => Outcome::Fail(format!("cannot inspect sandbox image {image}: {e}")),
     }
+}
+
+/// The plan new accounts get (`pricing.default_plan`) and what it allows; a plan without compute
+/// is a warning: every new user's `create_environment` answers 429 until an operator acts.
+fn default_plan(cfg: &Config) -> Outcome {
+    let pricing = &cfg.pricing;
+    let name = &pricing.default_plan;
+    let Some(plan) = pricing.plan(name) else {
+        return Outcome::Fail(format!("pricing.default_plan names no [pricing.plans.{name}]"));
+    };
+    let mode = match cfg.billing.mode {
+        scopefs::config::BillingMode::Settle => "this daemon charges (billing.mode = \"settle\")",
+        scopefs::config::BillingMode::Report => "the gateway charges (billing.mode = \"report\")",
+    };
+    if !plan.compute_allowed {
+        return Outcome::Warn(format!(
+            "new accounts get plan \"{name}\", which allows no compute: their create_environment answers 429 \
+             compute_quota_exceeded until pricing.default_plan names a plan with compute_allowed, or an operator \
+             gives them one (PUT /admin/accounts/{{user_id}}/plan); {mode}"
+        ));
+    }
+    Outcome::Pass(format!(
+        "new accounts get plan \"{name}\": compute allowed, {} free minutes a month, environments up to {} s, \
+         overtime at {} {} a minute; {mode}",
+        plan.monthly_minutes, plan.hard_max_runtime_seconds, pricing.overtime_price_per_minute, pricing.currency
+    ))
 }
 
 fn on_path(program: &str) -> bool {
@@ -143,22 +197,23 @@ fn object_store(cfg: &Config) -> Result<String, String> {
 /// Runs every check.
 pub fn checks(cfg: &Config) -> Vec<Check> {
     vec![
-        Check { name: "fuse-device", result: dev_fuse() },
-        Check { name: "mount-permission", result: mount_permission() },
-        Check { name: "mount-root", result: mount_root(cfg) },
-        Check { name: "registry", result: registry(cfg) },
-        Check { name: "object-store", result: object_store(cfg) },
-        Check { name: "docker-engine", result: docker_engine(cfg) },
-        Check { name: "docker-image", result: docker_image(cfg) },
+        Check::of("fuse-device", dev_fuse()),
+        Check::of("mount-permission", mount_permission()),
+        Check::of("mount-root", mount_root(cfg)),
+        Check::of("registry", registry(cfg)),
+        Check::of("object-store", object_store(cfg)),
+        Check::of("docker-engine", docker_engine(cfg)),
+        Check::of("docker-image", docker_image(cfg)),
+        Check::of("billing-plan", default_plan(cfg)),
     ]
 }
 
-/// Prints one line per check; `true` when all passed.
+/// Prints one line per check; `true` when none failed (warnings included).
 pub fn run(cfg: &Config) -> bool {
     let mut all = true;
     for check in checks(cfg) {
         println!("{}", check.line());
-        all &= check.result.is_ok();
+        all &= !matches!(check.outcome, Outcome::Fail(_));
     }
     all
 }

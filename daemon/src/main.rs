@@ -45,7 +45,8 @@ enum Command {
         command: ScopeCommand,
     },
     /// Check the host and the configuration: /dev/fuse, mount permission, mount root,
-    /// registry and migrations, object store probe. Exits non-zero if a check fails.
+    /// registry and migrations, object store probe, Docker and the sandbox image, the default
+    /// plan. Exits non-zero if a check fails (a WARN line does not).
     Doctor,
     /// Run file-system benchmarks against a directory.
     Bench(bench::BenchArgs),
