@@ -48,7 +48,7 @@ impl Scopes {
         out
     }
 
-    /// One pass over one draft or active scope now (`POST /admin/scopes/{scope_id}/gc`), opening
+    /// One pass over one draft or active scope now (`POST /internal/workspace-scopes/{scope_id}/gc`), opening
     /// it if needed; `ServedElsewhere` when another node serves it.
     pub fn gc_scope(&self, scope: &ScopeId) -> Result<GcReport, ServiceError> {
         let cfg = &self.gc;
