@@ -1,6 +1,8 @@
 //! Issue 21, item 5 (a, b): kill -9 at every op and power loss at enumerated crash points of
 //! recorded engine histories (tests/crashsim_support: the recording FUSE layer, the crash-state
-//! constructor, the model). `SCOPEFS_CRASH_DEPTH` (default 1) sets how much is enumerated.
+//! constructor, the model); issue 23: with metadata shipped to the bucket, every crash point also
+//! as a lost host, restored from the bucket alone. `SCOPEFS_CRASH_DEPTH` (default 1) sets how much
+//! is enumerated.
 
 pub mod crashsim_support;
 
@@ -31,14 +33,20 @@ fn sizes(depth: u32) -> (u32, std::ops::Range<usize>) {
     }
 }
 
-/// Runs generated histories (alternating configurations), checking `kinds` of crash states;
-/// fails with the first failures of the (shrunk) history that failed.
-fn generated(name: &'static str, kinds: Kinds, salt: u64) {
+/// Runs generated histories (alternating configurations), checking `kinds` of crash states (and,
+/// with metadata `shipped` to the bucket, the lost-host state of every crash point); fails with
+/// the first failures of the (shrunk) history that failed.
+fn generated(name: &'static str, kinds: Kinds, salt: u64, shipped: bool) {
     let depth = depth();
     let (cases, len) = sizes(depth);
     let totals = RefCell::new(Totals::new(name));
     let mut runner = TestRunner::new(proptest_config(cases, salt));
-    let configs = configs();
+    let mut configs = configs();
+    if shipped {
+        for (_, settings) in &mut configs {
+            settings.metadata_sync = Some(std::time::Duration::from_secs(3600));
+        }
+    }
     let strategy = (history(len), 0..configs.len());
     let result = runner.run(&strategy, |(steps, c)| {
         let (config, settings) = &configs[c];
@@ -58,12 +66,19 @@ fn generated(name: &'static str, kinds: Kinds, salt: u64) {
 
 #[test]
 fn kill9_at_every_op_of_generated_histories() {
-    generated("kill -9", Kinds::Kill9, 1);
+    generated("kill -9", Kinds::Kill9, 1, false);
 }
 
 #[test]
 fn power_loss_states_of_generated_histories() {
-    generated("power loss", Kinds::PowerLoss, 2);
+    generated("power loss", Kinds::PowerLoss, 2, false);
+}
+
+/// Issue 23 (a lost host): generated histories with metadata shipped to the bucket, every crash
+/// point restored from the bucket alone on another host (and killed on its own).
+#[test]
+fn lost_host_states_of_generated_histories() {
+    generated("bucket alone", Kinds::Kill9, 3, true);
 }
 
 fn s(p: &str) -> String {
@@ -261,4 +276,43 @@ fn a_tree_matching_no_prefix_is_caught() {
     assert_eq!(power_verdict(&eio, &models, b), Ok(()));
     let strict = Bounds { durable: 5, ..b };
     assert!(power_verdict(&eio, &models, strict).is_err(), "EIO of a file covered by a durability point");
+}
+
+/// Issue 23 (a lost host) by enumeration: the fixed history with metadata shipped to the bucket
+/// (only at durability points, so the bucket's states are the history's own), and at every crash
+/// point the bucket alone restored on another host. Everything before the last durability point
+/// is there, names and bytes; nothing shows that no prefix of the history shows.
+#[test]
+fn the_bucket_alone_restores_every_crash_point_of_a_fixed_history() {
+    let steps = vec![
+        Step::Create(s("a")),
+        Step::Write(s("a"), 0, 5000, 1),
+        Step::Mkdir(s("x")),
+        Step::Fsync(s("a")),
+        Step::Write(s("a"), 100, 300, 2),
+        Step::Rename(s("a"), s("x/b")),
+        Step::SetXattr(s("x/b"), 3),
+        Step::FsyncDir,
+        Step::Link(s("x/b"), s("c")),
+        Step::WaitUploads,
+        Step::Gc,
+        Step::Truncate(s("c"), 4500),
+        Step::Unlink(s("x/b")),
+        Step::Sync,
+        Step::Write(s("c"), 0, 6000, 4),
+        Step::Gc,
+        Step::Rmdir(s("x")),
+        Step::Fsync(s("c")),
+    ];
+    let mut totals = Totals::new("bucket alone");
+    let mut failures = Vec::new();
+    for (config, mut settings) in configs() {
+        settings.metadata_sync = Some(std::time::Duration::from_secs(3600));
+        let case = run_case(&steps, &settings, Kinds::Kill9, depth());
+        totals.add(config, steps.len(), &case);
+        assert!(case.host.states > 0, "no lost-host state was checked");
+        failures.extend(case.failures().into_iter().map(|f| format!("{config}: {f}")));
+    }
+    totals.print();
+    assert!(failures.is_empty(), "{}", crashsim_support::runner::summary(&failures));
 }

@@ -494,9 +494,25 @@ impl ScopeEngine {
     }
 
     /// Directory fsync: every earlier commit of the scope (namespace and file versions) survives
-    /// power loss when it returns (one grouped local flush).
+    /// power loss when it returns (one grouped local flush), and with metadata shipping the loss
+    /// of the host too (`upload_for_shipping`).
     pub fn fsync_dir(&self) -> EngineResult<()> {
-        self.flush_local()
+        let uploaded = self.upload_for_shipping();
+        self.flush_local()?;
+        uploaded
+    }
+
+    /// With metadata shipped to the bucket, a durability point's promise covers the bucket: every
+    /// block of every committed version is uploaded before the batches that name it are waited
+    /// for, so a restore never names a version whose blocks the bucket lacks (found by the
+    /// lost-host states of `tests/crash_states.rs`: a directory fsync shipped a file's new
+    /// version, not its blocks, and the restored file read EIO). Nothing without shipping.
+    fn upload_for_shipping(&self) -> EngineResult<()> {
+        if self.ship.is_none() {
+            return Ok(());
+        }
+        let staged = self.meta.lock()?.staged_blocks()?;
+        self.upload_now(&staged)
     }
 
     /// Commits the file, makes everything the scope committed so far survive power loss, and
@@ -512,7 +528,8 @@ impl ScopeEngine {
             None => match self.open_files.lock().get(&ino) {
                 Some(e) => e.file.clone(),
                 None => {
-                    let uploaded = self.upload_now(&self.committed_shas(ino)?);
+                    let uploaded =
+                        self.upload_now(&self.committed_shas(ino)?).and_then(|()| self.upload_for_shipping());
                     self.flush_local()?;
                     return uploaded;
                 }
@@ -547,6 +564,7 @@ impl ScopeEngine {
                 self.enqueue_upload(sha);
             }
         }
+        let uploaded = uploaded.and_then(|()| self.upload_for_shipping());
         self.flush_local()?;
         uploaded
     }

@@ -1,7 +1,8 @@
 //! Checking crash states against the model: which prefixes of the history a state at crash point
 //! `i` may show, the comparison of an opened image with a model state (paths, kinds, contents,
 //! `user.k` attributes, hard links, fsck findings), and the drivers that build, deduplicate,
-//! open and check every kill -9 state and every power-loss state of a recording, with counts.
+//! open and check every kill -9 state, every power-loss state and (with metadata shipping) every
+//! lost-host state of a recording, with counts.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,7 +10,9 @@ use std::path::Path;
 use scopefs::engine::StorageSettings;
 use scopefs::ids::ScopeId;
 
-use super::harness::{image_dir, open_and_observe, open_rebooted, Observation, Observed, Seen, StepRun};
+use super::harness::{
+    image_dir, open_and_observe, open_host_lost, open_rebooted, Observation, Observed, Seen, StepRun,
+};
 use super::image::{HashCache, Image};
 use super::model::{Model, Shown};
 use super::recorder::Recording;
@@ -125,8 +128,19 @@ pub struct Opener<'a> {
     pub settings: &'a StorageSettings,
     pub rt: &'a tokio::runtime::Handle,
     pub base: &'a Path,
-    cache: HashMap<([u8; 32], bool), Observation>,
+    cache: HashMap<([u8; 32], Start), Observation>,
     hashes: HashCache,
+}
+
+/// How the next process starts on a crash image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Start {
+    /// The same host, its files as the killed process left them.
+    Killed,
+    /// The same host after a power loss (the next boot).
+    Rebooted,
+    /// Another host: only the bucket (`objects/`) is left; the data directory is gone.
+    HostLost,
 }
 
 impl<'a> Opener<'a> {
@@ -139,14 +153,18 @@ impl<'a> Opener<'a> {
         Opener { scope, settings, rt, base, cache: HashMap::new(), hashes: HashCache::default() }
     }
 
-    /// The observation of `image` (opened by the next process, or after a power loss by the
-    /// next boot's: `rebooted`), and whether it was new.
-    pub fn open(&mut self, image: &Image, rebooted: bool) -> (&Observation, bool) {
-        let key = (image.hash(&mut self.hashes), rebooted);
+    /// The observation of `image` (opened by the next process, by the next boot's after a power
+    /// loss, or by another host from the bucket alone: `start`), and whether it was new.
+    pub fn open(&mut self, image: &Image, start: Start) -> (&Observation, bool) {
+        let key = (image.hash(&mut self.hashes), start);
         let fresh = !self.cache.contains_key(&key);
         if fresh {
             let dir = image_dir(self.base, self.cache.len());
-            let open = if rebooted { open_rebooted } else { open_and_observe };
+            let open = match start {
+                Start::Killed => open_and_observe,
+                Start::Rebooted => open_rebooted,
+                Start::HostLost => open_host_lost,
+            };
             let obs = match image.materialize(&dir) {
                 Ok(()) => open(&dir, self.scope, self.settings, self.rt),
                 Err(e) => Err(format!("writing the image failed: {e}")),
@@ -189,7 +207,7 @@ pub fn check_kill9(rec: &Recording, runs: &[StepRun], models: &[Model], opener: 
         t.crash_points += 1;
         t.states += 1;
         let b = bounds(runs, i);
-        let (obs, _) = opener.open(image, false);
+        let (obs, _) = opener.open(image, Start::Killed);
         let verdict = match obs {
             Err(e) => Err(e.clone()),
             Ok(o) => {
@@ -225,7 +243,7 @@ pub fn check_power_loss(
         for sel in power_loss_family(rec, i, depth) {
             t.states += 1;
             let image = sel.build(rec);
-            let (obs, _) = opener.open(&image, true);
+            let (obs, _) = opener.open(&image, Start::Rebooted);
             let verdict = match obs {
                 Err(e) => Err(e.clone()),
                 Ok(o) => power_verdict(o, models, b),
@@ -242,6 +260,36 @@ pub fn check_power_loss(
             }
         }
     }
+    t.distinct = opener.distinct() - before;
+    t
+}
+
+/// Every lost-host state of `rec` (metadata shipped to the bucket): the bucket as it is at each
+/// crash point, restored on another host. Must show a prefix `k`, `durable <= k <= hi`: a
+/// durability point returns only once everything before it is in the bucket, names and blocks;
+/// files written after it may read EIO (their blocks may never have been uploaded).
+pub fn check_host_loss(rec: &Recording, runs: &[StepRun], models: &[Model], opener: &mut Opener) -> Tally {
+    let mut t = Tally::default();
+    let before = opener.distinct();
+    each_kill9_state(rec, |i, image| {
+        t.crash_points += 1;
+        t.states += 1;
+        let b = bounds(runs, i);
+        let (obs, _) = opener.open(image, Start::HostLost);
+        let verdict = match obs {
+            Err(e) => Err(e.clone()),
+            Ok(o) => power_verdict(o, models, b),
+        };
+        match verdict {
+            Ok(()) => t.checks_held += 1,
+            Err(e) => t.failures.push(format!(
+                "host lost {} ({}; {} steps durable): {e}",
+                last_op(rec, i),
+                step_at(runs, b),
+                b.durable
+            )),
+        }
+    });
     t.distinct = opener.distinct() - before;
     t
 }

@@ -428,6 +428,22 @@ pub fn open_rebooted(
     scopefs::testhooks::with_boot(0x5eb0_07ed, || open_and_observe(root, scope, settings, rt))
 }
 
+/// `open_and_observe` on another host: the image's data directory is gone, only the bucket
+/// (`objects/`) is left, and the scope is restored from the metadata shipped there.
+pub fn open_host_lost(
+    root: &Path,
+    scope: &ScopeId,
+    settings: &StorageSettings,
+    rt: &tokio::runtime::Handle,
+) -> Observation {
+    match std::fs::remove_dir_all(root.join("data")) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("removing the lost host's data directory failed: {e}")),
+    }
+    open_and_observe(root, scope, settings, rt)
+}
+
 /// A fresh numbered directory below `base` for one crash image.
 pub fn image_dir(base: &Path, n: usize) -> PathBuf {
     base.join(format!("image-{n}"))

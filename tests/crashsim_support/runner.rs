@@ -7,7 +7,7 @@ use proptest::test_runner::{Config, FileFailurePersistence, RngSeed};
 use scopefs::engine::StorageSettings;
 use scopefs::ids::ScopeId;
 
-use super::check::{check_kill9, check_power_loss, Opener, Tally};
+use super::check::{check_host_loss, check_kill9, check_power_loss, Opener, Tally};
 use super::harness::{runtime, Rig, StepRun};
 use super::image::Image;
 use super::model::{prefixes, Step};
@@ -28,6 +28,8 @@ pub struct Case {
     pub runs: Vec<StepRun>,
     pub kill9: Tally,
     pub power: Tally,
+    /// Lost-host states (only with metadata shipping: `StorageSettings::metadata_sync`).
+    pub host: Tally,
     /// Steps whose outcome differs from the model's (an engine bug outside any crash).
     pub mismatches: Vec<String>,
     pub scope: ScopeId,
@@ -38,6 +40,7 @@ impl Case {
         let mut all = self.mismatches.clone();
         all.extend(self.kill9.failures.iter().cloned());
         all.extend(self.power.failures.iter().cloned());
+        all.extend(self.host.failures.iter().cloned());
         all
     }
 }
@@ -90,7 +93,13 @@ pub fn run_case_from(start: Start, steps: &[Step], settings: &StorageSettings, k
     } else {
         Tally::default()
     };
-    Case { recording, runs, kill9, power, mismatches, scope }
+    // With metadata shipping, the kill -9 states seen from another host too: the bucket alone.
+    let host = if settings.metadata_sync.is_some() && kinds != Kinds::PowerLoss {
+        check_host_loss(&recording, &runs, models, &mut opener)
+    } else {
+        Tally::default()
+    };
+    Case { recording, runs, kill9, power, host, mismatches, scope }
 }
 
 /// Totals across the cases of one test, printed as it goes.
@@ -101,11 +110,13 @@ pub struct Totals {
     pub ops: usize,
     pub kill9: Tally,
     pub power: Tally,
+    pub host: Tally,
 }
 
 impl Totals {
     pub fn new(name: &'static str) -> Totals {
-        Totals { name, started: Instant::now(), cases: 0, ops: 0, kill9: Tally::default(), power: Tally::default() }
+        let none = Tally::default;
+        Totals { name, started: Instant::now(), cases: 0, ops: 0, kill9: none(), power: none(), host: none() }
     }
 
     /// Adds a case (its failures are kept by the caller) and prints its line.
@@ -113,7 +124,7 @@ impl Totals {
         self.cases += 1;
         self.ops += case.recording.log.len();
         eprintln!(
-            "{} case {} ({config}): {steps} steps, {} ops; kill -9: {} states, {} held; power loss: {} crash points, {} states ({} distinct), {} held; {} failures",
+            "{} case {} ({config}): {steps} steps, {} ops; kill -9: {} states, {} held; power loss: {} crash points, {} states ({} distinct), {} held;{} {} failures",
             self.name,
             self.cases,
             case.recording.log.len(),
@@ -123,15 +134,17 @@ impl Totals {
             case.power.states,
             case.power.distinct,
             case.power.checks_held,
+            host_part(&case.host),
             case.failures().len()
         );
         self.kill9.add(case.kill9.counts());
         self.power.add(case.power.counts());
+        self.host.add(case.host.counts());
     }
 
     pub fn print(&self) {
         eprintln!(
-            "{}: {} cases, {} ops recorded; kill -9: {} crash points, {} states ({} distinct), {} checks held; power loss: {} crash points, {} states ({} distinct), {} checks held; {:.1?}",
+            "{}: {} cases, {} ops recorded; kill -9: {} crash points, {} states ({} distinct), {} checks held; power loss: {} crash points, {} states ({} distinct), {} checks held;{} {:.1?}",
             self.name,
             self.cases,
             self.ops,
@@ -143,9 +156,18 @@ impl Totals {
             self.power.states,
             self.power.distinct,
             self.power.checks_held,
+            host_part(&self.host),
             self.started.elapsed()
         );
     }
+}
+
+/// The lost-host counts for a report line (nothing when none were checked).
+fn host_part(t: &Tally) -> String {
+    if t.states == 0 {
+        return String::new();
+    }
+    format!(" host lost: {} states ({} distinct), {} held;", t.states, t.distinct, t.checks_held)
 }
 
 /// The proptest configuration of a crash test: `cases` histories from a fixed seed
