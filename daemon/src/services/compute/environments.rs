@@ -16,7 +16,7 @@ use super::{
     reason, Caller, Compute, ComputeError, ComputeService, CreateEnvironment, DestroyEnvironment, Destroyed,
     EnvironmentOptions, ReconcileReport,
 };
-use crate::services::peers::ViewGrant;
+use crate::services::peers::{MountedViews, ViewGrant};
 
 /// Collects an environment's outputs once its container is gone.
 type Collect<'a> = &'a dyn Fn() -> Result<Vec<ArtifactEntry>, ComputeError>;
@@ -78,6 +78,31 @@ fn check_create(compute: &Compute, req: &CreateEnvironment) -> Result<Environmen
 }
 
 impl ComputeService {
+    /// Mounts the scope and the views the request grants (a memory worker's container writes
+    /// nowhere, its global store included), and gives their writable roots to the sandbox user.
+    fn mount_for_container(
+        &self,
+        compute: &Compute,
+        scope: &ScopeId,
+        caller: &Caller,
+        req: &CreateEnvironment,
+    ) -> Result<(std::path::PathBuf, MountedViews), ComputeError> {
+        let mountpoint = self.mount_scope(scope)?;
+        let grants: Vec<ViewGrant> = req
+            .views
+            .iter()
+            .map(|g| ViewGrant { view: g.view.clone(), writable: g.writable && !caller.read_only })
+            .collect();
+        let views = crate::services::peers::mount_views(&self.registry, &self.open, &caller.user_id, &grants)?;
+        let writable_roots = views.mounts.iter().filter(|v| !v.read_only).map(|v| &v.source);
+        if let Some(owner) = compute.settings.sandbox_owner.filter(|_| !caller.read_only) {
+            for root in std::iter::once(&mountpoint).chain(writable_roots) {
+                give_root(root, owner)?;
+            }
+        }
+        Ok((mountpoint, views))
+    }
+
     /// Creates an environment: registry row and owner first, then the container (the scope's
     /// mountpoint at `/workspace`), then `running`, a max-runtime timer and a watcher that records
     /// the container's death.
@@ -97,21 +122,8 @@ impl ComputeService {
         let (route, req) = self.route(compute, &caller.user_id, req)?;
         let req = &req;
         let mut options = check_create(compute, req)?;
-        let mountpoint = self.mount_scope(scope)?;
-        // A memory worker's container writes nowhere, its global store included.
-        let grants: Vec<ViewGrant> = req
-            .views
-            .iter()
-            .map(|g| ViewGrant { view: g.view.clone(), writable: g.writable && !caller.read_only })
-            .collect();
-        let views = crate::services::peers::mount_views(&self.registry, &self.open, &caller.user_id, &grants)?;
+        let (mountpoint, views) = self.mount_for_container(compute, scope, caller, req)?;
         options.global_store_scope = views.writable_global.as_ref().map(|r| r.scope_id.to_string());
-        let writable_roots = views.mounts.iter().filter(|v| !v.read_only).map(|v| &v.source);
-        if let Some(owner) = compute.settings.sandbox_owner.filter(|_| !caller.read_only) {
-            for root in std::iter::once(&mountpoint).chain(writable_roots) {
-                give_root(root, owner)?;
-            }
-        }
         let options = serde_json::to_string(&options).map_err(|e| ComputeError::Invalid("limits", e.to_string()))?;
         let (env, effective) = {
             // Preflight and the new row under one lock: the preflight counts the user's live
