@@ -6,3 +6,7 @@
 CREATE TABLE gc_deleting (
     sha256 TEXT PRIMARY KEY
 ) WITHOUT ROWID;
+
+-- The blocks waiting for upload, found without a scan: with metadata shipping every durability
+-- point uploads them all first (`ScopeEngine::upload_for_shipping`).
+CREATE INDEX blocks_staged ON blocks (sha256) WHERE state = 'staged';
