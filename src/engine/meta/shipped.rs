@@ -109,7 +109,6 @@ impl Rebuild {
         Ok(())
     }
 
-    /// Ends the rebuild: the copy's WAL folded into its file.
     /// Gives the copy a state of its own (`redo_state.state`) after the restore changed rows the
     /// bucket's batches do not: the process that opens it then starts a new generation with a
     /// snapshot (`ship.rs`) instead of continuing a chain that would replay onto the old rows.
@@ -119,6 +118,7 @@ impl Rebuild {
         Ok(())
     }
 
+    /// Ends the rebuild: the copy's WAL folded into its file.
     pub fn finish(self) -> EngineResult<()> {
         self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         self.conn.close().map_err(|(_, e)| EngineError::from(e))
