@@ -107,6 +107,14 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// Counts one check: held, or a failure described by `what` and its reason.
+    fn count(&mut self, verdict: Result<(), String>, what: impl FnOnce() -> String) {
+        match verdict {
+            Ok(()) => self.checks_held += 1,
+            Err(e) => self.failures.push(format!("{}: {e}", what())),
+        }
+    }
+
     /// The counts alone.
     pub fn counts(&self) -> Tally {
         Tally { failures: Vec::new(), ..*self }
@@ -244,20 +252,16 @@ pub fn check_power_loss(
             t.states += 1;
             let image = sel.build(rec);
             let (obs, _) = opener.open(&image, Start::Rebooted);
-            let verdict = match obs {
-                Err(e) => Err(e.clone()),
-                Ok(o) => power_verdict(o, models, b),
-            };
-            match verdict {
-                Ok(()) => t.checks_held += 1,
-                Err(e) => t.failures.push(format!(
-                    "power loss {} ({}; {} steps durable), state \"{}\": {e}",
+            let what = || {
+                format!(
+                    "power loss {} ({}; {} steps durable), state \"{}\"",
                     last_op(rec, i),
                     step_at(runs, b),
                     b.durable,
                     sel.label
-                )),
-            }
+                )
+            };
+            t.count(obs.as_ref().map_err(Clone::clone).and_then(|o| power_verdict(o, models, b)), what);
         }
     }
     t.distinct = opener.distinct() - before;
@@ -276,19 +280,8 @@ pub fn check_host_loss(rec: &Recording, runs: &[StepRun], models: &[Model], open
         t.states += 1;
         let b = bounds(runs, i);
         let (obs, _) = opener.open(image, Start::HostLost);
-        let verdict = match obs {
-            Err(e) => Err(e.clone()),
-            Ok(o) => power_verdict(o, models, b),
-        };
-        match verdict {
-            Ok(()) => t.checks_held += 1,
-            Err(e) => t.failures.push(format!(
-                "host lost {} ({}; {} steps durable): {e}",
-                last_op(rec, i),
-                step_at(runs, b),
-                b.durable
-            )),
-        }
+        let what = || format!("host lost {} ({}; {} steps durable)", last_op(rec, i), step_at(runs, b), b.durable);
+        t.count(obs.as_ref().map_err(Clone::clone).and_then(|o| power_verdict(o, models, b)), what);
     });
     t.distinct = opener.distinct() - before;
     t
