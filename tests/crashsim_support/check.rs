@@ -173,10 +173,18 @@ impl<'a> Opener<'a> {
                 Start::Rebooted => open_rebooted,
                 Start::HostLost => open_host_lost,
             };
+            // A scope that ships metadata leaves its shipper's task waiting for its next tick
+            // (an hour here), holding the storage and its files: such an image gets a runtime of
+            // its own, shut down after it (thousands of images would otherwise run out of files).
+            let own = self.settings.metadata_sync.map(|_| super::harness::runtime());
+            let rt = own.as_ref().map_or(self.rt, |r| r.handle());
             let obs = match image.materialize(&dir) {
-                Ok(()) => open(&dir, self.scope, self.settings, self.rt),
+                Ok(()) => open(&dir, self.scope, self.settings, rt),
                 Err(e) => Err(format!("writing the image failed: {e}")),
             };
+            if let Some(r) = own {
+                r.shutdown_timeout(std::time::Duration::from_secs(10));
+            }
             let _ = std::fs::remove_dir_all(&dir);
             if let (Err(_), Some(keep)) = (&obs, std::env::var_os("SCOPEFS_CRASH_KEEP")) {
                 // A failing image kept as it was before it was opened, for a look by hand.
