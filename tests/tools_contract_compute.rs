@@ -537,6 +537,17 @@ fn outputs_outside_the_signed_grant_are_refused_at_create_and_at_destroy() {
     let paths: Vec<&str> =
         destroyed["artifacts"].as_array().expect("artifacts").iter().map(|a| a["path"].as_str().unwrap()).collect();
     assert_eq!(paths, vec!["/workspace/in/a.txt"], "{destroyed}");
+
+    // The seed's default output paths name the global store as well; an environment without it
+    // read-write collects nothing there, so a grant of the workspace alone creates and destroys.
+    let workspace = json!({"write_prefixes": ["/workspace"]});
+    let whole = |tool: &str, params: Value| {
+        signed_call(&d.client, &d.serve.base, HMAC_SECRET, (USER, &t), tool, params, Some(workspace.clone()))
+    };
+    let (s, v) = whole("create_environment", json!({"default_output_paths": ["/workspace", "/__global__"]}));
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = whole("destroy_environment", json!({"environment_id": v["environment_id"]}));
+    assert_eq!(s, StatusCode::OK, "{v}");
 }
 
 /// Issue 24, item 4: the create bodies a seed gateway sends are taken (each was a 400 at 2351eb5):

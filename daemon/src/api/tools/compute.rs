@@ -28,6 +28,7 @@ use super::auth::SignedRequest;
 use crate::pools::RouteClass::Tools;
 use crate::services::compute::shared::Execution;
 use crate::services::compute::Caller;
+use crate::services::peers::View;
 use crate::services::{ComputeService, ServiceError};
 
 mod seed;
@@ -323,7 +324,9 @@ async fn create_environment(
             // Writable only as far as `object_scope` lets the request write (services::peers).
             grant.writable &= req.grant.as_ref().is_none_or(|g| g.may_write(&root));
         }
-        super::object_scope::check_outputs(req.grant.as_ref(), &create.options.default_output_paths)?;
+        // The global store's changes are collected only when it is bound read-write.
+        let global = !caller.read_only && create.views.iter().any(|g| g.writable && g.view == View::Global);
+        super::object_scope::check_outputs(req.grant.as_ref(), &create.options.default_output_paths, global)?;
         let env = svc.create_environment(&req.scope.scope_id, &caller, &create)?;
         let run = svc.execution_of(&env.environment_id);
         Ok(Json(EnvView::of(env, true, run)))
@@ -345,8 +348,8 @@ async fn destroy_environment(
     blocking_as(Tools, req.share(), move || -> Result<_, ApiError> {
         permit_id(&svc, &req, &req.body.environment_id, Use::End)?;
         let params = req.body.to_request()?;
-        let outputs = svc.destroy_output_paths(&req.scope.scope_id, &req.body.environment_id, &params)?;
-        super::object_scope::check_outputs(req.grant.as_ref(), &outputs)?;
+        let (outputs, global) = svc.destroy_output_paths(&req.scope.scope_id, &req.body.environment_id, &params)?;
+        super::object_scope::check_outputs(req.grant.as_ref(), &outputs, global)?;
         let done = svc.destroy_environment(&req.scope.scope_id, &req.body.environment_id, &params)?;
         let (env_id, thread, user) = (&done.env.environment_id, &done.env.thread_id, &done.env.user_id);
         let artifacts = done.artifacts.into_iter().map(|a| ArtifactView::of(a, env_id, thread, user)).collect();

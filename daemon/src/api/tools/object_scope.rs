@@ -198,16 +198,18 @@ pub fn check_list(grant: Option<&ObjectScope>, path: &str) -> Result<(), ApiErro
 }
 
 /// Collecting an environment's outputs reads (lists and hashes) every file below each output path
-/// (`/workspace/...` or relative, `/__global__/...`): under `grant` each must be readable, else 403 (review N7), unless
+/// (`/workspace/...` or relative, and `/__global__/...` when `global`: the environment has the global
+/// store read-write, so its changes there are collected): under `grant` each must be readable, else
+/// 403 (review N7), unless
 /// the grant lets the request produce its job's artifacts (a `jobs/{…}/artifacts/` write prefix:
 /// the outputs are those artifacts). A path that is not an output path at all is left to the
 /// service, which refuses it with 400.
-pub fn check_outputs(grant: Option<&ObjectScope>, paths: &[String]) -> Result<(), ApiError> {
+pub fn check_outputs(grant: Option<&ObjectScope>, paths: &[String], global: bool) -> Result<(), ApiError> {
     if grant.is_none_or(|g| g.artifacts) {
         return Ok(());
     }
     for raw in paths {
-        let Ok(split) = crate::services::compute::output_paths(std::slice::from_ref(raw), true) else { continue };
+        let Ok(split) = crate::services::compute::output_paths(std::slice::from_ref(raw), global) else { continue };
         let global = split.global.iter().map(|p| crate::services::compute::global_artifact(p));
         for path in split.workspace.iter().map(|p| crate::services::compute::workspace_path(p)).chain(global) {
             check_read(grant, &path)?;
@@ -316,7 +318,7 @@ mod tests {
         assert!(permit_command(Some(&reader), true).is_ok());
         assert!(permit_command(Some(&ObjectScope::default()), true).is_err());
         assert!(permit_command(Some(&job), false).is_ok() && permit_command(Some(&job), true).is_ok());
-        assert!(check_outputs(Some(&job), &["/workspace".to_string()]).is_ok(), "its outputs are its artifacts");
+        assert!(check_outputs(Some(&job), &["/workspace".to_string()], true).is_ok(), "its outputs are its artifacts");
     }
 
     /// Review N7: an environment's outputs are listed and hashed, so each output path must be
@@ -325,13 +327,21 @@ mod tests {
     fn outputs_must_be_readable_under_the_grant() {
         let g = scope(json!({"read": ["/workspace/in"], "write_prefixes": ["/workspace/out/"]}));
         let paths = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(check_outputs(None, &paths(&["/workspace"])).is_ok(), "no grant: the thread's rules");
-        assert!(check_outputs(Some(&g), &paths(&["/workspace/in", "in/a.txt", "/workspace/out/", "out/x"])).is_ok());
-        for denied in ["/workspace", "/workspace/", ".", "secret.txt", "/workspace/inside"] {
-            let answer = check_outputs(Some(&g), &paths(&["/workspace/in", denied]));
+        assert!(check_outputs(None, &paths(&["/workspace"]), true).is_ok(), "no grant: the thread's rules");
+        let granted = paths(&["/workspace/in", "in/a.txt", "/workspace/out/", "out/x"]);
+        assert!(check_outputs(Some(&g), &granted, true).is_ok());
+        for denied in ["/workspace", "/workspace/", ".", "secret.txt", "/workspace/inside", "/__global__"] {
+            let answer = check_outputs(Some(&g), &paths(&["/workspace/in", denied]), true);
             assert_eq!(answer.err().map(|e| e.code), Some("object_scope_denied"), "{denied}");
         }
-        assert!(check_outputs(Some(&g), &[]).is_ok());
+        assert!(check_outputs(Some(&g), &[], true).is_ok());
+        // The seed's default output paths name the global store; an environment without it
+        // read-write collects nothing there, so a workspace-only grant is not asked to read it.
+        let workspace = scope(json!({"write_prefixes": ["/workspace"]}));
+        let defaults = paths(&["/workspace", "/__global__"]);
+        assert!(check_outputs(Some(&workspace), &defaults, false).is_ok());
+        let answer = check_outputs(Some(&workspace), &defaults, true);
+        assert_eq!(answer.err().map(|e| e.code), Some("object_scope_denied"));
         // Not an output path at all: the service answers 400 for it (nothing is read).
         assert!(crate::services::compute::output_path("/workspace/in/../secret.txt").is_err());
     }

@@ -342,20 +342,20 @@ impl ComputeService {
     }
 
     /// The output paths (as given) a destroy of `env_id` with `req` collects: its own, else the
-    /// environment's `default_output_paths`; for a caller to check them against its grant first.
+    /// environment's `default_output_paths`; and whether its paths in the global store are
+    /// collected (it had the store read-write). For a caller to check them against its grant first.
     pub fn destroy_output_paths(
         &self,
         scope: &ScopeId,
         env_id: &str,
         req: &DestroyEnvironment,
-    ) -> Result<Vec<String>, ComputeError> {
+    ) -> Result<(Vec<String>, bool), ComputeError> {
         // The same order of answers as `destroy_environment`: compute unavailable before anything else.
         self.compute_ready()?;
-        if let Some(paths) = &req.output_paths {
-            return Ok(paths.clone());
-        }
         let env = self.scoped_env(scope, env_id)?;
-        Ok(self.options_of(&env.environment_id)?.default_output_paths)
+        let opts = self.options_of(&env.environment_id)?;
+        let global = opts.global_store_scope.is_some();
+        Ok((req.output_paths.clone().unwrap_or(opts.default_output_paths), global))
     }
 
     /// The environments of `scope`, oldest first.
