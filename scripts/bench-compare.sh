@@ -9,7 +9,9 @@
 # TARGETS="native bindfs ..." picks targets; SCOPEFS_BENCH_FUSE adds TOML lines to the scopefs
 # daemon's [fuse] section (e.g. SCOPEFS_BENCH_FUSE='writeback_cache = true') to measure a
 # kernel fast path with and without; SCOPEFS_BENCH_READAHEAD_KB sets the scopefs mounts' readahead;
-# SCOPEFS_BENCH_ENV adds VAR=VALUE words to the scopefs daemons' environment.
+# SCOPEFS_BENCH_ENV adds VAR=VALUE words to the scopefs daemons' environment; SCOPEFS_DAEMON_BIN
+# serves the scopefs targets with another build than the one that drives the workloads (an older
+# commit's binary against today's, the same workloads timed).
 # Needs root, a release build (cargo build --release --workspace, or SCOPEFS_BIN=path), bindfs,
 # s3fs, rclone and fuse3 (scripts/install-deps.sh), and Garage (scripts/garage.sh start) for the
 # Garage targets. Everything it creates lives under $BENCH_DIR (default /tmp/scopefs-bench-compare)
@@ -19,6 +21,7 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${SCOPEFS_BIN:-$REPO/target/release/scopefs}
+DAEMON_BIN=${SCOPEFS_DAEMON_BIN:-$BIN}
 BENCH_DIR=${BENCH_DIR:-/tmp/scopefs-bench-compare}
 TARGETS=${TARGETS:-"native bindfs scopefs-local scopefs-garage s3fs rclone"}
 RESULTS=${RESULTS:-$BENCH_DIR/results}
@@ -103,7 +106,7 @@ start_scopefs() {
     # SCOPEFS_BENCH_ENV: extra VAR=VALUE words for the scopefs daemons (e.g. a config key's
     # SCOPEFS_* override, to measure a setting with and without).
     # shellcheck disable=SC2086
-    env -u SCOPEFS_BENCH_ENV "$@" ${SCOPEFS_BENCH_ENV:-} "$BIN" --config "$d/scopefs.toml" serve >"$d/daemon.log" 2>&1 &
+    env -u SCOPEFS_BENCH_ENV "$@" ${SCOPEFS_BENCH_ENV:-} "$DAEMON_BIN" --config "$d/scopefs.toml" serve >"$d/daemon.log" 2>&1 &
     DAEMON_PID=$!
     wait_for "scopefs $name ready (log: $d/daemon.log)" 600 0.1 daemon_ready "$name" "$port" "$d/daemon.log"
     # `serve` is a supervisor; the worker (its child) is the daemon that serves the mounts.

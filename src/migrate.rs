@@ -67,6 +67,7 @@ pub const SCOPE_META: &[Migration] = &[
     Migration { version: 10, sql: include_str!("../migrations/scope/0010_ship_seq.sql") },
     Migration { version: 11, sql: include_str!("../migrations/scope/0011_block_homes.sql") },
     Migration { version: 12, sql: include_str!("../migrations/scope/0012_gc_deleting.sql") },
+    Migration { version: 13, sql: include_str!("../migrations/scope/0013_block_key_epochs.sql") },
 ];
 
 /// The pack database of a local object directory (its small objects), from `migrations/store/`.

@@ -176,3 +176,52 @@ fn an_owner_that_restarts_continues_its_recorded_chain() {
         assert_eq!(&read_file(&e, path).unwrap(), data, "{path}");
     }
 }
+
+/// Blocks are content-addressed, so two owners of a scope may store the same bytes. A deposed node
+/// whose gc pass began before the takeover (its last durability point recorded, nothing new to
+/// ship) may still delete, after it, a block its state left unreferenced: the new owner, which
+/// stores the same bytes again, must not lose them (its blocks are under keys of its own epoch,
+/// and it never reuses a block its predecessor may still delete).
+#[test]
+fn a_deposed_nodes_gc_never_deletes_what_the_new_owner_stores() {
+    let h = Harness::new(settings());
+    let id = ScopeId::generate();
+    let row = Arc::new(Mutex::new(Row { node: "a".into(), epoch: 1, ..Row::default() }));
+    let a = node(&h, &h.dir.path().join("a"), "a", 1, &row);
+    let ea = a.open_scope(&id, big_quota()).unwrap();
+    let data = unique(4 * 64 * 1024 + 100, 9);
+    write_file(&ea, "gone.bin", &data).unwrap();
+    ea.sync().unwrap();
+    ea.unlink(ROOT_INO, b"gone.bin").unwrap();
+    ea.sync().unwrap();
+    let unlinked = unix_now();
+
+    // b takes over with a frozen: b's state has the blocks, unreferenced; b stores the same bytes.
+    take_over(&row, "b");
+    let b = node(&h, &h.dir.path().join("b"), "b", 2, &row);
+    let eb = b.open_scope(&id, big_quota()).unwrap();
+    write_file(&eb, "kept.bin", &data).unwrap();
+    eb.sync().unwrap();
+
+    // a resumes and its gc deletes the blocks its own state holds unreferenced.
+    next_second_after(unlinked);
+    let blocks_of = |epoch: &str| {
+        let prefix = format!("scopes/{}/blocks/", id.as_str());
+        h.store.keys().iter().filter(|k| k.starts_with(&prefix) && k.ends_with(epoch)).count()
+    };
+    let keys: Vec<String> = h.store.keys().into_iter().filter(|k| k.contains("/blocks/")).collect();
+    assert!(
+        blocks_of(".e1") >= 4 && blocks_of(".e2") >= 4,
+        "b stored the bytes again under keys of its epoch: {keys:?}"
+    );
+    let report = ea.collect_garbage_online(Duration::ZERO, u64::MAX).unwrap();
+    assert!(report.blocks_deleted >= 4, "the deposed gc deleted what its own state held unreferenced: {report:?}");
+    // Whatever a did, a restore of b's state on another node reads every byte from the store.
+    take_over(&row, "c");
+    let c = node(&h, &h.dir.path().join("c"), "c", 3, &row);
+    let ec = c.open_scope(&id, big_quota()).unwrap();
+    assert_eq!(read_file(&ec, "kept.bin").unwrap(), data, "the new owner's file lost blocks to a deposed gc");
+    let report = ec.fsck(false).unwrap();
+    assert!(report.metadata_problems.is_empty() && report.damaged_files.is_empty(), "{report:?}");
+    drop((ea, eb));
+}

@@ -12,7 +12,7 @@ pub mod engine_support;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use engine_support::*;
 use scopefs::engine::*;
@@ -85,20 +85,6 @@ fn once_at<T: Send + 'static>(
         *kept.lock().unwrap() = Some(result);
     });
     (hook, out)
-}
-
-/// Waits until the wall clock is in a later second than `t` (gc with metadata shipping takes only
-/// blocks unreferenced before the second its pass starts in).
-fn next_second_after(t: u64) {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() <= t {
-        assert!(Instant::now() < deadline, "the clock did not move on");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
 }
 
 /// Rule 2: a writer seals a block whose old copy gc deletes between the seal and the commit. The

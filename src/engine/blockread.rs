@@ -33,24 +33,23 @@ impl ScopeEngine {
                 return Ok(());
             }
         }
-        if cache.read_at(scope, &b.sha256, offset, buf)
-            || self.storage.read_local_range(scope, &b.sha256, offset, buf)?
-        {
+        let own_key = crate::store::block_key_at(scope, self.key_epoch(), &b.sha256);
+        if cache.read_at(scope, &b.sha256, offset, buf) || self.storage.read_local_range(&own_key, offset, buf)? {
             return Ok(());
         }
         if self.read_inline(&b.sha256, offset, buf, false)? {
             return Ok(());
         }
-        // A block shared with the scope this one was forked from lives under that scope's prefix.
-        let home = self.home_of(&b.sha256)?;
-        let scope = home.as_deref().unwrap_or(scope);
-        if home.is_some()
-            && (cache.read_at(scope, &b.sha256, offset, buf)
-                || self.storage.read_local_range(scope, &b.sha256, offset, buf)?)
+        // A block shared with the scope this one was forked from lives under that scope's prefix; one
+        // an earlier owner stored, under the key of its epoch.
+        let (home, epoch) = self.place_of(&b.sha256)?;
+        let key = crate::store::block_key_at(&home, epoch, &b.sha256);
+        if (home != scope && cache.read_at(&home, &b.sha256, offset, buf))
+            || (key != own_key && self.storage.read_local_range(&key, offset, buf)?)
         {
             return Ok(());
         }
-        let data = self.storage.fetch_block(scope, &self.shares.fetch, &b.sha256)?;
+        let data = self.storage.fetch_block(&home, &key, &self.shares.fetch, &b.sha256)?;
         if (data.len() as u64) < offset + avail as u64 {
             return Err(EngineError::Corrupt { sha256: b.sha256.clone() });
         }

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use super::scope::ScopeEngine;
 use super::Ino;
-use crate::store::block_key;
+use crate::store::block_key_at;
 
 /// Early uploads in flight, by inode, with a condition variable for a commit that waits for them.
 #[derive(Default)]
@@ -94,7 +94,7 @@ impl ScopeEngine {
             }
         };
         crate::testhooks::interleave("early.before_put", self.scope_id.as_str());
-        let key = block_key(self.scope_id.as_str(), &sha);
+        let key = block_key_at(self.scope_id.as_str(), self.key_epoch(), &sha);
         let timeout = self.storage.settings.store_timeout;
         let len = data.len() as u64;
         match tokio::time::timeout(timeout, self.storage.store.put_hashed(&key, Bytes::from(data), &sha)).await {

@@ -50,12 +50,19 @@ impl Storage {
         Ok(homed)
     }
 
-    /// Deletes the object of block `sha` under scope `home`'s prefix (the last holder of a block of
-    /// a purged scope let go of it).
+    /// Deletes the objects of block `sha` under scope `home`'s prefix, under every epoch's key (the
+    /// last holder of a block of a purged scope let go of it).
     pub fn delete_block_object(&self, home: &str, sha: &str) -> EngineResult<()> {
-        let key = crate::store::block_key(home, sha);
-        self.rt.block_on(self.with_retry(self.settings.store_attempts, || self.store.delete(&key)))?;
-        Ok(())
+        let prefix = crate::store::block_key(home, sha);
+        let attempts = self.settings.store_attempts;
+        self.rt.block_on(async {
+            for obj in self.with_retry(attempts, || self.store.list(&prefix)).await? {
+                if crate::store::block_of_key(home, &obj.key).is_some_and(|(s, _)| s == sha) {
+                    self.with_retry(attempts, || self.store.delete(&obj.key)).await?;
+                }
+            }
+            Ok::<_, EngineError>(())
+        })
     }
 
     /// Several scopes may share blocks: `shared` says which (set once, before a scope opens).
@@ -77,20 +84,32 @@ impl Storage {
 }
 
 impl ScopeEngine {
-    /// The scope whose prefix holds block `sha`: this one, or the one it shares it with.
-    pub(crate) fn home_of(&self, sha: &str) -> EngineResult<Option<String>> {
-        self.meta.lock()?.block_home(sha)
+    /// Where block `sha`'s object lives: the scope whose prefix holds it (this one, or the one it
+    /// shares it with) and the fencing epoch of its key.
+    pub(crate) fn place_of(&self, sha: &str) -> EngineResult<(String, u64)> {
+        let (home, epoch) = self.meta.lock()?.block_place(sha)?;
+        Ok((home.unwrap_or_else(|| self.scope_id.as_str().to_string()), epoch))
     }
 
-    /// Starts background downloads of `shas`, each from the prefix it lives under.
+    /// The key of block `sha`'s object.
+    pub(crate) fn key_of(&self, sha: &str) -> EngineResult<String> {
+        let (home, epoch) = self.place_of(sha)?;
+        Ok(crate::store::block_key_at(&home, epoch, sha))
+    }
+
+    /// The fencing epoch blocks new to this scope are stored under (0: one node, no fence).
+    pub(crate) fn key_epoch(&self) -> u64 {
+        self.ship.as_ref().map_or(0, |s| s.key_epoch)
+    }
+
+    /// Starts background downloads of `shas`, each from the key it lives under.
     pub(crate) fn prefetch(&self, shas: Vec<String>) -> EngineResult<()> {
-        let mut by_home: std::collections::BTreeMap<Option<String>, Vec<String>> = Default::default();
+        let mut by_place: std::collections::BTreeMap<(String, u64), Vec<String>> = Default::default();
         for sha in shas {
-            by_home.entry(self.home_of(&sha)?).or_default().push(sha);
+            by_place.entry(self.place_of(&sha)?).or_default().push(sha);
         }
-        for (home, shas) in by_home {
-            let scope = home.as_deref().unwrap_or(self.scope_id.as_str());
-            self.storage.prefetch(scope, &self.shares.fetch, shas);
+        for ((home, epoch), shas) in by_place {
+            self.storage.prefetch((&home, epoch), &self.shares.fetch, shas);
         }
         Ok(())
     }

@@ -28,8 +28,12 @@
 //! 7. The rows' deletion logs each object it leaves to delete (`gc_deleting`, same transaction);
 //!    the log entry goes once the object is gone. Every pass (online and offline) first deletes
 //!    what the log still names — the objects of a pass a crash or restart cut short, which nothing
-//!    else would ever delete — except a block the scope has a row for again (its object is that
-//!    row's), by rules 3 and 4 (a put in flight defers it, puts of it wait for its delete).
+//!    else would ever delete — except a block the scope has a row for again under the same key (its
+//!    object is that row's), by rules 3 and 4 (a put in flight defers it, puts of it wait for its
+//!    delete).
+//! 8. With several nodes, a block is stored under a key of its owner's fencing epoch, and an owner
+//!    never reuses a row an earlier epoch left unreferenced (`meta/blocks.rs::add_ref`): a deposed
+//!    owner's pass deletes only keys the scope's state no longer names.
 //!
 //! A pass takes one of the scope's upload shares and one of the daemon's upload slots per page, so
 //! a scope's gc takes turns with every scope's uploads and never holds more than its share.
@@ -42,7 +46,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::error::{EngineError, EngineResult};
-use super::meta::{now_ns, MetaDb};
+use super::meta::{now_ns, MetaDb, StoredBlock};
 use super::scope::ScopeEngine;
 
 /// Rows an online pass takes under one hold of the metadata lock (the longest a commit waits).
@@ -229,15 +233,18 @@ impl ScopeEngine {
             let _deleting = self.uploads.puts.deleting(batch.iter().map(|b| b.sha256.clone()).collect());
             drop(meta);
             crate::testhooks::interleave("gc.deleting", self.scope_id.as_str());
-            let logged: Vec<String> =
-                batch.iter().filter(|b| b.uploaded && b.home.is_none()).map(|b| b.sha256.clone()).collect();
+            let logged: Vec<StoredBlock> = batch
+                .iter()
+                .filter(|b| b.uploaded && b.home.is_none())
+                .map(|b| StoredBlock { sha256: b.sha256.clone(), key_epoch: b.key_epoch })
+                .collect();
             for block in batch {
                 match &block.home {
                     // Another scope's block: this scope lets go of it; it goes once nobody refers
                     // to it and its scope was purged (else that scope's gc deletes it).
                     Some(home) => {
                         if self.release_shared(home, &block.sha256)? {
-                            self.delete_object(home, &block.sha256)?;
+                            self.delete_object(&crate::store::block_key_at(home, block.key_epoch, &block.sha256))?;
                         }
                     }
                     None => self.delete_collected(&block, pass.online)?,
@@ -261,32 +268,33 @@ impl ScopeEngine {
     /// time, except a block with a row again (forgotten: the object is the row's) or a put in
     /// flight (left for a later pass); counted as deleted blocks of unknown size.
     fn finish_logged_deletes(&self, online: bool, page_len: usize, report: &mut GcReport) -> EngineResult<()> {
-        let mut deferred: HashSet<String> = HashSet::new();
+        let mut deferred: HashSet<StoredBlock> = HashSet::new();
         loop {
             let _turn = if online { Some(self.gc_turn()?) } else { None };
             let mut meta = self.meta.lock()?;
             let mut page = meta.gc_deleting(page_len + deferred.len())?;
-            page.retain(|(sha, _)| !deferred.contains(sha));
+            page.retain(|(object, _)| !deferred.contains(object));
             let mut again = Vec::new();
             let mut gone = Vec::new();
-            for (sha, has_row) in page {
+            for (object, has_row) in page {
                 if has_row {
-                    again.push(sha);
-                } else if self.uploads.puts.contains(&sha) {
-                    deferred.insert(sha);
+                    again.push(object);
+                } else if self.uploads.puts.contains(&object.sha256) {
+                    deferred.insert(object);
                 } else {
-                    gone.push(sha);
+                    gone.push(object);
                 }
             }
             if again.is_empty() && gone.is_empty() {
                 return Ok(());
             }
             meta.forget_gc_deleting(&again)?;
-            let _deleting = self.uploads.puts.deleting(gone.clone());
+            let _deleting = self.uploads.puts.deleting(gone.iter().map(|o| o.sha256.clone()).collect());
             drop(meta);
-            for sha in &gone {
-                self.storage.cache.remove(self.scope_id.as_str(), sha);
-                self.delete_object(self.scope_id.as_str(), sha)?;
+            let scope = self.scope_id.as_str();
+            for object in &gone {
+                self.storage.cache.remove(scope, &object.sha256);
+                self.delete_object(&object.key(scope))?;
                 report.blocks_deleted += 1;
                 BLOCKS_DELETED.fetch_add(1, Ordering::Relaxed);
             }
@@ -325,16 +333,15 @@ impl ScopeEngine {
         }
         self.storage.cache.remove(scope, sha);
         if block.uploaded {
-            self.delete_object(scope, sha)?;
+            self.delete_object(&crate::store::block_key_at(scope, block.key_epoch, sha))?;
         }
         Ok(())
     }
 
-    /// Deletes the stored object of block `sha` under scope `home`'s prefix.
-    fn delete_object(&self, home: &str, sha: &str) -> EngineResult<()> {
-        let key = crate::store::block_key(home, sha);
+    /// Deletes the stored object `key`.
+    fn delete_object(&self, key: &str) -> EngineResult<()> {
         let st = &self.storage;
-        st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&key)))?;
+        st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(key)))?;
         Ok(())
     }
 }

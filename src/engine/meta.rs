@@ -28,7 +28,7 @@ mod xattr;
 
 pub(crate) use batch::BATCH_AGE;
 use blocks::{add_ref, drop_ref, stage_inline};
-pub(crate) use blocks::{FileVersion, Unreferenced};
+pub(crate) use blocks::{FileVersion, StoredBlock, Unreferenced};
 pub(crate) use links::LinkBounds;
 use links::{drop_entry, move_aside, set_entry_name};
 pub(crate) use page::cursor_of;
@@ -358,6 +358,7 @@ impl MetaDb {
         // NORMAL like every other commit: it survives a killed daemon at once and power loss from
         // the next durability point on (`make_durable`, reached by fsync/fsyncdir/sync).
         let FileVersion { ino, size, mtime_ns, blocks, content_sha256 } = *version;
+        let key_epoch = self.key_epoch();
         let tx = self.tx()?;
         let row = inode_in(&tx, ino)?.ok_or(EngineError::NotFound)?;
         let old = {
@@ -372,7 +373,7 @@ impl MetaDb {
             if old.get(idx) == Some(b) {
                 continue;
             }
-            if add_ref(&tx, b)? {
+            if add_ref(&tx, b, key_epoch)? {
                 if let Some(data) = inline.get(&b.sha256) {
                     stage_inline(&tx, &b.sha256, data)?;
                 }

@@ -12,7 +12,7 @@ use super::meta::shipped::Rebuild;
 use super::ship_objects::{self as ship, Shipped};
 use super::{EngineError, EngineResult};
 use crate::db_files;
-use crate::store::{block_key, ObjectStore, StoreError};
+use crate::store::{block_key_at, ObjectStore, StoreError};
 
 /// What a restore found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -134,7 +134,7 @@ async fn rebuild(
     // Rows changed here and not by a shipped batch: the restored database is a new state.
     let mut changed = false;
     for block in db.staged_blocks()? {
-        let key = block_key(scope, &block.sha256);
+        let key = block_key_at(scope, block.key_epoch, &block.sha256);
         let present = match block.inline {
             // The copy holds its bytes (shipped by an earlier version): put them where they belong.
             Some(data) => retried(|| store.put(&key, bytes::Bytes::from(data.clone()))).await.map(|()| true)?,
@@ -155,10 +155,10 @@ async fn rebuild(
     // An unreferenced block whose object is gone (gc deleted it after the newest batch the bucket
     // holds) must not stay named as stored: the same bytes written again would count as in the
     // bucket and never be uploaded.
-    for sha in db.unreferenced_uploaded()? {
-        let key = block_key(scope, &sha);
+    for block in db.unreferenced_uploaded()? {
+        let key = block.key(scope);
         if retried(|| store.head(&key)).await?.is_none() {
-            db.forget_unreferenced(&sha)?;
+            db.forget_unreferenced(&block.sha256)?;
             changed = true;
         }
     }

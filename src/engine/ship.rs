@@ -68,6 +68,9 @@ pub fn shipped_totals() -> (u64, u64) {
 /// The shipper of one scope: the batches committed and not yet in the store, and where its chain
 /// stands in the bucket.
 pub(crate) struct MetaShip {
+    /// The fencing epoch this node serves the scope at (0: one node, no fence); blocks new to the
+    /// scope are stored under keys of it (`store::block_key_at`).
+    pub(crate) key_epoch: u64,
     scope: String,
     storage: Arc<Storage>,
     state: Mutex<ShipState>,
@@ -177,6 +180,7 @@ impl MetaShip {
 
     pub fn new(storage: Arc<Storage>, scope: &str) -> Arc<MetaShip> {
         Arc::new(MetaShip {
+            key_epoch: storage.fence().and_then(|f| f.epoch(scope)).unwrap_or(0),
             scope: scope.to_string(),
             storage,
             state: Mutex::new(ShipState::default()),

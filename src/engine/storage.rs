@@ -196,15 +196,13 @@ impl Storage {
         let prefix = crate::store::scope_prefix(scope_id.as_str());
         let attempts = self.settings.store_attempts;
         // Blocks a fork or a snapshot still refers to stay; the last to let go deletes each.
-        let held: HashSet<String> = self
-            .held_blocks(scope_id.as_str())?
-            .iter()
-            .map(|sha| crate::store::block_key(scope_id.as_str(), sha))
-            .collect();
+        // (Under any epoch's key: the holder's row names the key it reads.)
+        let held: HashSet<String> = self.held_blocks(scope_id.as_str())?;
+        let block_of = |key: &str| crate::store::block_of_key(scope_id.as_str(), key).map(|(sha, _)| sha.to_string());
         self.rt.block_on(async {
             let objects = self.with_retry(attempts, || self.store.list(&prefix)).await?;
             let mut deleted = 0;
-            for obj in objects.iter().filter(|o| !held.contains(&o.key)) {
+            for obj in objects.iter().filter(|o| block_of(&o.key).is_none_or(|sha| !held.contains(&sha))) {
                 self.with_retry(attempts, || self.store.delete(&obj.key)).await?;
                 deleted += 1;
             }
@@ -372,54 +370,49 @@ impl Storage {
     /// local directory answers on this thread and its blocks are not copied into the cache: a
     /// large one, once verified, is read in place (`read_local_range`); a small one is cheaper to
     /// read and hash again.
-    pub(crate) fn fetch_block(&self, scope: &str, share: &Semaphore, sha: &str) -> EngineResult<Vec<u8>> {
-        let key = crate::store::block_key(scope, sha);
+    pub(crate) fn fetch_block(&self, scope: &str, key: &str, share: &Semaphore, sha: &str) -> EngineResult<Vec<u8>> {
         let _room = self.fetch_room(share)?;
-        let data = match self.store.get_now(&key) {
+        let data = match self.store.get_now(key) {
             Some(read) => read?,
-            None => self.rt.block_on(self.with_retry(self.settings.store_attempts, || self.store.get(&key)))?,
+            None => self.rt.block_on(self.with_retry(self.settings.store_attempts, || self.store.get(key)))?,
         };
         if hex::encode(Sha256::digest(&data)) != sha {
             return Err(EngineError::Corrupt { sha256: sha.to_string() });
         }
-        self.keep_fetched(scope, sha, &data)?;
+        self.keep_fetched(scope, key, sha, &data)?;
         Ok(data.to_vec())
     }
 
     /// A fetched and verified block: into the cache, or for a local directory's large block, into
     /// the set of blocks read in place.
-    fn keep_fetched(&self, scope: &str, sha: &str, data: &[u8]) -> EngineResult<()> {
+    fn keep_fetched(&self, scope: &str, key: &str, sha: &str, data: &[u8]) -> EngineResult<()> {
         if !self.store.reads_are_local() {
             self.cache.insert_bytes(scope, sha, data)?;
         } else if data.len() > LOCAL_REREAD_MAX_BYTES {
-            self.verified_local.lock().insert(crate::store::block_key(scope, sha));
+            self.verified_local.lock().insert(key.to_string());
         }
         Ok(())
     }
 
     /// A block a local object directory stored from bytes whose hash was checked when they were
     /// sealed: a large one is read in place from now on, without a verifying read first.
-    pub(crate) fn verified_upload(&self, scope: &str, sha: &str, len: u64) {
+    pub(crate) fn verified_upload(&self, key: &str, len: u64) {
         if len > LOCAL_REREAD_MAX_BYTES as u64 {
-            self.verified_local.lock().insert(crate::store::block_key(scope, sha));
+            self.verified_local.lock().insert(key.to_string());
         }
     }
 
     /// Fills `buf` from `offset` of a block of a local object directory that a read verified
     /// before, in place; `false` when the block is not one (the caller fetches and verifies it).
-    pub(crate) fn read_local_range(&self, scope: &str, sha: &str, offset: u64, buf: &mut [u8]) -> EngineResult<bool> {
-        if !self.store.reads_are_local() {
+    pub(crate) fn read_local_range(&self, key: &str, offset: u64, buf: &mut [u8]) -> EngineResult<bool> {
+        if !self.store.reads_are_local() || !self.verified_local.lock().contains(key) {
             return Ok(false);
         }
-        let key = crate::store::block_key(scope, sha);
-        if !self.verified_local.lock().contains(&key) {
-            return Ok(false);
-        }
-        match self.store.read_at_now(&key, offset, buf) {
+        match self.store.read_at_now(key, offset, buf) {
             Some(Ok(())) => Ok(true),
             Some(Err(e)) => {
                 // Gone or changed underneath: fetched and verified again, which reports it.
-                self.verified_local.lock().remove(&key);
+                self.verified_local.lock().remove(key);
                 tracing::warn!(error = %e, "reading a verified local block in place failed");
                 Ok(false)
             }
@@ -445,10 +438,11 @@ impl Storage {
         u32::try_from(want.min(self.settings.fetch_memory_max_bytes)).unwrap_or(u32::MAX)
     }
 
-    /// Starts background downloads of blocks a sequential reader will want next.
-    pub(crate) fn prefetch(self: &Arc<Self>, scope: &str, share: &Arc<Semaphore>, shas: Vec<String>) {
+    /// Starts background downloads of blocks a sequential reader will want next, each under
+    /// `scope`'s prefix at the key of fencing epoch `epoch`.
+    pub(crate) fn prefetch(self: &Arc<Self>, (scope, epoch): (&str, u64), share: &Arc<Semaphore>, shas: Vec<String>) {
         for sha in shas {
-            let obj = crate::store::block_key(scope, &sha);
+            let obj = crate::store::block_key_at(scope, epoch, &sha);
             let kept = self.cache.size_of(scope, &sha).is_some() || self.verified_local.lock().contains(&obj);
             let key = (scope.to_string(), sha);
             let mut prefetching = self.prefetching.lock();
@@ -466,7 +460,7 @@ impl Storage {
                 let _room = (own, room);
                 if let Ok(data) = this.with_retry(1, || this.store.get(&obj)).await {
                     if hex::encode(Sha256::digest(&data)) == key.1 {
-                        let _ = this.keep_fetched(&key.0, &key.1, &data);
+                        let _ = this.keep_fetched(&key.0, &obj, &key.1, &data);
                     }
                 }
                 this.prefetching.lock().remove(&key);

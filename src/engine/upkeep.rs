@@ -30,13 +30,13 @@ impl ScopeEngine {
             let meta = self.meta.lock()?;
             (meta.all_blocks()?, meta.usage()?, meta.consistency_problems()?, meta.gc_deleting(usize::MAX)?)
         };
-        let logged: std::collections::HashSet<String> =
-            logged.into_iter().filter(|(_, has_row)| !has_row).map(|(sha, _)| sha).collect();
+        let logged: Vec<_> = logged.into_iter().filter(|(_, has_row)| !has_row).map(|(o, _)| o).collect();
+        let logged_keys: std::collections::HashSet<String> = logged.iter().map(|o| o.key(&scope)).collect();
         report.metadata_problems = problems;
         report.files_checked = usage.files;
         let st = &self.storage;
         let mut damaged_inos = std::collections::BTreeSet::new();
-        for (sha, _len, uploaded) in &blocks {
+        for (sha, uploaded, _) in &blocks {
             report.blocks_checked += 1;
             let mut ok = if *uploaded { self.stored_intact(sha)? } else { self.staged_present(sha) };
             if !ok && !*uploaded {
@@ -54,16 +54,16 @@ impl ScopeEngine {
             let path = self.path_of(ino)?.unwrap_or_else(|| format!("(unlinked inode {ino})"));
             report.damaged_files.push(path);
         }
-        let known: std::collections::HashSet<String> = blocks.iter().map(|b| b.0.clone()).collect();
+        let known: std::collections::HashSet<String> =
+            blocks.iter().map(|(sha, _, epoch)| crate::store::block_key_at(&scope, *epoch, sha)).collect();
         let prefix = format!("{}blocks/", crate::store::scope_prefix(&scope));
         let listed = st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.list(&prefix)))?;
         for obj in listed {
-            let sha = obj.key.rsplit('/').next().unwrap_or_default().to_string();
-            if !known.contains(&sha) {
+            if !known.contains(&obj.key) {
                 if repair {
                     st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.delete(&obj.key)))?;
                 }
-                if logged.contains(&sha) {
+                if logged_keys.contains(&obj.key) {
                     report.pending_deletes.push(obj.key);
                 } else {
                     report.orphan_objects.push(obj.key);
@@ -71,7 +71,7 @@ impl ScopeEngine {
             }
         }
         if repair {
-            self.meta.lock()?.forget_gc_deleting(&logged.into_iter().collect::<Vec<_>>())?;
+            self.meta.lock()?.forget_gc_deleting(&logged)?;
         }
         Ok(report)
     }
@@ -80,8 +80,7 @@ impl ScopeEngine {
     /// scope's prefix or the one it shares the block with.
     fn stored_intact(&self, sha: &str) -> EngineResult<bool> {
         let st = &self.storage;
-        let home = self.home_of(sha)?;
-        let key = crate::store::block_key(home.as_deref().unwrap_or(self.scope_id.as_str()), sha);
+        let key = self.key_of(sha)?;
         let _room = st.fetch_room(&self.shares.fetch)?;
         match st.rt.block_on(st.with_retry(st.settings.store_attempts, || st.store.get(&key))) {
             Ok(data) => {

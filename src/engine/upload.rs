@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use super::error::{EngineError, EngineResult};
 use super::scope::ScopeEngine;
-use crate::store::{block_key, StoreError};
+use crate::store::{block_key_at, StoreError};
 
 /// Hashes queued or in flight, with a condition variable for waiters; and what a durability
 /// point still has to flush.
@@ -262,18 +262,19 @@ impl ScopeEngine {
         let unavailable = |e: EngineError| StoreError::Unavailable(format!("reading the inline journal: {e}"));
         // Registered with the look at its row; while gc deletes an earlier copy, after that
         // (`gc.rs`, rules 3 and 4).
-        let (row, put) = loop {
+        let (row, epoch, put) = loop {
             let deleted = self.uploads.puts.until_deleted();
             {
                 let meta = self.meta.lock().map_err(unavailable)?;
                 if let Some(put) = self.uploads.puts.begin(&meta, sha) {
-                    break (meta.inline_block(sha).map_err(unavailable)?, put);
+                    let (_, epoch) = meta.block_place(sha).map_err(unavailable)?;
+                    break (meta.inline_block(sha).map_err(unavailable)?, epoch, put);
                 }
             }
             self.uploads.puts.wait_deleted(deleted).await;
         };
         let inline = row.is_some();
-        let key = block_key(self.scope_id.as_str(), sha);
+        let key = block_key_at(self.scope_id.as_str(), epoch, sha);
         // A journal file this process sealed holds the bytes it hashed (nothing writes it after);
         // one an earlier process left is hashed, as its first read does (`staged_is_whole`).
         let (data, trusted) = match row {
@@ -396,7 +397,7 @@ impl ScopeEngine {
             if let Ok(m) = std::fs::metadata(&staged) {
                 // A local directory now holds exactly the sealed bytes: read in place from now on.
                 if !keep_in_cache {
-                    self.storage.verified_upload(self.scope_id.as_str(), sha, m.len());
+                    self.storage.verified_upload(&block_key_at(self.scope_id.as_str(), self.key_epoch(), sha), m.len());
                 }
                 // Into the cache, or (if the cache cannot take it, or the store is local) away.
                 let adopted = keep_in_cache && cache.adopt_file(self.scope_id.as_str(), sha, &staged).is_ok();

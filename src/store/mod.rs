@@ -101,6 +101,26 @@ pub fn block_key(scope_id: &str, sha256_hex: &str) -> String {
     format!("scopes/{scope_id}/blocks/{sha256_hex}")
 }
 
+/// Key of a block of one scope stored under fencing epoch `epoch` (with several nodes, each owner
+/// of a scope stores its blocks under keys of its own epoch: a deposed owner's late deletes never
+/// reach them); epoch 0 (one node) is [`block_key`].
+pub fn block_key_at(scope_id: &str, epoch: u64, sha256_hex: &str) -> String {
+    match epoch {
+        0 => block_key(scope_id, sha256_hex),
+        e => format!("scopes/{scope_id}/blocks/{sha256_hex}.e{e}"),
+    }
+}
+
+/// The block and the fencing epoch a key of [`block_key_at`] under `scope_id` names; `None` for
+/// any other key.
+pub fn block_of_key<'a>(scope_id: &str, key: &'a str) -> Option<(&'a str, u64)> {
+    let name = key.strip_prefix("scopes/")?.strip_prefix(scope_id)?.strip_prefix("/blocks/")?;
+    match name.split_once(".e") {
+        None => Some((name, 0)),
+        Some((sha, epoch)) => Some((sha, epoch.parse().ok().filter(|e| *e > 0)?)),
+    }
+}
+
 /// Prefix under which every object of one scope lives.
 pub fn scope_prefix(scope_id: &str) -> String {
     format!("scopes/{scope_id}/")
@@ -119,4 +139,22 @@ pub async fn probe(store: &dyn ObjectStore) -> Result<(), StoreError> {
         return Err(StoreError::Rejected("probe object came back with different bytes".into()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_keys_name_their_block_and_epoch() {
+        assert_eq!(block_key_at("s1", 0, "ab"), "scopes/s1/blocks/ab");
+        assert_eq!(block_key_at("s1", 7, "ab"), "scopes/s1/blocks/ab.e7");
+        for (epoch, sha) in [(0, "ab"), (7, "ab"), (u64::MAX, "cd")] {
+            assert_eq!(block_of_key("s1", &block_key_at("s1", epoch, sha)), Some((sha, epoch)));
+        }
+        // Another scope's key, a metadata object, an epoch that is no number: not a block of s1.
+        for key in ["scopes/s10/blocks/ab", "scopes/s1/meta/g1", "scopes/s1/blocks/ab.ex", "scopes/s1/blocks/ab.e0"] {
+            assert_eq!(block_of_key("s1", key), None, "{key}");
+        }
+    }
 }

@@ -144,3 +144,17 @@ pub fn open_rw(e: &ScopeEngine, path: &str) -> (Ino, Fh) {
     let ino = resolve(e, path).unwrap();
     (ino, e.open(ino, OpenFlags { write: true, ..Default::default() }).unwrap().fh)
 }
+
+/// Waits until the wall clock is in a later second than `t` (gc with metadata shipping takes only
+/// blocks unreferenced before the second its pass starts in).
+pub fn next_second_after(t: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() <= t {
+        assert!(std::time::Instant::now() < deadline, "the clock did not move on");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}

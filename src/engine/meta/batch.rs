@@ -313,6 +313,11 @@ impl MetaDb {
         self.redo.ship = Some(ship);
     }
 
+    /// The fencing epoch blocks new to the scope are stored under (0: one node).
+    pub(crate) fn key_epoch(&self) -> u64 {
+        self.redo.ship.as_ref().map_or(0, |s| s.key_epoch)
+    }
+
     /// The number of the newest committed batch.
     pub fn committed_seq(&self) -> u64 {
         self.redo.seq

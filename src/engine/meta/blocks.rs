@@ -58,8 +58,12 @@ impl MetaDb {
     /// since `now_unix` (gc collects it unless a commit references it first). `false` when the
     /// scope already had a row for it (left as it was).
     pub fn record_unreferenced_upload(&mut self, sha: &str, len: u64, now_unix: i64) -> EngineResult<bool> {
+        let epoch = self.key_epoch();
         let tx = self.tx()?;
-        let inserted = exec(&tx, st::INSERT_UNREFERENCED_UPLOAD, params![sha, len as i64, now_unix])? > 0;
+        let inserted = match epoch {
+            0 => exec(&tx, st::INSERT_UNREFERENCED_UPLOAD, params![sha, len as i64, now_unix])?,
+            e => exec(&tx, st::INSERT_UNREFERENCED_UPLOAD_AT, params![sha, len as i64, now_unix, e as i64])?,
+        } > 0;
         tx.commit()?;
         Ok(inserted)
     }
@@ -78,10 +82,10 @@ impl MetaDb {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
-    /// Every block row: hash, length, state uploaded?
-    pub fn all_blocks(&self) -> EngineResult<Vec<(String, u64, bool)>> {
-        let mut st = self.conn.prepare("SELECT sha256, len, state = 'uploaded' FROM blocks")?;
-        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get(2)?)))?;
+    /// Every block row: hash, state uploaded?, and the epoch of its key.
+    pub fn all_blocks(&self) -> EngineResult<Vec<(String, bool, u64)>> {
+        let mut st = self.conn.prepare("SELECT sha256, state = 'uploaded', key_epoch FROM blocks")?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64)))?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
@@ -96,7 +100,7 @@ impl MetaDb {
     /// hash order (gc's pages).
     pub fn unreferenced(&self, cutoff_unix: i64, after: &str, limit: usize) -> EngineResult<Vec<Unreferenced>> {
         let mut st = self.conn.prepare(
-            "SELECT sha256, len, state = 'uploaded', home FROM blocks
+            "SELECT sha256, len, state = 'uploaded', home, key_epoch FROM blocks
              WHERE refcount = 0 AND unreferenced_since <= ?1 AND sha256 > ?2 ORDER BY sha256 LIMIT ?3",
         )?;
         let rows = st.query_map(params![cutoff_unix, after, limit as i64], |r| {
@@ -106,6 +110,7 @@ impl MetaDb {
                 uploaded: r.get(2)?,
                 inline: false,
                 home: r.get(3)?,
+                key_epoch: r.get::<_, i64>(4)? as u64,
             })
         })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -123,7 +128,10 @@ impl MetaDb {
             }
             b.inline = exec(&tx, st::DELETE_INLINE, params![&b.sha256])? > 0;
             if b.uploaded && b.home.is_none() {
-                exec(&tx, st::INSERT_GC_DELETING, params![&b.sha256])?;
+                match b.key_epoch {
+                    0 => exec(&tx, st::INSERT_GC_DELETING, params![&b.sha256])?,
+                    e => exec(&tx, st::INSERT_GC_DELETING_AT, params![&b.sha256, e as i64])?,
+                };
             }
             taken.push(b);
         }
@@ -132,25 +140,28 @@ impl MetaDb {
         Ok(())
     }
 
-    /// Up to `limit` blocks of the deletion log (`gc_deleting`), each with whether the scope has a
-    /// row for it again.
-    pub fn gc_deleting(&self, limit: usize) -> EngineResult<Vec<(String, bool)>> {
+    /// Up to `limit` objects of the deletion log (`gc_deleting`), each with whether the scope has a
+    /// row for that object (the same block under the same key) again.
+    pub fn gc_deleting(&self, limit: usize) -> EngineResult<Vec<(StoredBlock, bool)>> {
         let mut st = self.conn.prepare(
-            "SELECT d.sha256, EXISTS (SELECT 1 FROM blocks b WHERE b.sha256 = d.sha256) FROM gc_deleting d
-             ORDER BY d.sha256 LIMIT ?1",
+            "SELECT d.sha256, d.key_epoch,
+                    EXISTS (SELECT 1 FROM blocks b WHERE b.sha256 = d.sha256 AND b.key_epoch = d.key_epoch)
+             FROM gc_deleting d ORDER BY d.sha256, d.key_epoch LIMIT ?1",
         )?;
-        let rows = st.query_map([limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let rows = st.query_map([limit as i64], |r| {
+            Ok((StoredBlock { sha256: r.get(0)?, key_epoch: r.get::<_, i64>(1)? as u64 }, r.get(2)?))
+        })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
-    /// Removes `shas` from the deletion log (their objects are gone, or belong to a new row).
-    pub fn forget_gc_deleting(&mut self, shas: &[String]) -> EngineResult<()> {
-        if shas.is_empty() {
+    /// Removes `objects` from the deletion log (they are gone, or belong to a new row).
+    pub fn forget_gc_deleting(&mut self, objects: &[StoredBlock]) -> EngineResult<()> {
+        if objects.is_empty() {
             return Ok(());
         }
         let tx = self.tx()?;
-        for sha in shas {
-            exec(&tx, st::DELETE_GC_DELETING, params![sha])?;
+        for o in objects {
+            exec(&tx, st::DELETE_GC_DELETING_AT, params![&o.sha256, o.key_epoch as i64])?;
         }
         tx.commit()?;
         Ok(())
@@ -167,6 +178,21 @@ pub(crate) struct Unreferenced {
     pub inline: bool,
     /// The scope whose prefix holds its object when not this one (shared with a fork's parent).
     pub home: Option<String>,
+    /// The fencing epoch its object was stored under (`store::block_key_at`).
+    pub key_epoch: u64,
+}
+
+/// One stored object of a block of this scope's prefix: the block and the epoch of its key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct StoredBlock {
+    pub sha256: String,
+    pub key_epoch: u64,
+}
+
+impl StoredBlock {
+    pub fn key(&self, scope: &str) -> String {
+        crate::store::block_key_at(scope, self.key_epoch, &self.sha256)
+    }
 }
 
 /// Journals the bytes of a block new to the scope inline, in the caller's transaction.
@@ -176,12 +202,23 @@ pub(super) fn stage_inline(conn: &Op<'_>, sha: &str, data: &[u8]) -> rusqlite::R
 }
 
 /// Adds a reference to a block; returns true when the block is new to the scope (must be uploaded).
-pub(super) fn add_ref(conn: &Op<'_>, b: &BlockRef) -> rusqlite::Result<bool> {
-    let updated = exec(conn, st::ADD_REF, params![&b.sha256])?;
-    if updated == 1 {
+/// With a fence (`epoch` > 0), a row nothing references that an earlier owner stored (or a block
+/// shared with another scope) is not reused: a deposed owner may still delete its object. The row
+/// is retired (its object into gc's deletion log) and the block stored anew under `epoch`.
+pub(super) fn add_ref(conn: &Op<'_>, b: &BlockRef, epoch: u64) -> rusqlite::Result<bool> {
+    if epoch == 0 {
+        if exec(conn, st::ADD_REF, params![&b.sha256])? == 1 {
+            return Ok(false);
+        }
+        exec(conn, st::INSERT_BLOCK, params![b.sha256, b.len as i64])?;
+        return Ok(true);
+    }
+    if exec(conn, st::ADD_REF_AT, params![&b.sha256, epoch as i64])? == 1 {
         return Ok(false);
     }
-    exec(conn, st::INSERT_BLOCK, params![b.sha256, b.len as i64])?;
+    exec(conn, st::RETIRE_UNREFERENCED, params![&b.sha256])?;
+    exec(conn, st::DELETE_UNREFERENCED, params![&b.sha256])?;
+    exec(conn, st::INSERT_BLOCK_AT, params![b.sha256, b.len as i64, epoch as i64])?;
     Ok(true)
 }
 

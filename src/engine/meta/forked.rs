@@ -31,10 +31,12 @@ pub(crate) fn prepare_copy(path: &Path, parent: &str, child: &str) -> EngineResu
 }
 
 impl MetaDb {
-    /// The scope a block lives under when it is not this one's (a block shared with a fork's parent).
-    pub fn block_home(&self, sha: &str) -> EngineResult<Option<String>> {
-        let mut st = self.conn.prepare_cached("SELECT home FROM blocks WHERE sha256 = ?1")?;
-        Ok(st.query_row(params![sha], |r| r.get::<_, Option<String>>(0)).optional()?.flatten())
+    /// Where a block's object lives: the scope whose prefix holds it when not this one (a block
+    /// shared with a fork's parent), and the fencing epoch of its key; `(None, 0)` without a row.
+    pub fn block_place(&self, sha: &str) -> EngineResult<(Option<String>, u64)> {
+        let mut st = self.conn.prepare_cached("SELECT home, key_epoch FROM blocks WHERE sha256 = ?1")?;
+        let row = st.query_row(params![sha], |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, i64>(1)? as u64)));
+        Ok(row.optional()?.unwrap_or((None, 0)))
     }
 
     /// Blocks of other scopes this one refers to: (home, sha).

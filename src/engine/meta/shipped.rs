@@ -29,6 +29,8 @@ pub(crate) struct StagedRow {
     pub inline: Option<Vec<u8>>,
     /// Whether a file refers to it.
     pub referenced: bool,
+    /// The fencing epoch of its key (`store::block_key_at`).
+    pub key_epoch: u64,
 }
 
 /// A snapshot's copy being rebuilt.
@@ -76,22 +78,30 @@ impl Rebuild {
     /// whether any file refers to it.
     pub fn staged_blocks(&self) -> EngineResult<Vec<StagedRow>> {
         let mut q = self.conn.prepare(
-            "SELECT b.sha256, i.data, b.refcount > 0 FROM blocks b LEFT JOIN staged_inline i ON i.sha256 = b.sha256
-             WHERE b.state = 'staged'",
+            "SELECT b.sha256, i.data, b.refcount > 0, b.key_epoch FROM blocks b
+             LEFT JOIN staged_inline i ON i.sha256 = b.sha256 WHERE b.state = 'staged'",
         )?;
-        let rows =
-            q.query_map([], |r| Ok(StagedRow { sha256: r.get(0)?, inline: r.get(1)?, referenced: r.get(2)? }))?;
+        let rows = q.query_map([], |r| {
+            Ok(StagedRow {
+                sha256: r.get(0)?,
+                inline: r.get(1)?,
+                referenced: r.get(2)?,
+                key_epoch: r.get::<_, i64>(3)? as u64,
+            })
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Blocks the copy names as uploaded under this scope's prefix that no file refers to: a gc
     /// pass may have deleted their objects after the last batch the bucket holds (its rows'
     /// deletion was durable only on the lost host).
-    pub fn unreferenced_uploaded(&self) -> EngineResult<Vec<String>> {
+    pub fn unreferenced_uploaded(&self) -> EngineResult<Vec<super::StoredBlock>> {
         let mut q = self.conn.prepare(
-            "SELECT sha256 FROM blocks WHERE state = 'uploaded' AND refcount = 0 AND home IS NULL ORDER BY sha256",
+            "SELECT sha256, key_epoch FROM blocks WHERE state = 'uploaded' AND refcount = 0 AND home IS NULL
+             ORDER BY sha256",
         )?;
-        let rows = q.query_map([], |r| r.get::<_, String>(0))?;
+        let rows =
+            q.query_map([], |r| Ok(super::StoredBlock { sha256: r.get(0)?, key_epoch: r.get::<_, i64>(1)? as u64 }))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

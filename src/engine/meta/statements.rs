@@ -66,6 +66,17 @@ statements! {
              VALUES (?1, ?2, 0, 'uploaded', ?3)";
     INSERT_GC_DELETING = 39 => "INSERT OR IGNORE INTO gc_deleting (sha256) VALUES (?1)";
     DELETE_GC_DELETING = 40 => "DELETE FROM gc_deleting WHERE sha256 = ?1";
+    /// With a fence (epoch ?2 > 0): a row of an earlier epoch nothing references is not reused.
+    ADD_REF_AT = 41 => "UPDATE blocks SET refcount = refcount + 1, unreferenced_since = NULL
+         WHERE sha256 = ?1 AND (refcount > 0 OR (home IS NULL AND key_epoch >= ?2))";
+    /// Such a row is retired: its object (if stored) goes to gc's deletion log, the row goes.
+    RETIRE_UNREFERENCED = 42 => "INSERT OR IGNORE INTO gc_deleting (sha256, key_epoch)
+             SELECT sha256, key_epoch FROM blocks WHERE sha256 = ?1 AND refcount = 0 AND home IS NULL AND state = 'uploaded'";
+    INSERT_BLOCK_AT = 43 => "INSERT INTO blocks (sha256, len, refcount, state, key_epoch) VALUES (?1, ?2, 1, 'staged', ?3)";
+    INSERT_GC_DELETING_AT = 44 => "INSERT OR IGNORE INTO gc_deleting (sha256, key_epoch) VALUES (?1, ?2)";
+    DELETE_GC_DELETING_AT = 45 => "DELETE FROM gc_deleting WHERE sha256 = ?1 AND key_epoch = ?2";
+    INSERT_UNREFERENCED_UPLOAD_AT = 46 => "INSERT OR IGNORE INTO blocks (sha256, len, refcount, state, unreferenced_since, key_epoch)
+             VALUES (?1, ?2, 0, 'uploaded', ?3, ?4)";
 }
 
 /// The statement with id `id`.
