@@ -106,7 +106,7 @@ start_scopefs() {
     # SCOPEFS_BENCH_ENV: extra VAR=VALUE words for the scopefs daemons (e.g. a config key's
     # SCOPEFS_* override, to measure a setting with and without).
     # shellcheck disable=SC2086
-    env -u SCOPEFS_BENCH_ENV "$@" ${SCOPEFS_BENCH_ENV:-} "$DAEMON_BIN" --config "$d/scopefs.toml" serve >"$d/daemon.log" 2>&1 &
+    env -u SCOPEFS_BENCH_ENV -u SCOPEFS_DAEMON_BIN "$@" ${SCOPEFS_BENCH_ENV:-} "$DAEMON_BIN" --config "$d/scopefs.toml" serve >"$d/daemon.log" 2>&1 &
     DAEMON_PID=$!
     wait_for "scopefs $name ready (log: $d/daemon.log)" 600 0.1 daemon_ready "$name" "$port" "$d/daemon.log"
     # `serve` is a supervisor; the worker (its child) is the daemon that serves the mounts.

@@ -8,7 +8,8 @@
 #   2. the metadata objects and bytes shipped per 1,000 files created (W3 into one scope of a fresh
 #      daemon: /metrics before and after, every batch shipped);
 #   3. the time `scopefs restore --scope ID` takes to rebuild that scope (its --files files) into an
-#      empty data directory from the bucket alone, and the first listing of its mount after.
+#      empty data directory from the bucket alone, and the first listing of its mount after;
+#   4. (before 3.) the latency of `fsync` of a new 4 KiB file on that scope: p50, p99, max.
 #
 #   bash scripts/bench-shipping.sh [--size-mib 256] [--files 10000] [--rounds 3] [--settle 15]
 #                                  [--only w3,w4,w5,w6]
@@ -123,6 +124,25 @@ read -r O0 B0 < <(shipped)
 # waits for it, so the counters below hold every batch W3 committed.
 python3 -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)" "$MNT"
 read -r O1 B1 < <(shipped)
+# 4. fsync of a 4 KiB file on Garage with shipping on: each returns once the file's block and every
+# batch the scope committed before it are in the bucket (issue 23 g: p50, p99).
+python3 - "$MNT/fsync-latency" <<'EOF'
+import os, statistics, sys, time
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+data = os.urandom(4088)
+ms = []
+for i in range(300):
+    fd = os.open(f"{d}/f{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, data + i.to_bytes(8, "little"))
+    t = time.perf_counter()
+    os.fsync(fd)
+    ms.append((time.perf_counter() - t) * 1000)
+    os.close(fd)
+ms.sort()
+q = statistics.quantiles(ms, n=100)
+print(f"fsync of a 4 KiB file ({len(ms)} files, each a new block): p50 {q[49]:.1f} ms, p99 {q[98]:.1f} ms, max {ms[-1]:.1f} ms")
+EOF
 stop
 python3 - "$O0" "$B0" "$O1" "$B1" "$FILES" <<'EOF'
 import sys
@@ -136,7 +156,7 @@ rm -rf --one-file-system "$D/data"
 start_ns=$(date +%s%N)
 "$BIN" --config "$D/scopefs.toml" restore --scope "$SCOPE" >"$OUT/restore.log" 2>&1 || die "restore failed (log: $OUT/restore.log)"
 end_ns=$(date +%s%N)
-echo "restore --scope of the scope with $FILES files (registry included): $(( (end_ns - start_ns) / 1000000 )) ms: $(tail -n1 "$OUT/restore.log")"
+echo "restore --scope of the scope with $FILES files and the 300 of step 4 (registry included): $(( (end_ns - start_ns) / 1000000 )) ms: $(tail -n1 "$OUT/restore.log")"
 start
 start_ns=$(date +%s%N)
 n=$(find "$MNT" -type f | wc -l)

@@ -33,6 +33,7 @@ pub const REGISTRY: &[Migration] = &[
     Migration { version: 11, sql: include_str!("../migrations/registry/0011_forks.sql") },
     Migration { version: 12, sql: include_str!("../migrations/registry/0012_usage_reported.sql") },
     Migration { version: 13, sql: include_str!("../migrations/registry/0013_prices_adjustments_audit.sql") },
+    Migration { version: 14, sql: include_str!("../migrations/registry/0014_artifact_snapshots.sql") },
 ];
 
 /// The same registry on PostgreSQL, from `migrations/registry-postgres/` (one file per SQLite
@@ -51,6 +52,7 @@ pub const REGISTRY_POSTGRES: &[Migration] = &[
     Migration { version: 11, sql: include_str!("../migrations/registry-postgres/0011_forks.sql") },
     Migration { version: 12, sql: include_str!("../migrations/registry-postgres/0012_usage_reported.sql") },
     Migration { version: 13, sql: include_str!("../migrations/registry-postgres/0013_prices_adjustments_audit.sql") },
+    Migration { version: 14, sql: include_str!("../migrations/registry-postgres/0014_artifact_snapshots.sql") },
 ];
 
 /// Per-scope metadata migrations, from `migrations/scope/`.

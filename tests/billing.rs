@@ -760,6 +760,8 @@ fn b_outputs_become_artifacts_registered_before_a_single_settlement() {
         size_bytes: 3,
         sha256: byte.to_string().repeat(64),
         content_type: "text/csv".into(),
+        // The snapshot that keeps an artifact's bytes (or none: recorded before they were kept).
+        snapshot_id: (byte == 'a').then(|| format!("out.{path}")),
     };
     let manifest = vec![entry("out/a.csv", 'a'), entry("out/b.csv", 'b')];
     let (_, ended) = dep.end_environment_with_outputs(&env, false, "destroyed", &manifest).unwrap();

@@ -485,6 +485,48 @@ fn outputs_become_artifacts_registered_with_retries_then_settled_once() {
     assert_eq!(marked["updated"], 0);
 }
 
+/// Issue 24 item 6: an artifact keeps its bytes. Destroy lists the outputs (only what the
+/// environment made), takes a snapshot of the scope (O(metadata)) and hashes them there; each
+/// artifact names the snapshot, which reads back the recorded bytes after the file changed.
+#[test]
+fn an_artifact_keeps_its_bytes_after_its_file_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path());
+    let t = format!("thr_{}", uid());
+    d.provision(&t);
+    d.ok(&t, "write_file", json!({"path": "/workspace/out/old.txt", "content": "there before"}));
+    let env = d.ok(&t, "create_environment", json!({"default_output_paths": ["/workspace/out"]}))["environment_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    d.ok(&t, "write_file", json!({"path": "/workspace/out/a.txt", "content": "as recorded"}));
+    let done = d.ok(&t, "destroy_environment", json!({"environment_id": env}));
+    let arts = done["artifacts"].as_array().expect("artifacts");
+    assert_eq!(arts.len(), 1, "only what the environment made: {done}");
+    assert_eq!(arts[0]["sha256"], sha256_hex(b"as recorded"));
+    let snapshot = arts[0]["snapshot_id"].as_str().expect("the artifact names the snapshot that keeps it");
+    assert_eq!(snapshot, format!("out.{env}"));
+
+    d.ok(&t, "write_file", json!({"path": "/workspace/out/a.txt", "content": "changed after"}));
+    let read = |snapshot: Option<&str>| {
+        let mut url = format!("{}/api/workspace/file?threadId={t}&path=/out/a.txt", d.serve.base);
+        if let Some(s) = snapshot {
+            url.push_str(&format!("&snapshotId={s}"));
+        }
+        let resp = d.client.get(url).bearer_auth(SERVICE_TOKEN).send().unwrap();
+        (resp.status(), resp.bytes().unwrap().to_vec())
+    };
+    assert_eq!(read(Some(snapshot)), (StatusCode::OK, b"as recorded".to_vec()), "the artifact's bytes as hashed");
+    assert_eq!(read(None), (StatusCode::OK, b"changed after".to_vec()), "the live file moved on");
+    // The pending usage's manifest names the same snapshot.
+    let pending = d.admin(reqwest::Method::POST, "/admin/pending-usage", Some(json!({"settled": 0, "limit": 50})));
+    let usage = pending["usage"].as_array().unwrap().iter().find(|u| u["environment_id"] == env.as_str()).cloned();
+    let manifest: Value =
+        serde_json::from_str(usage.as_ref().and_then(|u| u["output_manifest_json"].as_str()).unwrap_or("null"))
+            .unwrap();
+    assert_eq!(manifest[0]["snapshot_id"], format!("out.{env}"), "{pending}");
+}
+
 /// Review N7: an environment's outputs are listed and hashed, so the signed grant must cover each
 /// output path, at create (`default_output_paths`) and at destroy (`output_paths`, else the
 /// defaults): otherwise 403 `object_scope_denied`, nothing outside the grant named, and the

@@ -99,6 +99,9 @@ impl Offline {
 /// Damaged files are reported by virtual path (reads of them fail, they never return other
 /// bytes); `--repair` also deletes orphan objects. Refuses while a daemon runs (`open_offline`).
 pub fn fsck(cfg: &Config, scope: &str, repair: bool) -> anyhow::Result<bool> {
+    if repair {
+        refuse_on_a_node(cfg, "fsck --repair")?;
+    }
     let offline = open_offline(cfg, "fsck")?;
     let engine = offline.engine(cfg, scope)?;
     let report = engine.fsck(repair).context("fsck")?;
@@ -131,8 +134,25 @@ pub fn fsck(cfg: &Config, scope: &str, repair: bool) -> anyhow::Result<bool> {
     Ok(clean && !orphans_left)
 }
 
+/// Refuses a command that deletes or writes from this data directory's copy of a scope when the
+/// daemon is one node of several: with this node's daemon stopped, its lease runs out and another
+/// node may take the scope over while the command runs, and the copy may be behind or ahead of
+/// the state the registry recorded; gc (or an orphan sweep) from it could delete blocks the
+/// scope's owner refers to. With several nodes, gc runs online in the serving daemon.
+fn refuse_on_a_node(cfg: &Config, what: &str) -> anyhow::Result<()> {
+    if cfg.node.id.is_some() {
+        bail!(
+            "`scopefs {what}` is refused on a node of several: another node may serve the scope by now, and \
+             this data directory's copy of it is not the scope's state (gc runs online in the serving daemon; \
+             read-only `scopefs fsck SCOPE` works)"
+        );
+    }
+    Ok(())
+}
+
 /// `scopefs gc SCOPE`: deletes blocks no file refers to any more (older than `grace`).
 pub fn gc(cfg: &Config, scope: &str, grace: Duration) -> anyhow::Result<()> {
+    refuse_on_a_node(cfg, "gc")?;
     let offline = open_offline(cfg, "gc")?;
     let engine = offline.engine(cfg, scope)?;
     let report = engine.collect_garbage(grace).context("garbage collection")?;
@@ -199,6 +219,7 @@ pub fn token_rotate(cfg: &Config, kind: TokenKind) -> anyhow::Result<()> {
 /// scope if needed), with a progress bar on stderr. Symlinks and special files are skipped.
 pub fn import(cfg: &Config, dir: &Path, thread: &str) -> anyhow::Result<()> {
     let thread = ThreadId::parse(thread).context("invalid --thread")?;
+    refuse_on_a_node(cfg, "import")?;
     let offline = open_offline(cfg, "import")?;
     let rec = match offline.registry.find_by_thread(&thread).context("reading the registry")? {
         Some(rec) => rec,
@@ -356,5 +377,24 @@ mod tests {
         let cfg = Config::from_toml(text).unwrap();
         cfg.validate().unwrap();
         assert_eq!(cfg, Config::default());
+    }
+
+    /// With several nodes, the offline commands that delete or write from the local copy refuse
+    /// before they open anything; the read-only fsck is not refused by this rule.
+    #[test]
+    fn a_node_of_several_refuses_offline_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = Config { data_dir: dir.path().to_path_buf(), ..Config::default() };
+        cfg.node.id = Some("node-1".into());
+        let refusals = [
+            gc(&cfg, "some-scope", Duration::ZERO).unwrap_err(),
+            fsck(&cfg, "some-scope", true).unwrap_err(),
+            import(&cfg, dir.path(), "some-thread").unwrap_err(),
+        ];
+        for e in refusals {
+            assert!(e.to_string().contains("refused on a node of several"), "{e:#}");
+        }
+        let read_only = fsck(&cfg, "some-scope", false).unwrap_err();
+        assert!(!read_only.to_string().contains("refused on a node of several"), "{read_only:#}");
     }
 }

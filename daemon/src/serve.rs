@@ -197,6 +197,7 @@ fn build_services(
             .with_gc(cfg.gc.clone())
             .with_cluster(cluster.clone()),
     );
+    crate::services::forks::keep_outputs_in_snapshots(&scopes);
     Services { scopes, files, compute, cluster }
 }
 

@@ -244,7 +244,7 @@ impl ScopeEngine {
                     // to it and its scope was purged (else that scope's gc deletes it).
                     Some(home) => {
                         if self.release_shared(home, &block.sha256)? {
-                            self.delete_object(&crate::store::block_key_at(home, block.key_epoch, &block.sha256))?;
+                            self.storage.delete_block_object(home, &block.sha256)?;
                         }
                     }
                     None => self.delete_collected(&block, pass.online)?,

@@ -2,7 +2,8 @@
 //! manifest (seed 003 `ArtifactObject` where it maps): its paths, an `artifact_id` and the
 //! `object_key` that names it in seed 003's storage layout (`object_scope` entries of that shape
 //! grant it: `api/tools/object_scope.rs`). An output of the user's global store (artifact path
-//! `/__global__/…`: `services::compute::outputs`) is keyed `users/{user_id}/files/…`.
+//! `/__global__/…`: `services::compute::outputs`) is keyed `users/{user_id}/files/…`. Its bytes
+//! are kept as hashed in a snapshot of its store taken as the environment ended (`snapshot_id`).
 
 use scopefs::registry::billing::ArtifactEntry;
 use serde::Serialize;
@@ -26,6 +27,12 @@ pub struct ArtifactView {
     pub size_bytes: u64,
     pub sha256: String,
     pub content_type: String,
+    /// The snapshot that keeps the bytes as hashed, whatever happens to the file after: of the
+    /// thread's scope, read with `/api/workspace/file?threadId=…&path=/{logical_path}&snapshotId=…`
+    /// (`out.{environment_id}`), or of the user's global store (`out.{environment_id}.g`). Absent
+    /// for artifacts recorded before artifacts were kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
 }
 
 impl ArtifactView {
@@ -46,6 +53,7 @@ impl ArtifactView {
             size_bytes: e.size_bytes,
             sha256: e.sha256,
             content_type: e.content_type,
+            snapshot_id: e.snapshot_id,
         }
     }
 }
@@ -61,6 +69,7 @@ mod tests {
             size_bytes: 1,
             sha256: "a".repeat(64),
             content_type: "text/plain".into(),
+            snapshot_id: None,
         };
         let a = ArtifactView::of(e("out/a.txt"), "env_1", "thr_1", "u1");
         assert_eq!(a, ArtifactView::of(e("out/a.txt"), "env_1", "thr_1", "u1"));

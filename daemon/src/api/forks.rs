@@ -33,7 +33,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "/internal/workspace-scopes/{scope_id}/snapshots",
             Auth::Service,
             "Record a read-only point in time of the scope (draft or active); idempotent on \
-             snapshot_id. Body {snapshot_id}; 201: {snapshot_id, scope_id, snapshot_scope_id, created_at}. \
+             snapshot_id (not beginning with `out.`: the daemon's). Body {snapshot_id}; 201: {snapshot_id, scope_id, snapshot_scope_id, created_at}. \
              Read it with /api/workspace* and snapshotId",
             post(create_snapshot),
         )
@@ -90,6 +90,14 @@ async fn create_snapshot(
     ScopePath(scope, ()): ScopePath,
     ApiJson(req): ApiJson<SnapshotRequest>,
 ) -> Result<(StatusCode, Json<SnapshotRecord>), ApiError> {
+    // `out.…` names the snapshots that keep environments' outputs (`services::compute::outputs`).
+    if req.snapshot_id.starts_with("out.") {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "snapshot ids beginning with \"out.\" are the daemon's (they keep environments' outputs)",
+        ));
+    }
     let scopes = st.scopes.clone();
     let snap = blocking(Internal, move || scopes.snapshot(&scope, &req.snapshot_id)).await?;
     Ok((StatusCode::CREATED, Json(snap)))

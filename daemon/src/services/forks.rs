@@ -31,6 +31,16 @@ impl SharedBlocks for RegistryHolds {
     }
 }
 
+/// Lets `scopes`' compute service keep an ended environment's outputs in snapshots of their stores
+/// (issue 24 item 6: an artifact's bytes stay as recorded however its file changes after).
+pub fn keep_outputs_in_snapshots(scopes: &Arc<Scopes>) {
+    let weak = Arc::downgrade(scopes);
+    scopes.compute.set_output_snapshots(Arc::new(move |scope: &ScopeId, snapshot_id: &str| {
+        let scopes = weak.upgrade().ok_or(ServiceError::Busy("the daemon is stopping"))?;
+        Ok(scopes.snapshot(scope, snapshot_id)?.snapshot_scope_id)
+    }));
+}
+
 /// The thread id of the scope that keeps snapshot `id`.
 fn snapshot_thread(id: &str) -> Result<ThreadId, ServiceError> {
     Ok(ThreadId::parse(&format!("snap.{id}")).map_err(|_| RegistryError::Invalid {

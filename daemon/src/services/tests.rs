@@ -60,6 +60,7 @@ fn harness(limits: LimitsConfig) -> Harness {
     );
     let files = Arc::new(WorkspaceFiles::new(registry.clone(), open.clone(), WorkspaceSettings::from_config(&cfg)));
     let scopes = Arc::new(Scopes::new(registry.clone(), open, compute.clone(), LifecycleSettings::from_config(&cfg)));
+    crate::services::forks::keep_outputs_in_snapshots(&scopes);
     let services = Services { scopes, files, compute, cluster: None };
     Harness { tmp, _dir: dir, _rt: rt, store, clock, mounter, executor, registry, services }
 }

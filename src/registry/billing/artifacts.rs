@@ -18,6 +18,10 @@ pub struct ArtifactEntry {
     pub size_bytes: u64,
     pub sha256: String,
     pub content_type: String,
+    /// The snapshot of its store that keeps the bytes as hashed (`None`: recorded before
+    /// artifacts were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
 }
 
 /// A recorded artifact and when the registrar registered it (`None`: not yet).
@@ -32,10 +36,13 @@ fn validate_entry(e: &ArtifactEntry) -> Result<(), RegistryError> {
     let path_ok = !e.path.is_empty() && e.path.len() <= 4096 && !e.path.chars().any(char::is_control);
     let sha_ok = e.sha256.len() == 64 && e.sha256.bytes().all(|b| b.is_ascii_hexdigit());
     let type_ok = !e.content_type.is_empty() && e.content_type.len() <= 255;
-    (path_ok && sha_ok && type_ok && i64::try_from(e.size_bytes).is_ok()).then_some(()).ok_or(RegistryError::Invalid {
-        field: "artifacts",
-        reason: "an entry needs a 1-4096 character path, a hex SHA-256 and a content type",
-    })
+    let snapshot_ok = e.snapshot_id.as_ref().is_none_or(|s| !s.is_empty() && s.len() <= 255);
+    (path_ok && sha_ok && type_ok && snapshot_ok && i64::try_from(e.size_bytes).is_ok()).then_some(()).ok_or(
+        RegistryError::Invalid {
+            field: "artifacts",
+            reason: "an entry needs a 1-4096 character path, a hex SHA-256 and a content type",
+        },
+    )
 }
 
 /// Records `manifest` for `environment_id` inside the caller's transaction: new paths are added,
@@ -52,11 +59,11 @@ pub(crate) fn record_manifest_in(
     for e in manifest {
         validate_entry(e)?;
         changed += conn.execute(
-            "INSERT INTO artifacts (environment_id, path, created_at, size_bytes, sha256, content_type)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            "INSERT INTO artifacts (environment_id, path, created_at, size_bytes, sha256, content_type, snapshot_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (environment_id, path) DO UPDATE SET
                  size_bytes = excluded.size_bytes, sha256 = excluded.sha256,
-                 content_type = excluded.content_type, registered_at = NULL
+                 content_type = excluded.content_type, snapshot_id = excluded.snapshot_id, registered_at = NULL
              WHERE artifacts.sha256 IS DISTINCT FROM excluded.sha256
                 OR artifacts.size_bytes IS DISTINCT FROM excluded.size_bytes",
             params![
@@ -65,7 +72,8 @@ pub(crate) fn record_manifest_in(
                 now,
                 i64::try_from(e.size_bytes).unwrap_or(i64::MAX),
                 e.sha256,
-                e.content_type
+                e.content_type,
+                e.snapshot_id
             ],
         )?;
     }
@@ -83,7 +91,7 @@ pub(crate) fn record_manifest_in(
 
 fn manifest_in(conn: &Conn<'_>, environment_id: &str) -> Result<Vec<ArtifactRow>, RegistryError> {
     let mut stmt = conn.prepare(
-        "SELECT path, size_bytes, sha256, content_type, registered_at FROM artifacts
+        "SELECT path, size_bytes, sha256, content_type, registered_at, snapshot_id FROM artifacts
          WHERE environment_id = ?1 ORDER BY path",
     )?;
     let rows = stmt.query_map([environment_id], |r| {
@@ -94,6 +102,7 @@ fn manifest_in(conn: &Conn<'_>, environment_id: &str) -> Result<Vec<ArtifactRow>
                 size_bytes: size.and_then(|s| u64::try_from(s).ok()).unwrap_or(0),
                 sha256: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
                 content_type: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+                snapshot_id: r.get(5)?,
             },
             registered_at: r.get(4)?,
         })

@@ -301,7 +301,7 @@ impl ComputeService {
             Err(ComputeError::OutputsTooLarge(why)) => return past_bounds(why),
             other => other?,
         };
-        let collect = || self.collect_outputs(scope, &paths, &opts);
+        let collect = || self.collect_outputs(scope, &paths, &opts, id);
         let (env, ended_now, mut artifacts) = match self.stop_collecting(id, reason::DESTROYED, false, Some(&collect)) {
             // Grown past the bounds since the check: the end is recorded without them.
             Err(ComputeError::OutputsTooLarge(why)) => return past_bounds(why),
@@ -331,7 +331,7 @@ impl ComputeService {
         }
         // Whatever keeps the outputs from being recorded (past the bounds, a scope closing), the
         // end and its usage are recorded: said in the log.
-        let collect = || match self.collect_outputs(&env.scope_id, &paths, &opts) {
+        let collect = || match self.collect_outputs(&env.scope_id, &paths, &opts, env_id) {
             Err(e) => {
                 tracing::warn!(environment_id = %env_id, error = %e, "the environment's outputs are not recorded");
                 Ok(Vec::new())

@@ -349,14 +349,28 @@ pub struct ComputeService {
     /// With several nodes: whether a scope's environments are this node's (it serves the scope);
     /// the others' are started, watched and ended by their own node.
     local: std::sync::OnceLock<LocalScopes>,
+    /// Takes the snapshots that keep an ended environment's outputs (`outputs.rs`).
+    output_snapshots: std::sync::OnceLock<OutputSnapshots>,
 }
 
 /// Whether a scope is served by this node (`ComputeService::set_local_scopes`).
 pub type LocalScopes = Arc<dyn Fn(&ScopeId) -> bool + Send + Sync>;
 
+/// Takes snapshot `snapshot_id` of a scope (again: the one taken before) and answers the scope
+/// that holds it (`services::forks::keep_outputs_in_snapshots`).
+pub type OutputSnapshots = Arc<dyn Fn(&ScopeId, &str) -> Result<ScopeId, ServiceError> + Send + Sync>;
+
 impl ComputeService {
     pub fn new(registry: DeploymentRegistry, open: Arc<OpenScopes>, rt: tokio::runtime::Handle) -> ComputeService {
-        ComputeService { registry, open, compute: None, billing: None, rt, local: std::sync::OnceLock::new() }
+        ComputeService {
+            registry,
+            open,
+            compute: None,
+            billing: None,
+            rt,
+            local: std::sync::OnceLock::new(),
+            output_snapshots: std::sync::OnceLock::new(),
+        }
     }
 
     /// Runs environments through `compute`.
@@ -375,6 +389,12 @@ impl ComputeService {
     /// watch for their runtime, end at a stop, and count (set once, at startup).
     pub fn set_local_scopes(&self, local: LocalScopes) {
         let _ = self.local.set(local);
+    }
+
+    /// Keeps ended environments' outputs in snapshots taken by `take` (without: artifacts stay
+    /// files of their scope, which may change after).
+    pub fn set_output_snapshots(&self, take: OutputSnapshots) {
+        let _ = self.output_snapshots.set(take);
     }
 
     /// Whether `scope`'s environments are this node's (always, for a daemon alone).

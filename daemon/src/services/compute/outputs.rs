@@ -63,6 +63,16 @@ fn global_path(raw: &str) -> Option<String> {
     }
 }
 
+/// The stores outputs are read from: the environment's scope and, when its global store was
+/// read-write and named, the user's global store; or the snapshots of them that keep the outputs
+/// (`snapshots`: their ids, workspace then global).
+#[derive(Debug, Clone)]
+struct Stores {
+    workspace: ScopeId,
+    global: Option<ScopeId>,
+    snapshots: [Option<String>; 2],
+}
+
 /// Output paths as scope paths of the two stores they may name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OutputPaths {
@@ -227,36 +237,60 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 impl ComputeService {
-    /// The engines of the stores `paths` name: the scope's, and the user's global store when the
-    /// environment had it read-write and some output path is in it.
-    fn output_engines(
+    /// The stores `paths` name: the scope, and the user's global store when the environment had
+    /// it read-write and some output path is in it.
+    fn live_stores(
         &self,
         scope: &ScopeId,
         paths: &OutputPaths,
         opts: &EnvironmentOptions,
-    ) -> Result<Vec<(std::sync::Arc<ScopeEngine>, bool)>, ComputeError> {
+    ) -> Result<Stores, ComputeError> {
+        let global = opts.global_store_scope.as_deref().filter(|_| !paths.global.is_empty());
+        let global = global.map(|id| ScopeId::parse(id).map_err(|_| ServiceError::ScopeNotFound)).transpose()?;
+        Ok(Stores { workspace: scope.clone(), global, snapshots: [None, None] })
+    }
+
+    /// The engines of `stores`: the workspace's, then the global store's (if any).
+    fn output_engines(&self, stores: &Stores) -> Result<Vec<(std::sync::Arc<ScopeEngine>, bool)>, ComputeError> {
         let engine = |id: &ScopeId| -> Result<std::sync::Arc<ScopeEngine>, ComputeError> {
             let rec = self.registry.get(id)?.ok_or(ServiceError::ScopeNotFound)?;
             Ok(self.open.engine(&rec)?)
         };
-        let mut out = vec![(engine(scope)?, false)];
-        let global = opts.global_store_scope.as_deref().filter(|_| !paths.global.is_empty());
-        if let Some(id) = global {
-            let id = ScopeId::parse(id).map_err(|_| ServiceError::ScopeNotFound)?;
-            out.push((engine(&id)?, true));
+        let mut out = vec![(engine(&stores.workspace)?, false)];
+        if let Some(id) = &stores.global {
+            out.push((engine(id)?, true));
         }
         Ok(out)
+    }
+
+    /// Snapshots of the stores that hold listed outputs (`keep`: workspace, global), taken as the
+    /// environment ends (O(metadata)); taken again, the ones taken before. Without a snapshot taker,
+    /// the live stores.
+    fn kept_stores(&self, live: &Stores, keep: [bool; 2], env_id: &str) -> Result<Stores, ComputeError> {
+        let Some(take) = self.output_snapshots.get() else { return Ok(live.clone()) };
+        let mut kept = live.clone();
+        if keep[0] {
+            let id = format!("out.{env_id}");
+            kept.workspace = take(&live.workspace, &id)?;
+            kept.snapshots[0] = Some(id);
+        }
+        if let (Some(global), true) = (&live.global, keep[1]) {
+            let id = format!("out.{env_id}.g");
+            kept.global = Some(take(global, &id)?);
+            kept.snapshots[1] = Some(id);
+        }
+        Ok(kept)
     }
 
     /// Lists the outputs under `paths` within the bounds, then hands each listed file to `each`.
     fn with_outputs<T>(
         &self,
-        scope: &ScopeId,
+        stores: &Stores,
         paths: &OutputPaths,
         opts: &EnvironmentOptions,
         each: impl FnOnce(&[Source<'_>], Listed) -> Result<T, ComputeError>,
     ) -> Result<T, ComputeError> {
-        let engines = self.output_engines(scope, paths, opts)?;
+        let engines = self.output_engines(stores)?;
         let sources: Vec<Source<'_>> = engines
             .iter()
             .map(|(engine, global)| Source {
@@ -276,17 +310,30 @@ impl ComputeService {
         paths: &OutputPaths,
         opts: &EnvironmentOptions,
     ) -> Result<usize, ComputeError> {
-        self.with_outputs(scope, paths, opts, |_, listed| Ok(listed.len()))
+        let live = self.live_stores(scope, paths, opts)?;
+        self.with_outputs(&live, paths, opts, |_, listed| Ok(listed.len()))
     }
 
-    /// The artifact manifest of the regular files under `paths`, by artifact path.
+    /// The artifact manifest of the regular files under `paths` of environment `env_id`, by
+    /// artifact path: listed (within the bounds) in the live stores, then listed again and hashed
+    /// in snapshots of them taken now, which each artifact names (its bytes stay as hashed).
     pub(super) fn collect_outputs(
         &self,
         scope: &ScopeId,
         paths: &OutputPaths,
         opts: &EnvironmentOptions,
+        env_id: &str,
     ) -> Result<Vec<ArtifactEntry>, ComputeError> {
-        self.with_outputs(scope, paths, opts, |sources, listed| {
+        let live = self.live_stores(scope, paths, opts)?;
+        let keep = self.with_outputs(&live, paths, opts, |sources, listed| {
+            let global = |s: usize| sources[s].global;
+            Ok([listed.values().any(|(s, ..)| !global(*s)), listed.values().any(|(s, ..)| global(*s))])
+        })?;
+        if keep == [false, false] {
+            return Ok(Vec::new());
+        }
+        let kept = self.kept_stores(&live, keep, env_id)?;
+        self.with_outputs(&kept, paths, opts, |sources, listed| {
             let mut out = Vec::new();
             for (path, (source, scope_path, size)) in listed {
                 let (sha256, size_bytes) = match hash_file(sources[source].engine, &scope_path, size) {
@@ -298,7 +345,8 @@ impl ComputeService {
                     Err(e) => return Err(e),
                 };
                 let content_type = content_type(&path).to_string();
-                out.push(ArtifactEntry { path, size_bytes, sha256, content_type });
+                let snapshot_id = kept.snapshots[usize::from(sources[source].global)].clone();
+                out.push(ArtifactEntry { path, size_bytes, sha256, content_type, snapshot_id });
             }
             Ok(out)
         })
