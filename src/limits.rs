@@ -125,6 +125,9 @@ pub struct LimitsConfig {
     pub max_artifact_files: u64,
     /// Total bytes of those files (each is read once to hash it).
     pub max_artifact_bytes: u64,
+    /// Snapshots one scope keeps of environments' outputs (each costs the scope's metadata); past
+    /// them, outputs are hashed in the live scope and name no snapshot.
+    pub max_output_snapshots_per_scope: u64,
     /// Entries of a `create_environment`/`destroy_environment` path list (`default_output_paths`,
     /// `output_paths`), and the views (`/threads/{id}`, `/__global__`) one `input_objects` grants.
     pub max_environment_paths: u64,
@@ -195,6 +198,7 @@ impl Default for LimitsConfig {
             max_process_logs_per_scope: 64,
             max_artifact_files: 1000,
             max_artifact_bytes: 1024 * 1024 * 1024,
+            max_output_snapshots_per_scope: 64,
             max_environment_paths: 64,
             max_input_objects: 10_000,
             max_shared_environments_per_user: 2,
@@ -211,7 +215,7 @@ impl Default for LimitsConfig {
 impl LimitsConfig {
     /// Refuses zero values (a bound of 0 would refuse everything), naming the key.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let checks: [(&'static str, u64); 48] = [
+        let checks: [(&'static str, u64); 49] = [
             ("limits.staging_max_bytes_per_scope", self.staging_max_bytes_per_scope),
             ("limits.metadata_queue_per_scope_bytes", self.metadata_queue_per_scope_bytes),
             ("limits.metadata_queue_max_bytes", self.metadata_queue_max_bytes),
@@ -252,6 +256,7 @@ impl LimitsConfig {
             ("limits.max_process_logs_per_scope", self.max_process_logs_per_scope),
             ("limits.max_artifact_files", self.max_artifact_files),
             ("limits.max_artifact_bytes", self.max_artifact_bytes),
+            ("limits.max_output_snapshots_per_scope", self.max_output_snapshots_per_scope),
             ("limits.max_environment_paths", self.max_environment_paths),
             ("limits.max_input_objects", self.max_input_objects),
             ("limits.shared_max_runtime_secs", self.shared_max_runtime_secs),

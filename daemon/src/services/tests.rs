@@ -255,6 +255,12 @@ fn startup_reconciliation_ends_live_environments_and_removes_every_container() {
 fn scope_with_env(svc: &ComputeService, fake: &FakeExecutor, t: &str) -> (ScopeId, String) {
     let p = svc.registry().provision(&format!("op-{t}"), &ThreadId::parse(t).unwrap(), None).unwrap();
     let scope = svc.registry().complete_provision(&p.scope.scope_id).unwrap().scope_id;
+    let env = env_in(svc, fake, &scope, t);
+    (scope, env)
+}
+
+/// A running environment of thread `t` in `scope`, on a container `fake` adopted.
+fn env_in(svc: &ComputeService, fake: &FakeExecutor, scope: &ScopeId, t: &str) -> String {
     let new = NewEnvironment {
         user_id: "u".into(),
         thread_id: t.into(),
@@ -264,7 +270,7 @@ fn scope_with_env(svc: &ComputeService, fake: &FakeExecutor, t: &str) -> (ScopeI
         max_live_per_scope: 4,
         pricing_snapshot: None,
     };
-    let env = svc.registry().create_environment(&scope, &new).unwrap().unwrap();
+    let env = svc.registry().create_environment(scope, &new).unwrap().unwrap();
     let container = fake.adopt(ContainerSpec {
         deployment_id: "d".into(),
         scope_id: scope.to_string(),
@@ -276,7 +282,7 @@ fn scope_with_env(svc: &ComputeService, fake: &FakeExecutor, t: &str) -> (ScopeI
     });
     svc.registry().attach_container(&env.environment_id, &container).unwrap();
     svc.registry().environment_started(&env.environment_id).unwrap().unwrap();
-    (scope, env.environment_id)
+    env.environment_id
 }
 
 fn refused(label: &str) -> u64 {

@@ -119,6 +119,8 @@ pub struct ComputeSettings {
     /// `limits.max_artifact_files` / `limits.max_artifact_bytes`: outputs one destroy collects.
     pub max_artifact_files: u64,
     pub max_artifact_bytes: u64,
+    /// `limits.max_output_snapshots_per_scope`: snapshots a scope keeps of outputs.
+    pub max_output_snapshots_per_scope: u64,
     /// `limits.max_environment_paths`: entries of a request's path lists, views it grants.
     pub max_environment_paths: u64,
     /// `limits.max_input_objects`: entries of a request's `input_objects`.
@@ -144,6 +146,7 @@ impl ComputeSettings {
             image: e.image.clone(),
             max_artifact_files: cfg.limits.max_artifact_files,
             max_artifact_bytes: cfg.limits.max_artifact_bytes,
+            max_output_snapshots_per_scope: cfg.limits.max_output_snapshots_per_scope,
             max_environment_paths: cfg.limits.max_environment_paths,
             max_input_objects: cfg.limits.max_input_objects,
             shared: shared::SharedSettings::from_config(cfg),

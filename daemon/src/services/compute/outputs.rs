@@ -271,15 +271,36 @@ impl ComputeService {
         let mut kept = live.clone();
         if keep[0] {
             let id = format!("out.{env_id}");
-            kept.workspace = take(&live.workspace, &id)?;
-            kept.snapshots[0] = Some(id);
+            if self.may_keep(&live.workspace, &id)? {
+                kept.workspace = take(&live.workspace, &id)?;
+                kept.snapshots[0] = Some(id);
+            }
         }
         if let (Some(global), true) = (&live.global, keep[1]) {
             let id = format!("out.{env_id}.g");
-            kept.global = Some(take(global, &id)?);
-            kept.snapshots[1] = Some(id);
+            if self.may_keep(global, &id)? {
+                kept.global = Some(take(global, &id)?);
+                kept.snapshots[1] = Some(id);
+            }
         }
         Ok(kept)
+    }
+
+    /// Whether output snapshot `id` of `scope` may be used: one taken before always; a new one
+    /// while the scope keeps fewer than `limits.max_output_snapshots_per_scope` (past it, the
+    /// outputs are hashed in the live scope and name no snapshot: said in the log).
+    fn may_keep(&self, scope: &ScopeId, id: &str) -> Result<bool, ComputeError> {
+        let cap = self.compute.as_ref().map_or(u64::MAX, |c| c.settings.max_output_snapshots_per_scope);
+        let snapshots = self.registry.snapshots(scope)?;
+        if snapshots.iter().any(|s| s.snapshot_id == id) {
+            return Ok(true);
+        }
+        let kept = snapshots.iter().filter(|s| s.snapshot_id.starts_with("out.")).count() as u64;
+        if kept >= cap {
+            tracing::warn!(scope_id = %scope, kept, "the scope keeps its most output snapshots; these outputs name none");
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     /// Lists the outputs under `paths` within the bounds, then hands each listed file to `each`.

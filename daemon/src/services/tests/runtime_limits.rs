@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use scopefs::limits::LimitsConfig;
 use scopefs::registry::environments::{EnvironmentRecord, EnvironmentState};
 
-use super::{harness, scope_with_env, Harness};
+use super::{env_in, harness, scope_with_env, Harness};
 use scopefs::executor::Executor;
 
 fn record(h: &Harness, env: &str) -> EnvironmentRecord {
@@ -181,4 +181,35 @@ fn an_environment_its_timer_ends_records_its_outputs_with_its_end() {
     assert_eq!(usage.artifacts_state, scopefs::registry::billing::ArtifactsState::Pending, "{usage:?}");
     let paths = billing.usage_artifacts(&env).unwrap();
     assert!(paths.len() == 1 && paths[0].ends_with("made.txt"), "{paths:?}");
+}
+
+/// Issue 24 item 6: each environment ending with outputs keeps them in a snapshot of its scope,
+/// which its artifacts name; a scope keeps at most `limits.max_output_snapshots_per_scope` such
+/// snapshots (each costs the scope's metadata), past which outputs are hashed in the live scope and
+/// name none. Ended again, an environment uses the snapshot it took.
+#[test]
+fn a_scope_keeps_at_most_its_bound_of_output_snapshots() {
+    use crate::services::compute::DestroyEnvironment;
+    use scopefs::engine::WriteMode;
+    let h = harness(LimitsConfig { max_output_snapshots_per_scope: 1, ..LimitsConfig::default() });
+    let svc = &h.services.compute;
+    let (scope, first) = scope_with_env(svc, &h.executor, "t-kept-outputs");
+    let second = env_in(svc, &h.executor, &scope, "t-kept-outputs");
+    let thread = scopefs::ids::ThreadId::parse("t-kept-outputs").unwrap();
+    let (_, engine) = h.services.files.engine_for_thread(&thread).unwrap();
+    let owner = crate::services::files::api_owner(&engine).unwrap();
+    for (env, file) in [(&first, "first.txt"), (&second, "second.txt")] {
+        svc.registry().set_environment_options(env, r#"{"default_output_paths":["/workspace"]}"#).unwrap();
+        engine.write_path(file, &mut &b"bytes"[..], 1 << 20, WriteMode::CreateNew, owner).unwrap();
+    }
+    let destroy = |env: &str| svc.destroy_environment(&scope, env, &DestroyEnvironment::default()).unwrap();
+    let kept = destroy(&first);
+    assert!(!kept.artifacts.is_empty());
+    let id = format!("out.{first}");
+    assert!(kept.artifacts.iter().all(|a| a.snapshot_id.as_deref() == Some(id.as_str())), "{:?}", kept.artifacts);
+    let past = destroy(&second);
+    assert!(!past.artifacts.is_empty());
+    assert!(past.artifacts.iter().all(|a| a.snapshot_id.is_none()), "past the bound: {:?}", past.artifacts);
+    let snapshots = h.services.scopes.snapshots(&scope).unwrap();
+    assert_eq!(snapshots.iter().map(|s| s.snapshot_id.as_str()).collect::<Vec<_>>(), vec![id.as_str()]);
 }
