@@ -267,8 +267,8 @@ impl ScopeEngine {
             {
                 let meta = self.meta.lock().map_err(unavailable)?;
                 if let Some(put) = self.uploads.puts.begin(&meta, sha) {
-                    let (_, epoch) = meta.block_place(sha).map_err(unavailable)?;
-                    break (meta.inline_block(sha).map_err(unavailable)?, epoch, put);
+                    let (epoch, inline) = meta.staged_upload(sha).map_err(unavailable)?;
+                    break (inline, epoch, put);
                 }
             }
             self.uploads.puts.wait_deleted(deleted).await;

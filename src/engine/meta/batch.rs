@@ -120,9 +120,13 @@ impl Op<'_> {
 
 impl Drop for Op<'_> {
     /// A mutation that wrote and did not commit: the batch goes back to what its log holds (rare:
-    /// checks come before writes), and commits at once, so the next failure replays little.
+    /// checks come before writes), and commits at once, so the next failure replays little. The
+    /// record's buffer goes back to the log for the next mutation.
     fn drop(&mut self) {
-        if self.finished || !redo::has_statements(self.record.get_mut()) {
+        let record = std::mem::take(self.record.get_mut());
+        let wrote = redo::has_statements(&record);
+        self.redo.give_back(record);
+        if self.finished || !wrote {
             return;
         }
         if !self.conn.is_autocommit() {
@@ -242,7 +246,7 @@ impl MetaDb {
             conn.execute_batch("BEGIN IMMEDIATE")?;
             redo.started = Some(Instant::now());
         }
-        let mut record = Vec::new();
+        let mut record = std::mem::take(&mut redo.spare_record);
         redo::start_record(&mut record);
         Ok(Op { conn, record: RefCell::new(record), redo, answers, poisoned, answer: Cell::new(0), finished: false })
     }

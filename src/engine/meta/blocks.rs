@@ -75,6 +75,15 @@ impl MetaDb {
         Ok(data)
     }
 
+    /// What uploading block `sha` needs, in one query: the epoch of its key (0 without a row) and
+    /// its bytes when it is journaled inline.
+    pub fn staged_upload(&self, sha: &str) -> EngineResult<(u64, Option<Vec<u8>>)> {
+        let sql = "SELECT (SELECT key_epoch FROM blocks WHERE sha256 = ?1), \
+                          (SELECT data FROM staged_inline WHERE sha256 = ?1)";
+        let (epoch, data) = query_one(&self.conn, sql, [sha], |r| Ok((r.get::<_, Option<i64>>(0)?, r.get(1)?)))?;
+        Ok((epoch.unwrap_or(0) as u64, data))
+    }
+
     /// Every block journaled inline: hash and length.
     pub fn inline_blocks(&self) -> EngineResult<Vec<(String, u64)>> {
         let mut st = self.conn.prepare("SELECT sha256, length(data) FROM staged_inline")?;

@@ -45,7 +45,13 @@ pub(crate) struct Redo {
     /// A copy of the open batch's records, for the shipper (kept only while shipping: reading
     /// them back from the log would check every MAC again).
     kept: Vec<Vec<u8>>,
+    /// The buffer the next mutation's record is encoded in (handed back after each, so a record
+    /// holding a small block's bytes costs no allocation).
+    pub(super) spare_record: Vec<u8>,
 }
+
+/// Capacity of the record buffer kept between mutations.
+const KEEP_RECORD_BYTES: usize = 64 << 10;
 
 impl Redo {
     /// Opens the log of the database at `db`, whose committed state is `base`; returns it with the
@@ -58,7 +64,8 @@ impl Redo {
             _ => Vec::new(),
         };
         log.begin(base);
-        Ok((Redo { log, base, ops: 0, started: None, seq: 0, ship: None, kept: Vec::new() }, records))
+        let spare_record = Vec::with_capacity(8 << 10);
+        Ok((Redo { log, base, ops: 0, started: None, seq: 0, ship: None, kept: Vec::new(), spare_record }, records))
     }
 
     /// The records of the open batch as the file holds them now (to put a rolled-back batch back).
@@ -95,6 +102,15 @@ impl Redo {
     pub fn keep_for_shipping(&mut self, record: &[u8]) {
         if self.ship.is_some() {
             self.kept.push(for_shipping(record));
+        }
+    }
+
+    /// Takes back a mutation's record buffer for the next one (not one grown past
+    /// `KEEP_RECORD_BYTES`: a large record's memory is not held between mutations).
+    pub fn give_back(&mut self, mut record: Vec<u8>) {
+        if record.capacity() <= KEEP_RECORD_BYTES {
+            record.clear();
+            self.spare_record = record;
         }
     }
 
