@@ -234,6 +234,20 @@ fn snapshots_are_listed_read_through_the_api_and_restored() {
         Some(json!({"snapshot_id": "s1"})),
     );
     assert_eq!(status, 201, "{snap}");
+    // Ids beginning with `out.` are the daemon's (they keep environments' outputs): a caller can
+    // neither take one first nor shadow one, and nothing is recorded for the refused request.
+    for taken in ["out.env-1", "out.env-1.g", "out."] {
+        let (status, v) = call(
+            &http,
+            &d,
+            "POST",
+            &format!("/internal/workspace-scopes/{scope}/snapshots"),
+            Some(json!({"snapshot_id": taken})),
+        );
+        assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_request")), "{taken}: {v}");
+    }
+    let (_, list) = call(&http, &d, "GET", &format!("/internal/workspace-scopes/{scope}/snapshots"), None);
+    assert_eq!(list["snapshots"].as_array().map(Vec::len), Some(1), "only s1: {list}");
     std::fs::write(mnt.join("a.txt"), b"version two").unwrap();
     std::fs::write(mnt.join("c.txt"), b"after the snapshot").unwrap();
     syncfs(&mnt);
