@@ -46,12 +46,13 @@ pub(crate) struct Redo {
     /// them back from the log would check every MAC again).
     kept: Vec<Vec<u8>>,
     /// The buffer the next mutation's record is encoded in (handed back after each, so a record
-    /// holding a small block's bytes costs no allocation).
+    /// holding a small block's bytes costs no allocation; empty until the first mutation).
     pub(super) spare_record: Vec<u8>,
 }
 
-/// Capacity of the record buffer kept between mutations.
-const KEEP_RECORD_BYTES: usize = 64 << 10;
+/// Capacity of the record buffer kept between mutations (like the log's own buffer: thousands of
+/// databases may be open, so a record larger than this is not worth its memory between mutations).
+const KEEP_RECORD_BYTES: usize = 16 << 10;
 
 impl Redo {
     /// Opens the log of the database at `db`, whose committed state is `base`; returns it with the
@@ -64,8 +65,8 @@ impl Redo {
             _ => Vec::new(),
         };
         log.begin(base);
-        let spare_record = Vec::with_capacity(8 << 10);
-        Ok((Redo { log, base, ops: 0, started: None, seq: 0, ship: None, kept: Vec::new(), spare_record }, records))
+        let (kept, spare_record) = (Vec::new(), Vec::new());
+        Ok((Redo { log, base, ops: 0, started: None, seq: 0, ship: None, kept, spare_record }, records))
     }
 
     /// The records of the open batch as the file holds them now (to put a rolled-back batch back).
