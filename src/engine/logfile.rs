@@ -30,8 +30,9 @@ pub(crate) const HEADER_LEN: usize = 8 + 8 + 16 + 8;
 const FRAME: usize = 4 + 8;
 /// Largest record payload accepted (a record over this is read as the end of the log).
 pub(crate) const MAX_RECORD: usize = 64 << 20;
-/// Capacity of the write buffer kept between appends.
-const KEEP_BYTES: usize = 16 << 10;
+/// Capacity of a write buffer kept between appends (this log's, and the redo log's record buffer):
+/// thousands of logs may be open, so a larger buffer is not worth its memory between records.
+pub(crate) const KEEP_BYTES: usize = 16 << 10;
 
 /// A generation's MAC, keyed.
 #[derive(Clone)]

@@ -50,10 +50,6 @@ pub(crate) struct Redo {
     pub(super) spare_record: Vec<u8>,
 }
 
-/// Capacity of the record buffer kept between mutations (like the log's own buffer: thousands of
-/// databases may be open, so a record larger than this is not worth its memory between mutations).
-const KEEP_RECORD_BYTES: usize = 16 << 10;
-
 impl Redo {
     /// Opens the log of the database at `db`, whose committed state is `base`; returns it with the
     /// records to replay: those of a generation built on `base`, up to the first that does not
@@ -65,8 +61,9 @@ impl Redo {
             _ => Vec::new(),
         };
         log.begin(base);
-        let (kept, spare_record) = (Vec::new(), Vec::new());
-        Ok((Redo { log, base, ops: 0, started: None, seq: 0, ship: None, kept, spare_record }, records))
+        let redo =
+            Redo { log, base, ops: 0, started: None, seq: 0, ship: None, kept: Vec::new(), spare_record: Vec::new() };
+        Ok((redo, records))
     }
 
     /// The records of the open batch as the file holds them now (to put a rolled-back batch back).
@@ -106,10 +103,11 @@ impl Redo {
         }
     }
 
-    /// Takes back a mutation's record buffer for the next one (not one grown past
-    /// `KEEP_RECORD_BYTES`: a large record's memory is not held between mutations).
+    /// Takes back a mutation's record buffer for the next one (not one grown past `KEEP_BYTES`,
+    /// the log's own bound: thousands of databases may be open, so a large record's memory is not
+    /// held between mutations).
     pub fn give_back(&mut self, mut record: Vec<u8>) {
-        if record.capacity() <= KEEP_RECORD_BYTES {
+        if record.capacity() <= logfile::KEEP_BYTES {
             record.clear();
             self.spare_record = record;
         }
