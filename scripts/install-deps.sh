@@ -17,6 +17,11 @@
 #     cargo-deb (Debian package build, scripts/package-test.sh)
 #   - systemd (systemd-analyze, systemd-tmpfiles: unit checks of the package test)
 #   - python3-prometheus-client (a real Prometheus text parser for the /metrics test)
+#   - python3-httpx, python3-pytest, python3-setuptools, python3-wheel, python3-mypy: the Python
+#     client (clients/python) is pip-installed into a venv without network, type-checked, and its
+#     pytest suite and examples/smoke.py run against a live daemon (tests/clients_python.rs)
+#   - chromium and fonts-liberation, fonts-dejavu-core (fonts it renders text with): the admin
+#     page test (tests/admin_ui.rs) drives headless Chromium over the DevTools protocol
 #   - the unprivileged user `tests` that pjdfstest switches to
 # Garage (the S3 server used by the tests) is installed by scripts/garage.sh.
 set -euo pipefail
@@ -50,6 +55,8 @@ PACKAGES=(
     build-essential pkg-config ca-certificates procps psmisc util-linux tar jq
     systemd python3-prometheus-client shellcheck
     python3 python3-venv python3-pip attr make gcc diffutils findutils coreutils
+    python3-httpx python3-pytest python3-setuptools python3-wheel python3-mypy
+    chromium fonts-liberation fonts-dejavu-core
 )
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -66,7 +73,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
     say "Debian packages present"
 fi
-for bin in fusermount3 docker dockerd s3fs rclone bindfs fio busybox sqlite3 git jq systemd-analyze shellcheck; do
+for bin in fusermount3 docker dockerd s3fs rclone bindfs fio busybox sqlite3 git jq systemd-analyze shellcheck chromium; do
     command -v "$bin" >/dev/null 2>&1 || die "'$bin' not on PATH after installing packages"
 done
 # The real-tool suite (tests/real_tools.rs) runs these, and Debian's python3, as an
@@ -76,6 +83,8 @@ for bin in setfattr getfattr flock fallocate make cc tar diff find timeout; do
 done
 /usr/bin/python3 -c 'import venv, ensurepip, sqlite3, mmap, fcntl, zipfile' 2>/dev/null ||
     die "/usr/bin/python3 lacks venv/ensurepip/sqlite3 (apt-get install python3-venv python3-pip)"
+/usr/bin/python3 -c 'import httpx, pytest, setuptools, wheel, mypy' 2>/dev/null ||
+    die "/usr/bin/python3 lacks httpx/pytest/setuptools/wheel/mypy (apt-get install python3-httpx python3-pytest python3-setuptools python3-wheel python3-mypy)"
 [ -c /dev/fuse ] || die "/dev/fuse is missing: load the fuse module (modprobe fuse) or run the container with --device /dev/fuse"
 
 # --- cargo-installed test tools -------------------------------------------------

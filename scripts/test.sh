@@ -53,7 +53,7 @@ fi
 # Test targets that drive heavy external suites or kill daemons: run serially.
 HEAVY_TARGETS=" posix_suites crash_storm worker_kills "
 # Targets whose own report (counts, latencies) belongs in the log even on a pass.
-REPORTING_TARGETS=" hostile_tenant crash_states crash_recovery crash_faults power_loss forks nodes_failover "
+REPORTING_TARGETS=" hostile_tenant crash_states crash_recovery crash_faults power_loss forks nodes_failover admin_ui openapi_conformance clients_typescript "
 TARGET_TIMEOUT="${SCOPEFS_TEST_TARGET_TIMEOUT:-1200}"
 HEAVY_TIMEOUT="${SCOPEFS_TEST_HEAVY_TIMEOUT:-2400}"
 FILTER=("$@")

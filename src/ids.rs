@@ -16,7 +16,7 @@ pub enum IdError {
 pub const GLOBAL_STORE_PREFIX: &str = "__global__";
 
 /// A scope id: always a canonical lowercase hyphenated UUID, safe as a path component.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct ScopeId(String);
 
@@ -53,7 +53,7 @@ pub fn is_token(s: &str) -> bool {
 /// A WebUI primary thread id: 1–128 characters of `[A-Za-z0-9_.:-]` (`is_token`) not starting with
 /// [`GLOBAL_STORE_PREFIX`]; or, made only by [`ThreadId::global_store`], the reserved thread of a
 /// user's global store.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct ThreadId(String);
 

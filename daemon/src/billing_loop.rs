@@ -90,6 +90,23 @@ impl BillingService {
         self.registry.admit_environment_priced(&self.pricing, user_id, requested_runtime_seconds)
     }
 
+    /// What a live environment would be charged if it ended at `now_ms` (the admin page's "cost so
+    /// far"): its runtime in billed minutes, split between the account's free minutes and cash at
+    /// the price it was admitted at (`split_charge`, as settlement does). The currency with it.
+    pub fn cost_so_far(
+        &self,
+        env: &scopefs::registry::environments::EnvironmentRecord,
+        now_ms: i64,
+    ) -> Result<(String, scopefs::billing::Charge), BillingError> {
+        let started = env.started_at.unwrap_or(env.created_at);
+        let runtime = u64::try_from(now_ms.saturating_sub(started) / 1000).unwrap_or(0);
+        let snapshot = self.registry.environment_pricing_snapshot(&env.environment_id)?;
+        let (currency, price) = self.pricing.price_of(snapshot.as_deref())?;
+        let remaining = self.registry.account(&env.user_id)?.map_or(0, |a| a.compute_minutes_remaining);
+        let charge = scopefs::billing::split_charge(scopefs::billing::compute_minutes(runtime), remaining, price)?;
+        Ok((currency, charge))
+    }
+
     fn interval(&self) -> Duration {
         Duration::from_secs(self.pricing.settle_interval_secs.max(1))
     }

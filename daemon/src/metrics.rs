@@ -421,22 +421,29 @@ fn store_families(t: &mut Text, storage: &Storage) {
     t.sample("scopefs_cache_misses_total", &[], misses);
 }
 
+/// Refused path, symlink and cross-scope attempts so far: `(kind, via, count)` (what
+/// `scopefs_refused_total` renders, and the admin page shows beside the `[limits]` refusals).
+pub fn refused_counts() -> [(&'static str, &'static str, u64); 5] {
+    let (path, symlink) = scopefs_fs::metrics::refused();
+    [
+        ("path", "mount", path),
+        ("symlink", "mount", symlink),
+        ("path", "api", API_REFUSED_PATH.load(Ordering::Relaxed)),
+        ("symlink", "api", API_REFUSED_SYMLINK.load(Ordering::Relaxed)),
+        ("cross_scope", "api", CROSS_SCOPE.load(Ordering::Relaxed)),
+    ]
+}
+
 /// Refused paths, symlinks, cross-scope ids and `[limits]` bounds.
 fn refusal_families(t: &mut Text) {
-    let (path, symlink) = scopefs_fs::metrics::refused();
     t.family(
         "scopefs_refused_total",
         "counter",
         "Refused path, symlink and cross-scope attempts, through the mounts and through the API.",
     );
-    t.sample("scopefs_refused_total", &[("kind", "path"), ("via", "mount")], path);
-    t.sample("scopefs_refused_total", &[("kind", "symlink"), ("via", "mount")], symlink);
-    let api_path = API_REFUSED_PATH.load(Ordering::Relaxed);
-    t.sample("scopefs_refused_total", &[("kind", "path"), ("via", "api")], api_path);
-    let api_symlink = API_REFUSED_SYMLINK.load(Ordering::Relaxed);
-    t.sample("scopefs_refused_total", &[("kind", "symlink"), ("via", "api")], api_symlink);
-    let cross = CROSS_SCOPE.load(Ordering::Relaxed);
-    t.sample("scopefs_refused_total", &[("kind", "cross_scope"), ("via", "api")], cross);
+    for (kind, via, n) in refused_counts() {
+        t.sample("scopefs_refused_total", &[("kind", kind), ("via", via)], n);
+    }
 
     t.family(
         "scopefs_limit_refused_total",

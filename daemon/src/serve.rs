@@ -124,6 +124,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         service_token: Arc::new(service_token),
         tools: Arc::new(tools_auth),
         admin_token: Arc::new(admin_token),
+        admin_sessions: Arc::new(api::admin_ui::Sessions::default()),
         billing,
         cluster: services.cluster,
     };

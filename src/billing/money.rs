@@ -106,6 +106,17 @@ impl FromStr for Micros {
     }
 }
 
+/// A decimal string with at most 6 decimal places (`"10.000000"`): never a JSON number.
+impl schemars::JsonSchema for Micros {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Micros".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "pattern": "^-?[0-9]+(\\.[0-9]{1,6})?$" })
+    }
+}
+
 impl Serialize for Micros {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)

@@ -148,7 +148,7 @@ pub struct StatFs {
 }
 
 /// Exact usage of a scope: committed bytes (sum of file sizes and symlink target lengths) and inodes (root excluded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, schemars::JsonSchema)]
 pub struct Usage {
     pub files: u64,
     pub bytes: u64,

@@ -29,7 +29,7 @@ pub const MARK_SETTLED: &str = "mark_settled";
 pub const MARK_ARTIFACTS_REGISTERED: &str = "mark_artifacts_registered";
 
 /// One row of `admin_audit_log`. Times are Unix milliseconds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct AuditEntry {
     pub audit_id: i64,
     pub action: String,

@@ -25,7 +25,7 @@ use super::{validate_key, Registry, RegistryError};
 use crate::billing::{self, AccountBalance, BillingError, Micros, PricingConfig};
 
 /// One account (seed 003 §9.1).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Account {
     pub user_id: String,
     pub plan: String,
@@ -57,7 +57,7 @@ impl Account {
 }
 
 /// Artifact registration state of a usage record (seed 003 §10.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ArtifactsState {
     None,
@@ -79,7 +79,7 @@ impl ArtifactsState {
 }
 
 /// One row of `compute_usage_log`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct UsageRecord {
     pub usage_id: i64,
     pub environment_id: String,
@@ -115,7 +115,7 @@ impl UsageRecord {
 }
 
 /// One row of `wallet_ledger`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct LedgerEntry {
     pub entry_id: i64,
     pub user_id: String,
@@ -474,6 +474,13 @@ impl Registry {
     /// The usage record of an environment.
     pub fn usage_by_environment(&self, environment_id: &str) -> Result<Option<UsageRecord>, BillingError> {
         Ok(query_usages(&self.db.conn()?, "environment_id = ?1", &[&environment_id])?.pop())
+    }
+
+    /// The price an environment was admitted at (`PricingConfig::snapshot_json`), if recorded.
+    pub fn environment_pricing_snapshot(&self, environment_id: &str) -> Result<Option<String>, BillingError> {
+        let conn = self.db.conn()?;
+        let sql = "SELECT pricing_snapshot FROM environments WHERE environment_id = ?1";
+        Ok(conn.query_row(sql, [environment_id], |r| r.get::<_, Option<String>>(0usize)).optional()?.flatten())
     }
 
     /// Pending usage, least recently attempted first. `due_only`: skip records backing off until later.

@@ -54,7 +54,7 @@ impl ProcessState {
 }
 
 /// One row of `environments`. Times are Unix milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct EnvironmentRecord {
     pub environment_id: String,
     pub scope_id: ScopeId,
@@ -92,7 +92,7 @@ pub struct NewEnvironment {
 }
 
 /// One row of `environment_processes`. Times are Unix milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct ProcessRecord {
     pub process_id: String,
     pub scope_id: ScopeId,

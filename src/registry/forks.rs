@@ -12,7 +12,7 @@ use super::{validate_key, DeploymentRegistry, RegistryError};
 const HOLDS_PER_INSERT: usize = 300;
 
 /// One snapshot of a scope. Times are Unix milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct SnapshotRecord {
     pub snapshot_id: String,
     pub scope_id: ScopeId,

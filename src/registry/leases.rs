@@ -8,7 +8,7 @@ use super::{validate_key, DeploymentRegistry, RegistryError};
 pub const BLOCKING_LEASES: [&str; 2] = ["workspace-cutover", "maintenance"];
 
 /// One held lease.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Lease {
     pub lock_name: String,
     pub operation_id: String,

@@ -22,7 +22,7 @@ string_enum!(
 });
 
 /// One row of `nodes`, with the number of scopes placed on it. Times are Unix milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct NodeRecord {
     pub node_id: String,
     pub api_address: String,

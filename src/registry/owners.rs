@@ -43,7 +43,7 @@ impl OwnerState {
 }
 
 /// One row of `scope_owners`. Times are Unix milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct OwnerRecord {
     pub owner_id: String,
     pub scope_id: ScopeId,

@@ -40,7 +40,7 @@ impl RunRequestState {
 }
 
 /// One row of `scope_run_requests`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct RunRequestRecord {
     pub scope_id: ScopeId,
     pub run_request_id: String,

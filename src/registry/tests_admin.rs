@@ -173,3 +173,28 @@ fn admin_changes_are_audited_with_the_change_and_refusals_are_not() {
     assert_eq!(older.len(), 4, "paged by before");
     assert_eq!((older[2].action.as_str(), &older[2].detail["amount"]), ("credit", &serde_json::json!("0.050000")));
 }
+
+/// Issue 25 item 5 (the admin page): accounts listed most recently changed first, bounded; the
+/// price an environment was admitted at read back by its id.
+#[test]
+fn accounts_are_listed_newest_first_and_an_environment_keeps_its_price() {
+    let reg = Arc::new(Registry::open_for_tests().unwrap());
+    let p = pricing("0.050000", "CNY");
+    for user in ["u-list-a", "u-list-b", "u-list-c"] {
+        reg.set_plan(&p, user, "payg").unwrap();
+    }
+    reg.credit_cash(&p, "u-list-a", m("1.000000"), "k-list", None).unwrap();
+    let all = reg.accounts(10).unwrap();
+    let mut users: Vec<&str> = all.iter().map(|a| a.user_id.as_str()).collect();
+    assert!(all.windows(2).all(|w| w[0].updated_at >= w[1].updated_at), "most recently changed first");
+    users.sort_unstable();
+    assert_eq!(users, ["u-list-a", "u-list-b", "u-list-c"]);
+    assert_eq!(reg.accounts(2).unwrap().len(), 2, "bounded by the limit");
+
+    reg.credit_cash(&p, "u-list-b", m("1.000000"), "k-list-b", None).unwrap();
+    let usage = run_environment(&reg, &p, "u-list-b", "t-list-env", 120);
+    let env = reg.usage(usage).unwrap().unwrap().environment_id;
+    let snapshot = reg.environment_pricing_snapshot(&env).unwrap().expect("recorded at admission");
+    assert_eq!(p.price_of(Some(&snapshot)).unwrap(), ("CNY".to_string(), m("0.050000")));
+    assert_eq!(reg.environment_pricing_snapshot("env_missing").unwrap(), None);
+}

@@ -15,7 +15,7 @@ use crate::serve_process::{free_port, write_config as write_base_config, ServePr
 
 pub const SERVICE_TOKEN: &str = "compute-test-service-token-0123456789";
 pub const HMAC_SECRET: &str = "compute-test-hmac-secret";
-const ADMIN_TOKEN: &str = "tools-compute-admin-token";
+pub const ADMIN_TOKEN: &str = "tools-compute-admin-token";
 
 /// New accounts get `pro` (free minutes); `metered` has none, so compute is paid from cash.
 const PRICING: &str = "[pricing]\ndefault_plan = \"pro\"\nsettle_interval_secs = 1\n\

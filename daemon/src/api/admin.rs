@@ -8,13 +8,15 @@ use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::Json;
 use scopefs::billing::{BillingError, Micros};
-use scopefs::registry::admin_audit::{self, AdminAction};
+use scopefs::registry::admin_audit::{self, AdminAction, AuditEntry};
 use scopefs::registry::billing::{Account, ArtifactsState, LedgerEntry, SettleStatus, UsageRecord};
+use scopefs::registry::nodes::NodeRecord;
 use serde::{Deserialize, Serialize};
 
 use super::artifacts::ArtifactView;
+use super::error::ErrorCode as E;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::routes::{Auth, RouteTable};
+use super::routes::{Auth, Doc, RouteTable};
 use super::{blocking, ApiError, AppState};
 use crate::pools::RouteClass::Internal;
 
@@ -33,6 +35,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              daemon alone",
             get(nodes),
         )
+        .doc(Doc::new().ok::<NodesView>(200).errors(&[E::RegistryError]))
         .add(
             "POST",
             "/admin/pending-usage",
@@ -42,6 +45,12 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              1-500, default 50}; answers {usage: [{id, usage_id, artifacts_registered, output_manifest_json, \
              artifacts, ...}]}",
             post(pending_usage),
+        )
+        .doc(
+            Doc::new()
+                .body::<PendingRequest>()
+                .ok::<PendingUsageView>(200)
+                .errors(&[E::InvalidRequest, E::RegistryError]),
         )
         .add(
             "POST",
@@ -53,6 +62,12 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              insufficient_compute_balance | artifacts_pending | not_found",
             post(mark_settled),
         )
+        .doc(Doc::new().body::<UsageIds>().ok::<SettleResults>(200).errors(&[
+            E::InvalidRequest,
+            E::AccountNotFound,
+            E::UnknownPlan,
+            E::RegistryError,
+        ]))
         .add(
             "POST",
             "/admin/mark-artifacts-registered",
@@ -61,6 +76,11 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              {environment_id} (seed 003 §4.5) or {usage_ids: [..]}; answers {updated}",
             post(mark_artifacts_registered),
         )
+        .doc(Doc::new().body::<RegisteredRequest>().ok::<UpdatedView>(200).errors(&[
+            E::InvalidRequest,
+            E::UsageNotFound,
+            E::RegistryError,
+        ]))
         .add(
             "GET",
             "/admin/accounts/{user_id}",
@@ -68,6 +88,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "An account: plan, compute minutes, cash balance (decimal strings), monthly period; 404 account_not_found",
             get(read_account),
         )
+        .doc(Doc::new().ok::<Account>(200).errors(&[E::AccountNotFound, E::RegistryError]))
         .add(
             "POST",
             "/admin/accounts/{user_id}/credit",
@@ -77,6 +98,13 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              answers {account, entry}",
             post(credit),
         )
+        .doc(Doc::new().body::<CreditRequest>().ok::<CreditView>(200).errors(&[
+            E::InvalidRequest,
+            E::AmountOutOfRange,
+            E::IdempotencyKeyConflict,
+            E::UnknownPlan,
+            E::RegistryError,
+        ]))
         .add(
             "PUT",
             "/admin/accounts/{user_id}/plan",
@@ -85,6 +113,11 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              this period); 400 unknown_plan; answers the account",
             put(set_plan),
         )
+        .doc(Doc::new().body::<PlanRequest>().ok::<Account>(200).errors(&[
+            E::InvalidRequest,
+            E::UnknownPlan,
+            E::RegistryError,
+        ]))
         .add(
             "PUT",
             "/admin/accounts/{user_id}/quota-adjustment",
@@ -94,6 +127,11 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              max(0, plan's + minutes), remaining = max(0, monthly - used this period); answers the account",
             put(set_quota_adjustment),
         )
+        .doc(Doc::new().body::<AdjustmentRequest>().ok::<Account>(200).errors(&[
+            E::InvalidRequest,
+            E::UnknownPlan,
+            E::RegistryError,
+        ]))
         .add(
             "GET",
             "/admin/audit-log",
@@ -104,6 +142,12 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              [{audit_id, action, subject, detail, created_at}]}",
             get(audit_log),
         )
+        .doc(
+            Doc::new()
+                .query::<LedgerQuery>()
+                .ok::<Entries<AuditEntry>>(200)
+                .errors(&[E::InvalidRequest, E::RegistryError]),
+        )
         .add(
             "GET",
             "/admin/accounts/{user_id}/ledger",
@@ -111,6 +155,12 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Wallet ledger entries, newest first. Query limit (1-500, default 100), before (entry_id); \
              answers {entries: [...]}",
             get(ledger),
+        )
+        .doc(
+            Doc::new()
+                .query::<LedgerQuery>()
+                .ok::<Entries<LedgerEntry>>(200)
+                .errors(&[E::InvalidRequest, E::RegistryError]),
         )
 }
 
@@ -121,7 +171,7 @@ fn check_batch(ids: &[i64]) -> Result<(), ApiError> {
     Ok(())
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PendingRequest {
     /// Seed 003 §4.5 `list_pending_usage(settled=0)`: 0 pending, 1 settled.
@@ -131,7 +181,7 @@ struct PendingRequest {
 
 /// A usage record as the seed's poll loop reads it (§11.3): `id`, `artifacts_registered`,
 /// `output_manifest_json`, plus every field of the record and its artifact paths.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct PendingView {
     /// The usage id (seed: `record.id`).
     id: i64,
@@ -161,17 +211,30 @@ impl PendingView {
     }
 }
 
-async fn nodes(State(st): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+/// The nodes of the deployment, and which one answers (`null` for a daemon alone).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct NodesView {
+    nodes: Vec<NodeRecord>,
+    this_node: Option<String>,
+}
+
+async fn nodes(State(st): State<AppState>) -> Result<Json<NodesView>, ApiError> {
     let registry = st.scopes.registry().clone();
     let nodes = blocking(Internal, move || registry.nodes().map_err(crate::services::ServiceError::Registry)).await?;
     let this_node = st.cluster.as_ref().map(|c| c.node_id().to_string());
-    Ok(Json(serde_json::json!({ "nodes": nodes, "this_node": this_node })))
+    Ok(Json(NodesView { nodes, this_node }))
+}
+
+/// A page of usage records.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct PendingUsageView {
+    usage: Vec<PendingView>,
 }
 
 async fn pending_usage(
     State(st): State<AppState>,
     ApiJson(req): ApiJson<PendingRequest>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<PendingUsageView>, ApiError> {
     let limit = req.limit.unwrap_or(50);
     if !(1..=MAX_BATCH).contains(&limit) {
         return Err(BillingError::Invalid { field: "limit", reason: "must be 1-500".into() }.into());
@@ -191,19 +254,33 @@ async fn pending_usage(
         records.into_iter().map(|usage| PendingView::of(&billing, usage)).collect::<Result<Vec<_>, BillingError>>()
     })
     .await?;
-    Ok(Json(serde_json::json!({ "usage": views })))
+    Ok(Json(PendingUsageView { usage: views }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct UsageIds {
     usage_ids: Vec<i64>,
 }
 
+/// What settling one usage record did.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct SettleResult {
+    usage_id: i64,
+    /// `settled`, `already_settled`, `insufficient_compute_balance`, `artifacts_pending` or `not_found`.
+    status: &'static str,
+}
+
+/// The outcome of each usage record of a `mark-settled`, in the request's order.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct SettleResults {
+    results: Vec<SettleResult>,
+}
+
 async fn mark_settled(
     State(st): State<AppState>,
     ApiJson(req): ApiJson<UsageIds>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<SettleResults>, ApiError> {
     check_batch(&req.usage_ids)?;
     let billing = st.billing.clone();
     let results = blocking(Internal, move || {
@@ -217,16 +294,16 @@ async fn mark_settled(
                 Err(BillingError::UsageNotFound) => "not_found",
                 Err(e) => return Err(e),
             };
-            out.push(serde_json::json!({ "usage_id": id, "status": status }));
+            out.push(SettleResult { usage_id: id, status });
         }
         Ok(out)
     })
     .await?;
-    Ok(Json(serde_json::json!({ "results": results })))
+    Ok(Json(SettleResults { results }))
 }
 
 /// The body of `/admin/mark-artifacts-registered`: the seed's `usage_id` or `environment_id`, or a batch.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RegisteredRequest {
     usage_id: Option<i64>,
@@ -234,10 +311,16 @@ struct RegisteredRequest {
     usage_ids: Option<Vec<i64>>,
 }
 
+/// How many usage records a `mark-artifacts-registered` changed.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct UpdatedView {
+    updated: usize,
+}
+
 async fn mark_artifacts_registered(
     State(st): State<AppState>,
     ApiJson(req): ApiJson<RegisteredRequest>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<UpdatedView>, ApiError> {
     let given = [req.usage_id.is_some(), req.environment_id.is_some(), req.usage_ids.is_some()];
     if given.iter().filter(|g| **g).count() != 1 {
         let reason = "give exactly one of usage_id, environment_id, usage_ids".into();
@@ -264,7 +347,7 @@ async fn mark_artifacts_registered(
         billing.registry.mark_artifacts_registered_audited(&ids, Some(&audit))
     })
     .await?;
-    Ok(Json(serde_json::json!({ "updated": updated })))
+    Ok(Json(UpdatedView { updated }))
 }
 
 async fn read_account(State(st): State<AppState>, ApiPath(user): ApiPath<String>) -> Result<Json<Account>, ApiError> {
@@ -272,7 +355,7 @@ async fn read_account(State(st): State<AppState>, ApiPath(user): ApiPath<String>
     Ok(Json(blocking(Internal, move || billing.registry.account(&user)?.ok_or(BillingError::AccountNotFound)).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CreditRequest {
     amount: Micros,
@@ -280,7 +363,7 @@ struct CreditRequest {
     note: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct CreditView {
     account: Account,
     entry: LedgerEntry,
@@ -299,7 +382,7 @@ async fn credit(
     Ok(Json(CreditView { account, entry }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PlanRequest {
     plan: String,
@@ -314,7 +397,7 @@ async fn set_plan(
     Ok(Json(blocking(Internal, move || billing.registry.set_plan(&billing.pricing, &user, &req.plan)).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AdjustmentRequest {
     minutes: i64,
@@ -339,18 +422,25 @@ fn listing_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError
     Ok(limit)
 }
 
+/// A page of a listing, newest first.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "{T}Page")]
+struct Entries<T> {
+    entries: Vec<T>,
+}
+
 async fn audit_log(
     State(st): State<AppState>,
     ApiQuery(q): ApiQuery<LedgerQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Entries<AuditEntry>>, ApiError> {
     let limit = listing_limit(q.limit, 100)?;
     let billing = st.billing.clone();
     let entries =
         blocking(Internal, move || billing.registry.admin_audit(limit, q.before).map_err(BillingError::from)).await?;
-    Ok(Json(serde_json::json!({ "entries": entries })))
+    Ok(Json(Entries { entries }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LedgerQuery {
     limit: Option<usize>,
@@ -361,9 +451,9 @@ async fn ledger(
     State(st): State<AppState>,
     ApiPath(user): ApiPath<String>,
     ApiQuery(q): ApiQuery<LedgerQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Entries<LedgerEntry>>, ApiError> {
     let limit = listing_limit(q.limit, 100)?;
     let billing = st.billing.clone();
     let entries = blocking(Internal, move || billing.registry.ledger(&user, limit, q.before)).await?;
-    Ok(Json(serde_json::json!({ "entries": entries })))
+    Ok(Json(Entries { entries }))
 }

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use crate::services::compute::WORKSPACE;
 use crate::services::peers::GLOBAL_ROOT;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ArtifactView {
     /// The same for the same file of the same environment, whoever asks and however often.
     pub artifact_id: String,

@@ -13,6 +13,23 @@ use scopefs::vpath::PathError;
 
 use crate::services::ServiceError;
 
+mod codes;
+pub use codes::ErrorCode;
+
+/// The body of every error answer: `{"error": {"code", "message"}}`.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What failed: a code of [`ErrorCode`] and a human-readable message.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct ErrorDetail {
+    #[schemars(with = "ErrorCode")]
+    pub code: &'static str,
+    pub message: String,
+}
+
 /// An HTTP error answer. 5xx details are logged, never returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -48,6 +65,21 @@ impl ApiError {
 
     pub fn method_not_allowed() -> ApiError {
         Self::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route")
+    }
+
+    /// The admin page's login form with a token that does not match (`/admin/ui/login`).
+    pub fn admin_login_failed() -> ApiError {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "the admin token does not match")
+    }
+
+    /// An admin page form without its session's CSRF token, or a cross-site login post.
+    pub fn csrf_refused() -> ApiError {
+        Self::new(StatusCode::FORBIDDEN, "csrf_refused", "the form is not from this admin page; reload it")
+    }
+
+    /// The admin page holds its most live sessions already (`admin_ui::session::MAX_SESSIONS`).
+    pub fn admin_sessions_full() -> ApiError {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, "admin_sessions_full", "too many admin sessions; log out of one")
     }
 
     /// The one 404 of the workspace routes: an unknown thread, another scope's path and a missing
@@ -142,6 +174,13 @@ impl From<PathError> for ApiError {
 impl From<QueryRejection> for ApiError {
     fn from(e: QueryRejection) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text())
+    }
+}
+
+/// A form body (the admin page's login and logout) that does not parse.
+impl From<axum::extract::rejection::FormRejection> for ApiError {
+    fn from(e: axum::extract::rejection::FormRejection) -> ApiError {
+        ApiError::new(e.status(), "invalid_form", e.body_text())
     }
 }
 
@@ -394,7 +433,8 @@ impl IntoResponse for ApiError {
         if let Some(kind) = self.refusal {
             crate::metrics::note_api_refusal(kind);
         }
-        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
+        debug_assert!(ErrorCode::of(self.code).is_some(), "{} is not an ErrorCode", self.code);
+        let body = ErrorBody { error: ErrorDetail { code: self.code, message: self.message } };
         let mut resp = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));

@@ -8,10 +8,12 @@ use axum::routing::{get, post};
 use axum::Json;
 use scopefs::ids::ThreadId;
 use scopefs::registry::forks::SnapshotRecord;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
+use super::error::ErrorCode as E;
 use super::extract::{ApiJson, ScopePath};
-use super::routes::{Auth, RouteTable};
+use super::internal::ScopeView;
+use super::routes::{Auth, Doc, RouteTable};
 use super::{blocking, ApiError, AppState};
 use crate::pools::RouteClass::Internal;
 
@@ -28,6 +30,12 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              the new scope's view with `created` and `forked_from`",
             post(fork),
         )
+        .doc(Doc::new()
+            .body::<ForkRequest>()
+            .ok::<ForkView>(201)
+            .ok::<ForkView>(200)
+            .errors(SCOPE_ERRORS)
+            .errors(&[E::InvalidThreadId, E::InvalidRequest, E::IdempotencyKeyConflict, E::ThreadAlreadyBound]))
         .add(
             "POST",
             "/internal/workspace-scopes/{scope_id}/snapshots",
@@ -37,6 +45,11 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              Read it with /api/workspace* and snapshotId",
             post(create_snapshot),
         )
+        .doc(Doc::new()
+            .body::<SnapshotRequest>()
+            .ok::<SnapshotRecord>(201)
+            .errors(SCOPE_ERRORS)
+            .errors(&[E::InvalidRequest, E::IdempotencyKeyConflict]))
         .add(
             "GET",
             "/internal/workspace-scopes/{scope_id}/snapshots",
@@ -44,6 +57,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "The scope's snapshots, oldest first: {snapshots: [...]}",
             get(list_snapshots),
         )
+        .doc(Doc::new().ok::<SnapshotsView>(200).errors(SCOPE_ERRORS))
         .add(
             "POST",
             "/internal/workspace-scopes/{scope_id}/snapshots/{snapshot_id}/restore",
@@ -52,9 +66,25 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              environment of the scope runs); answers the scope's view",
             post(restore_snapshot),
         )
+        .doc(Doc::new().no_body().ok::<ScopeView>(200).errors(SCOPE_ERRORS).errors(&[E::NotFound, E::InvalidRequest]))
 }
 
-#[derive(Debug, Deserialize)]
+/// A scope's errors on these routes.
+const SCOPE_ERRORS: &[E] = &[
+    E::InvalidScopeId,
+    E::ScopeNotFound,
+    E::ScopeNotMountable,
+    E::ScopeDeleting,
+    E::ScopeDeleted,
+    E::ScopeProvisioning,
+    E::ScopeBusy,
+    E::ScopeUnavailable,
+    E::ObjectStoreUnavailable,
+    E::EngineError,
+    E::RegistryError,
+];
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct ForkRequest {
     operation_id: String,
     primary_thread_id: String,
@@ -66,21 +96,32 @@ async fn fork(
     State(st): State<AppState>,
     ScopePath(parent, ()): ScopePath,
     ApiJson(req): ApiJson<ForkRequest>,
-) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+) -> Result<(StatusCode, Json<ForkView>), ApiError> {
     let thread = ThreadId::parse(&req.primary_thread_id)?;
     let scopes = st.scopes.clone();
     let from = parent.clone();
     let (rec, created) =
         blocking(Internal, move || scopes.fork(&from, &req.operation_id, &thread, req.user_id.as_deref())).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    let mut view = serde_json::to_value(super::internal::scope_view(rec))
-        .map_err(|e| ApiError::internal("answer_not_serialized", &e))?;
-    view["created"] = created.into();
-    view["forked_from"] = parent.as_str().into();
+    let view = ForkView { scope: super::internal::scope_view(rec, Some(created)), forked_from: parent.to_string() };
     Ok((status, Json(view)))
 }
 
-#[derive(Debug, Deserialize)]
+/// The new scope of a fork: its view, `created`, and the scope it was forked from.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct ForkView {
+    #[serde(flatten)]
+    scope: ScopeView,
+    forked_from: String,
+}
+
+/// A scope's snapshots, oldest first.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct SnapshotsView {
+    snapshots: Vec<SnapshotRecord>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct SnapshotRequest {
     snapshot_id: String,
 }
@@ -106,19 +147,17 @@ async fn create_snapshot(
 async fn list_snapshots(
     State(st): State<AppState>,
     ScopePath(scope, ()): ScopePath,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<SnapshotsView>, ApiError> {
     let scopes = st.scopes.clone();
-    let snaps = blocking(Internal, move || scopes.snapshots(&scope)).await?;
-    Ok(Json(serde_json::json!({ "snapshots": snaps })))
+    let snapshots = blocking(Internal, move || scopes.snapshots(&scope)).await?;
+    Ok(Json(SnapshotsView { snapshots }))
 }
 
 async fn restore_snapshot(
     State(st): State<AppState>,
     ScopePath(scope, snapshot): ScopePath<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ScopeView>, ApiError> {
     let scopes = st.scopes.clone();
     let rec = blocking(Internal, move || scopes.restore_snapshot(&scope, &snapshot)).await?;
-    serde_json::to_value(super::internal::scope_view(rec))
-        .map(Json)
-        .map_err(|e| ApiError::internal("answer_not_serialized", &e))
+    Ok(Json(super::internal::scope_view(rec, None)))
 }

@@ -16,8 +16,9 @@ use scopefs::registry::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::error::ErrorCode as E;
 use super::extract::{ApiJson, ApiPath, ApiQuery, ScopePath};
-use super::routes::{Auth, RouteTable};
+use super::routes::{Auth, Doc, RouteTable};
 use super::{blocking, ApiError, AppState};
 use crate::pools::RouteClass::Internal;
 use crate::services::ProvisionBy;
@@ -38,6 +39,11 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              new_thread and the migration report is verified (not for the holder of workspace-cutover)",
             post(provision),
         )
+        .doc(Doc::new()
+            .body::<ProvisionRequest>()
+            .ok::<ScopeView>(201)
+            .ok::<ScopeView>(200)
+            .errors(&[E::InvalidThreadId, E::InvalidUserId, E::InvalidRequest, E::IdempotencyKeyConflict, E::ThreadAlreadyBound, E::ScopeNotFound, E::CutoverInProgress, E::MigrationRequired, E::RegistryError]))
         .add(
             "POST",
             "/internal/workspace-cutover/report",
@@ -47,6 +53,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              {operation_id, result_sha256, state}; 409 migration-required if the report does not check out",
             post(record_cutover),
         )
+        .doc(Doc::new().no_body().ok::<CutoverView>(200).errors(&[E::MigrationRequired, E::RegistryError]))
         .add(
             "GET",
             "/internal/workspace-scopes/by-thread/{thread_id}",
@@ -55,6 +62,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              delete_blocked_by?, deleted_at?, purged_at?} or 404 scope_not_found",
             get(by_thread),
         )
+        .doc(Doc::new().ok::<ScopeView>(200).errors(&[E::InvalidThreadId, E::ScopeNotFound, E::RegistryError]))
         .add(
             "PATCH",
             "/internal/workspace-scopes/{scope_id}",
@@ -63,6 +71,10 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              deleting (freeze, drain owners, then deleted). 409 revision_conflict / invalid_state_transition",
             patch(patch_scope),
         )
+        .doc(Doc::new()
+            .body::<PatchScopeRequest>()
+            .ok::<ScopeView>(200)
+            .errors(&[E::InvalidScopeId, E::ScopeNotFound, E::RevisionConflict, E::InvalidStateTransition, E::CutoverInProgress, E::ScopeBusy, E::RegistryError]))
         .add(
             "GET",
             "/internal/workspace-scopes/{scope_id}/mount",
@@ -70,6 +82,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Host view and container bind source of a scope for an external orchestrator (mounts if needed)",
             get(mount),
         )
+        .doc(Doc::new().ok::<MountView>(200).errors(&[E::InvalidScopeId, E::ScopeNotFound, E::ScopeNotMountable, E::ScopeUnavailable, E::MountFailed, E::RegistryError]))
         .add(
             "POST",
             "/internal/workspace-scopes/{scope_id}/gc",
@@ -80,6 +93,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              an upload in flight, held by a fork, or past the bound)",
             post(collect_garbage),
         )
+        .doc(Doc::new().no_body().ok::<GcView>(200).errors(&[E::InvalidScopeId, E::ScopeNotFound, E::ScopeNotMountable, E::ScopeBusy, E::ObjectStoreUnavailable, E::ScopeUnavailable, E::EngineError, E::RegistryError]))
         .add(
             "POST",
             "/internal/workspace-scopes/{scope_id}/owners",
@@ -90,6 +104,11 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              of the blocking lease, lease_operation_id)",
             post(create_owner),
         )
+        .doc(Doc::new()
+            .body::<CreateOwnerRequest>()
+            .ok::<OwnerView>(201)
+            .ok::<OwnerView>(200)
+            .errors(&[E::InvalidScopeId, E::InvalidRequest, E::ScopeNotFound, E::OwnerNotFound, E::ResourceAlreadyOwned, E::ScopeDeleting, E::ScopeDeleted, E::ScopeProvisioning, E::CutoverInProgress, E::RegistryError]))
         .add(
             "PATCH",
             "/internal/workspace-scopes/{scope_id}/owners/{owner_id}",
@@ -98,6 +117,10 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              terminal/quarantined never become active (409 invalid_state_transition)",
             patch(update_owner),
         )
+        .doc(Doc::new()
+            .body::<UpdateOwnerRequest>()
+            .ok::<OwnerView>(200)
+            .errors(&[E::InvalidScopeId, E::InvalidRequest, E::ScopeNotFound, E::OwnerNotFound, E::RevisionConflict, E::InvalidStateTransition, E::ResourceIdAlreadySet, E::ResourceAlreadyOwned, E::RegistryError]))
         .add(
             "GET",
             "/internal/workspace-scopes/{scope_id}/owners/by-resource/{resource_id}",
@@ -105,6 +128,10 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "The owner of an external resource in this scope (query owner_type? to disambiguate) or 404 owner_not_found",
             get(owner_by_resource),
         )
+        .doc(Doc::new()
+            .query::<ByResourceQuery>()
+            .ok::<OwnerView>(200)
+            .errors(&[E::InvalidScopeId, E::ScopeNotFound, E::OwnerNotFound, E::AmbiguousResource, E::RegistryError]))
         .add(
             "POST",
             "/internal/workspace-scopes/{scope_id}/runs/reserve",
@@ -114,6 +141,11 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              409 interrupt_already_resolved, 409 scope_deleting, 503 cutover-in-progress",
             post(reserve_run),
         )
+        .doc(Doc::new()
+            .body::<ReserveRequest>()
+            .ok::<ReservationView>(201)
+            .ok::<ReservationView>(200)
+            .errors(&[E::InvalidScopeId, E::InvalidRequest, E::ScopeNotFound, E::IdempotencyKeyConflict, E::InterruptAlreadyResolved, E::ScopeDeleting, E::ScopeDeleted, E::ScopeProvisioning, E::CutoverInProgress, E::RegistryError]))
         .add(
             "PATCH",
             "/internal/workspace-scopes/{scope_id}/runs/{run_request_id}",
@@ -121,6 +153,10 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Attach run_id and/or change state (started, completed, failed, cancelled). Body {run_id?, state?}",
             patch(update_run),
         )
+        .doc(Doc::new()
+            .body::<UpdateRunRequest>()
+            .ok::<ReservationView>(200)
+            .errors(&[E::InvalidScopeId, E::InvalidRequest, E::ScopeNotFound, E::RunRequestNotFound, E::InvalidStateTransition, E::ResourceIdAlreadySet, E::RegistryError]))
         .add(
             "POST",
             "/internal/leases/{lock_name}",
@@ -129,6 +165,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              else 409 lease_held. Returns {lock_name, operation_id, expires_at, created_at}",
             post(change_lease::<ACQUIRE>),
         )
+        .doc(Doc::new().body::<LeaseRequest>().ok::<Lease>(200).errors(&[E::InvalidRequest, E::LeaseHeld, E::RegistryError]))
         .add(
             "PATCH",
             "/internal/leases/{lock_name}",
@@ -136,6 +173,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Renew a lease: body {operation_id, ttl_seconds}; only its holder, before expiry (else 409 lease_not_held)",
             patch(change_lease::<RENEW>),
         )
+        .doc(Doc::new().body::<LeaseRequest>().ok::<Lease>(200).errors(&[E::InvalidRequest, E::LeaseNotHeld, E::RegistryError]))
         .add(
             "DELETE",
             "/internal/leases/{lock_name}",
@@ -143,11 +181,12 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Release a lease: query operation_id; {released: bool}; 409 lease_not_held if another operation holds it",
             axum::routing::delete(release_lease),
         )
+        .doc(Doc::new().query::<ReleaseQuery>().ok::<ReleasedView>(200).errors(&[E::LeaseNotHeld, E::RegistryError]))
 }
 
 /// A scope as the API shows it (no physical paths).
-#[derive(Debug, Serialize)]
-struct ScopeView {
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub(super) struct ScopeView {
     scope_id: ScopeId,
     primary_thread_id: ThreadId,
     state: ScopeState,
@@ -187,9 +226,9 @@ impl ScopeView {
     }
 }
 
-/// The JSON view of a scope record (for routes of other modules).
-pub(super) fn scope_view(rec: ScopeRecord) -> impl Serialize {
-    ScopeView::of(rec)
+/// The JSON view of a scope record (for routes of other modules), with `created` if given.
+pub(super) fn scope_view(rec: ScopeRecord, created: Option<bool>) -> ScopeView {
+    ScopeView { created, ..ScopeView::of(rec) }
 }
 
 fn created_status(created: bool) -> StatusCode {
@@ -200,7 +239,7 @@ fn created_status(created: bool) -> StatusCode {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct ProvisionRequest {
     operation_id: String,
     primary_thread_id: String,
@@ -242,7 +281,7 @@ async fn by_thread(State(st): State<AppState>, ApiPath(raw): ApiPath<String>) ->
     Ok(Json(ScopeView { usage: Some(status.usage), ..ScopeView::of(status.record) }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct PatchScopeRequest {
     expected_revision: u64,
     state: ScopeState,
@@ -260,7 +299,7 @@ async fn patch_scope(
 /// Where a mounted scope is. `bind_source` is the real mount: what an orchestrator binds into a
 /// container (symlinks resolve in the container's namespace). `mountpoint` is the host view, a
 /// `nosymfollow` bind of it: host tools read it without ever following a scope's symlink.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct MountView {
     scope_id: ScopeId,
     mountpoint: String,
@@ -270,20 +309,29 @@ struct MountView {
     node_id: Option<String>,
 }
 
-/// The one route that returns host paths: for the orchestrator that bind-mounts a scope into a container.
+/// What one online garbage collection of a scope did.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+struct GcView {
+    blocks_deleted: u64,
+    bytes_deleted: u64,
+    /// Not stored yet, an upload in flight, held by a fork, or past the bound.
+    blocks_deferred: u64,
+}
+
 async fn collect_garbage(
     State(st): State<AppState>,
     ScopePath(scope, ()): ScopePath,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<GcView>, ApiError> {
     let service = st.scopes.clone();
     let r = blocking(Internal, move || service.gc_scope(&scope)).await?;
-    Ok(Json(serde_json::json!({
-        "blocks_deleted": r.blocks_deleted,
-        "bytes_deleted": r.bytes_deleted,
-        "blocks_deferred": r.blocks_deferred,
-    })))
+    Ok(Json(GcView {
+        blocks_deleted: r.blocks_deleted,
+        bytes_deleted: r.bytes_deleted,
+        blocks_deferred: r.blocks_deferred,
+    }))
 }
 
+/// The one route that returns host paths: for the orchestrator that bind-mounts a scope into a container.
 async fn mount(State(st): State<AppState>, ScopePath(scope, ()): ScopePath) -> Result<Json<MountView>, ApiError> {
     let service = st.scopes.clone();
     let (rec, bind_source) = blocking(Internal, move || service.mount(&scope)).await?;
@@ -298,7 +346,7 @@ async fn mount(State(st): State<AppState>, ScopePath(scope, ()): ScopePath) -> R
     Ok(Json(MountView { scope_id: rec.scope_id, mountpoint, bind_source, node_id }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct CreateOwnerRequest {
     owner_type: OwnerType,
     resource_id: Option<String>,
@@ -308,7 +356,7 @@ struct CreateOwnerRequest {
     lease_operation_id: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct OwnerView {
     #[serde(flatten)]
     owner: OwnerRecord,
@@ -328,7 +376,7 @@ async fn create_owner(
     Ok((created_status(created), Json(OwnerView { owner, created: Some(created) })))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct UpdateOwnerRequest {
     expected_revision: Option<u64>,
     resource_id: Option<String>,
@@ -346,7 +394,7 @@ async fn update_owner(
     Ok(Json(OwnerView { owner, created: None }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct ByResourceQuery {
     owner_type: Option<OwnerType>,
 }
@@ -360,7 +408,7 @@ async fn owner_by_resource(
     Ok(Json(OwnerView { owner, created: None }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct ReserveRequest {
     run_request_id: String,
     turn_id: String,
@@ -368,7 +416,7 @@ struct ReserveRequest {
     request_hash: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct ReservationView {
     #[serde(flatten)]
     run: RunRequestRecord,
@@ -401,7 +449,7 @@ async fn reserve_run(
     Ok((created_status(r.created), Json(view)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct UpdateRunRequest {
     run_id: Option<String>,
     state: Option<RunRequestState>,
@@ -417,13 +465,13 @@ async fn update_run(
     Ok(Json(ReservationView { run, created: None, scope_state: None, scope_revision: None }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct LeaseRequest {
     operation_id: String,
     ttl_seconds: u64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct ReleaseQuery {
     operation_id: String,
 }
@@ -431,7 +479,7 @@ struct ReleaseQuery {
 /// `change_lease::<ACQUIRE>`: take a free, expired or already held lease.
 const ACQUIRE: bool = false;
 /// The recorded cutover operation (no physical path).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct CutoverView {
     operation_id: String,
     result_sha256: Option<String>,
@@ -468,7 +516,7 @@ async fn change_lease<const RENEWAL: bool>(
     Ok(Json(lease))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct ReleasedView {
     released: bool,
 }

@@ -1,6 +1,7 @@
 //! The HTTP API (axum): routes, service-token authentication and JSON shapes; work runs on blocking threads.
 
 mod admin;
+pub mod admin_ui;
 mod artifacts;
 mod error;
 mod extract;
@@ -8,6 +9,7 @@ mod forks;
 pub mod forward;
 mod held_answer;
 mod internal;
+pub mod openapi;
 pub mod routes;
 mod tools;
 mod unread_body;
@@ -24,7 +26,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 
 pub use error::ApiError;
-use routes::{Auth, RouteTable};
+use error::ErrorCode;
+use routes::{Auth, Doc, RouteTable};
 use scopefs::engine::FileKind;
 pub use tools::{SignedRequest, ToolsAuth};
 
@@ -43,6 +46,8 @@ pub struct AppState {
     pub tools: Arc<ToolsAuth>,
     /// `X-Admin-Token` of the `/admin/*` routes.
     pub admin_token: Arc<Token>,
+    /// Live sessions of the admin page (`/admin/ui`), got by posting the admin token.
+    pub admin_sessions: Arc<admin_ui::Sessions>,
     /// Accounts, usage and pricing (SPEC §9).
     pub billing: Arc<crate::billing_loop::BillingService>,
     /// With several nodes: this node, and where each scope is served (`forward`).
@@ -72,14 +77,19 @@ pub fn exec_output_bytes(cfg: &scopefs::config::Config) -> u64 {
 pub fn route_table() -> RouteTable<AppState> {
     RouteTable::new()
         .add("GET", "/health", Auth::Public, "Liveness", get(health))
+        .doc(Doc::new().ok::<StatusView>(200))
         .add("GET", "/ready", Auth::Public, "Readiness: mounts and recovery done", get(ready))
+        .doc(Doc::new().ok::<StatusView>(200).errors(&[ErrorCode::NotReady]))
         .add("GET", "/openapi.json", Auth::Public, "This document", get(openapi_json))
+        .doc(Doc::new().ok::<serde_json::Value>(200))
         .add("GET", "/metrics", Auth::Service, "Prometheus metrics (counts and ids only)", get(metrics))
+        .doc(Doc::new().ok_media(200, "text/plain").errors(&[ErrorCode::RegistryError]))
         .merge_from(internal::add_routes)
         .merge_from(forks::add_routes)
         .merge_from(workspace::add_routes)
         .merge_from(tools::add_routes)
         .merge_from(admin::add_routes)
+        .merge_from(admin_ui::add_routes)
 }
 
 /// The whole API.
@@ -96,6 +106,10 @@ pub fn router(state: AppState) -> Router {
             // Every signed route verifies its request in the `SignedRequest` extractor.
             Auth::Signed => group,
             Auth::Admin => group.route_layer(middleware::from_fn_with_state(state.clone(), require_admin_token)),
+            // No session cookie (or an expired one): redirected to the login form.
+            Auth::AdminSession => {
+                group.route_layer(middleware::from_fn_with_state(state.clone(), admin_ui::require_session))
+            }
         };
         app = app.merge(group);
     }
@@ -206,13 +220,19 @@ async fn require_service_token(State(st): State<AppState>, req: Request, next: N
     next.run(req).await
 }
 
-async fn health() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
+/// The answer of `/health` (`ok`) and `/ready` (`ready`).
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+struct StatusView {
+    status: &'static str,
 }
 
-async fn ready(State(st): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+async fn health() -> Json<StatusView> {
+    Json(StatusView { status: "ok" })
+}
+
+async fn ready(State(st): State<AppState>) -> Result<Json<StatusView>, ApiError> {
     if st.scopes.is_ready() {
-        Ok(Json(serde_json::json!({ "status": "ready" })))
+        Ok(Json(StatusView { status: "ready" }))
     } else {
         Err(ApiError::not_ready())
     }

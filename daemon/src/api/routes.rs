@@ -3,7 +3,8 @@
 
 use axum::routing::MethodRouter;
 use axum::Router;
-use serde_json::{json, Map, Value};
+
+pub use super::openapi::{openapi, Doc};
 
 /// Who may call a route (SPEC §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,27 +17,33 @@ pub enum Auth {
     Admin,
     /// HMAC-signed `auth_context` in the body: `/tools/*`.
     Signed,
+    /// A session cookie of the admin page, got by posting the admin token to its login form:
+    /// `/admin/ui/*` (see `api::admin_ui::session`).
+    AdminSession,
 }
 
 impl Auth {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Auth::Public => "public",
             Auth::Service => "service_token",
             Auth::Admin => "admin_token",
             Auth::Signed => "hmac_auth_context",
+            Auth::AdminSession => "admin_session",
         }
     }
 }
 
 /// One row of the table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RouteSpec {
     pub method: &'static str,
     /// axum/OpenAPI path template, e.g. `/internal/workspace-scopes/{scope_id}/mount`.
     pub path: &'static str,
     pub auth: Auth,
     pub summary: &'static str,
+    /// Body, answers and errors for the OpenAPI document (`RouteTable::doc`); `None`: not yet.
+    pub doc: Option<Doc>,
 }
 
 /// Collects routes per authentication class; `build` applies each class's layer.
@@ -47,7 +54,9 @@ pub struct RouteTable<S> {
 
 impl<S: Clone + Send + Sync + 'static> RouteTable<S> {
     pub fn new() -> Self {
-        let groups = [Auth::Public, Auth::Service, Auth::Admin, Auth::Signed].map(|a| (a, Router::new())).to_vec();
+        let groups = [Auth::Public, Auth::Service, Auth::Admin, Auth::Signed, Auth::AdminSession]
+            .map(|a| (a, Router::new()))
+            .to_vec();
         RouteTable { groups, specs: Vec::new() }
     }
 
@@ -62,7 +71,15 @@ impl<S: Clone + Send + Sync + 'static> RouteTable<S> {
     ) -> Self {
         let group = self.groups.iter_mut().find(|(a, _)| *a == auth).map(|(_, r)| r).expect("every class has a group");
         *group = std::mem::take(group).route(path, handler);
-        self.specs.push(RouteSpec { method, path, auth, summary });
+        self.specs.push(RouteSpec { method, path, auth, summary, doc: None });
+        self
+    }
+
+    /// Documents the row just added: `.add(...).doc(Doc::new().body::<B>().ok::<A>(200))`.
+    pub fn doc(mut self, doc: Doc) -> Self {
+        if let Some(last) = self.specs.last_mut() {
+            last.doc = Some(doc);
+        }
         self
     }
 
@@ -81,43 +98,6 @@ impl<S: Clone + Send + Sync + 'static> Default for RouteTable<S> {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// An OpenAPI 3.1 document of the table.
-pub fn openapi(specs: &[RouteSpec]) -> Value {
-    let mut paths = Map::new();
-    for s in specs {
-        let params: Vec<Value> = s
-            .path
-            .split('/')
-            .filter_map(|seg| seg.strip_prefix('{').and_then(|p| p.strip_suffix('}')))
-            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
-            .collect();
-        let mut op = json!({
-            "summary": s.summary,
-            "x-scopefs-auth": s.auth.as_str(),
-            "responses": {"default": {"description": "JSON body; errors are {\"error\":{\"code\",\"message\"}}"}},
-        });
-        if !params.is_empty() {
-            op["parameters"] = Value::Array(params);
-        }
-        match s.auth {
-            Auth::Service => op["security"] = json!([{"serviceToken": []}]),
-            Auth::Admin => op["security"] = json!([{"adminToken": []}]),
-            Auth::Public | Auth::Signed => {}
-        }
-        let entry = paths.entry(s.path.to_string()).or_insert_with(|| json!({}));
-        entry[s.method.to_ascii_lowercase()] = op;
-    }
-    json!({
-        "openapi": "3.1.0",
-        "info": {"title": "scopefs", "version": env!("CARGO_PKG_VERSION")},
-        "paths": paths,
-        "components": {"securitySchemes": {
-            "serviceToken": {"type": "http", "scheme": "bearer"},
-            "adminToken": {"type": "apiKey", "in": "header", "name": "X-Admin-Token"},
-        }},
-    })
 }
 
 #[cfg(test)]

@@ -25,32 +25,32 @@ use std::time::UNIX_EPOCH;
 
 use axum::body::{Body, Bytes};
 use axum::extract::multipart::MultipartRejection;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Multipart, State};
+use axum::extract::{FromRequestParts, Multipart, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
 use axum::Json;
 use futures_util::{Stream, StreamExt};
 use scopefs::engine::{Attr, FileKind, Listing, ScopeEngine, WriteMode};
 use scopefs::ids::{ScopeId, ThreadId};
-use scopefs::registry::imports::ImportRequest;
 use scopefs::registry::{ScopeRecord, ScopeState};
 use scopefs::vpath;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 mod headers;
+mod imports;
+mod table;
 mod zipstream;
 
-use super::extract::{ApiJson, ApiQuery};
+use super::extract::ApiQuery;
 use super::held_answer::HeldAnswer;
-use super::routes::{Auth, RouteTable};
 use super::{blocking_as, file_kind_name, ApiError, AppState};
 use crate::pools::{RouteClass, Share};
 use crate::services::files::{write_creating_parents, EngineFileReader};
 use crate::services::ServiceError;
 use headers::{content_type, disposition, parse_range, RangeAsk};
+pub use table::add_routes;
 use zipstream::{write_zip, ChannelWriter};
 
 /// Chunks in flight between a blocking engine thread and the HTTP body.
@@ -61,66 +61,6 @@ const CHUNK: usize = 128 * 1024;
 pub fn stream_buffer_bytes() -> u64 {
     let piece = CHUNK.max(crate::http::CONNECTION_BUFFER_BYTES) as u64;
     (CHANNEL_DEPTH as u64 + 2) * piece + scopefs::engine::WRITE_FILL_BYTES
-}
-
-/// First components of the legacy workspace that are never importable (its private control data).
-const LEGACY_HIDDEN: &[&str] = &[".evoscientist"];
-
-/// Adds the workspace file routes to the table.
-pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
-    table
-        .add(
-            "GET",
-            "/api/workspace",
-            Auth::Service,
-            "List a workspace directory (threadId, path, recursive)",
-            get(list),
-        )
-        .add(
-            "POST",
-            "/api/workspace/upload",
-            Auth::Service,
-            "Multipart upload of one or more files (threadId, dir, overwrite)",
-            post(upload).layer(DefaultBodyLimit::disable()),
-        )
-        .add(
-            "GET",
-            "/api/workspace/file",
-            Auth::Service,
-            "File content, with Range support (threadId, path, download)",
-            get(read_file),
-        )
-        .add(
-            "PUT",
-            "/api/workspace/file",
-            Auth::Service,
-            "Write the body as the file's new version (atomic replace)",
-            put(write_file).layer(DefaultBodyLimit::disable()),
-        )
-        .add(
-            "DELETE",
-            "/api/workspace/file",
-            Auth::Service,
-            "Delete a file (recursive=1 for a directory)",
-            delete(delete_file),
-        )
-        .add("GET", "/api/workspace/download", Auth::Service, "Streaming zip of the workspace's files", get(download))
-        .add("GET", "/api/workspace/usage", Auth::Service, "File count, bytes and quota of the workspace", get(usage))
-        .add(
-            "POST",
-            "/api/workspace/import",
-            Auth::Service,
-            "Copy one file from the read-only legacy workspace (idempotent, audited)",
-            post(import),
-        )
-        .add(
-            "GET",
-            "/api/workspace/imports",
-            Auth::Service,
-            "The thread's legacy imports, oldest first (the import answer's fields plus state: applying | \
-             completed); a page: after (an idempotency_key), limit (1-500, default 100); {imports, next_after}",
-            get(imports),
-        )
 }
 
 /// The query parameters of every workspace route (names as the WebUI sends them).
@@ -213,7 +153,7 @@ fn kind_name(kind: FileKind) -> &'static str {
 }
 
 /// One file or directory as the API shows it: virtual paths only.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct EntryView {
     name: String,
     path: String,
@@ -238,13 +178,13 @@ impl EntryView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct ScopeBrief {
     scope_id: ScopeId,
     state: ScopeState,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct ListView {
     path: String,
     scope: ScopeBrief,
@@ -360,7 +300,7 @@ where
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct UploadView {
     files: Vec<EntryView>,
 }
@@ -560,13 +500,13 @@ async fn download(State(st): State<AppState>, WsArgs { thread, q }: WsArgs) -> R
     Ok(resp)
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct QuotaView {
     bytes: u64,
     inodes: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct UsageView {
     files: u64,
     bytes: u64,
@@ -587,103 +527,4 @@ async fn usage(State(st): State<AppState>, WsArgs { thread, .. }: WsArgs) -> Res
         inodes: usage.inodes,
         quota: QuotaView { bytes: quota.bytes, inodes: quota.inodes },
     }))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ImportBody {
-    /// Relative to the legacy workspace root.
-    source_path: String,
-    /// Relative to the scope root; defaults to `source_path`.
-    target_path: Option<String>,
-    idempotency_key: String,
-    /// Replace an existing target (default: refuse with 409 `file_exists`).
-    #[serde(default)]
-    overwrite: bool,
-}
-
-#[derive(Debug, Serialize)]
-struct ImportView {
-    idempotency_key: String,
-    source_path: String,
-    path: String,
-    virtual_path: String,
-    size: u64,
-    sha256: String,
-    /// Unix milliseconds.
-    imported_at: i64,
-    /// Whether an earlier request with this key did the copy.
-    replayed: bool,
-}
-
-async fn import(
-    State(st): State<AppState>,
-    WsArgs { thread, .. }: WsArgs,
-    ApiJson(body): ApiJson<ImportBody>,
-) -> Result<(StatusCode, Json<ImportView>), ApiError> {
-    let source = vpath::normalize(&body.source_path)?;
-    let target = vpath::normalize_virtual(body.target_path.as_deref().unwrap_or(&source))?;
-    if st.files.settings().legacy_root.is_none() {
-        return Err(ApiError::legacy_unavailable());
-    }
-    if LEGACY_HIDDEN.iter().any(|h| source.split('/').next() == Some(*h)) {
-        return Err(ApiError::workspace_not_found());
-    }
-    let req = ImportRequest {
-        idempotency_key: body.idempotency_key,
-        source_path: source,
-        target_path: target,
-        overwrite: body.overwrite,
-    };
-    let service = st.files.clone();
-    let outcome = run(of(&thread), move || service.import_legacy(&thread, req)).await?;
-    let rec = outcome.record;
-    let view = ImportView {
-        idempotency_key: rec.request.idempotency_key,
-        source_path: rec.request.source_path,
-        virtual_path: vpath::virtual_path(&rec.request.target_path),
-        path: rec.request.target_path,
-        size: rec.size_bytes.unwrap_or(0),
-        sha256: rec.sha256.unwrap_or_default(),
-        imported_at: rec.completed_at.unwrap_or(rec.created_at),
-        replayed: outcome.replayed,
-    };
-    let status = if outcome.replayed { StatusCode::OK } else { StatusCode::CREATED };
-    Ok((status, Json(view)))
-}
-
-/// Most records one page of `/api/workspace/imports` holds.
-const MAX_IMPORTS_PAGE: usize = 500;
-
-async fn imports(
-    State(st): State<AppState>,
-    WsArgs { thread, q }: WsArgs,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let limit = match q.limit.as_deref() {
-        None => 100,
-        Some(l) => l
-            .parse()
-            .ok()
-            .filter(|n| (1..=MAX_IMPORTS_PAGE).contains(n))
-            .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_limit", "limit must be 1-500"))?,
-    };
-    let service = st.files.clone();
-    let records = run(of(&thread), move || service.imports(&thread, q.after.as_deref(), limit)).await?;
-    let next_after = (records.len() == limit).then(|| records.last().map(|r| r.request.idempotency_key.clone()));
-    let views: Vec<serde_json::Value> = records
-        .into_iter()
-        .map(|rec| {
-            serde_json::json!({
-                "idempotency_key": rec.request.idempotency_key,
-                "source_path": rec.request.source_path,
-                "virtual_path": vpath::virtual_path(&rec.request.target_path),
-                "path": rec.request.target_path,
-                "size": rec.size_bytes.unwrap_or(0),
-                "sha256": rec.sha256.unwrap_or_default(),
-                "imported_at": rec.completed_at.unwrap_or(rec.created_at),
-                "state": rec.state.as_str(),
-            })
-        })
-        .collect();
-    Ok(Json(serde_json::json!({ "imports": views, "next_after": next_after.flatten() })))
 }

@@ -63,6 +63,11 @@ impl OpenScopes {
         let _ = self.gate.set(gate);
     }
 
+    /// The quota of a scope that records none.
+    pub fn default_quota(&self) -> Quota {
+        self.default_quota
+    }
+
     pub fn storage(&self) -> &Arc<Storage> {
         &self.storage
     }

@@ -145,6 +145,15 @@ impl Registry {
         Ok(acc)
     }
 
+    /// Accounts, most recently changed first, at most `limit` (the admin page's list).
+    pub fn accounts(&self, limit: usize) -> Result<Vec<Account>, BillingError> {
+        let conn = self.db.conn()?;
+        let sql = format!("SELECT {ACCOUNT_COLS} FROM accounts ORDER BY updated_at DESC, user_id LIMIT ?1");
+        let mut stmt = conn.prepare(&sql)?;
+        let rows = stmt.query_map([i64::try_from(limit).unwrap_or(i64::MAX)], account_row)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
     /// Starts a new monthly period for every account whose period has ended. Returns how many.
     pub fn refresh_compute_quotas(&self, pricing: &PricingConfig) -> Result<usize, BillingError> {
         let now = self.now_ms();

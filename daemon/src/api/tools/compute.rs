@@ -21,8 +21,9 @@ use scopefs::ids::ScopeId;
 use scopefs::registry::environments::{EnvironmentRecord, EnvironmentState, ProcessRecord};
 use serde::{Deserialize, Serialize};
 
+use super::super::error::ErrorCode as E;
 use super::super::held_answer::HeldAnswer;
-use super::super::routes::{Auth, RouteTable};
+use super::super::routes::{Auth, Doc, RouteTable};
 use super::super::{blocking_as, ApiError, AppState};
 use super::auth::SignedRequest;
 use crate::pools::RouteClass::Tools;
@@ -38,6 +39,21 @@ use seed::{CreateParams, DestroyParams};
 /// A dedicated container's `backend_type` (shared ones: `services::compute::shared`).
 const BACKEND_TYPE: &str = "docker";
 
+/// What every compute tool can answer (besides the signed routes' own codes).
+const COMPUTE_ERRORS: &[E] = &[
+    E::ComputeUnavailable,
+    E::EnvironmentNotFound,
+    E::EnvironmentNotRunning,
+    E::ComputeCapacityExceeded,
+    E::ReadOnly,
+    E::NotOwner,
+    E::ObjectScopeDenied,
+    E::ScopeDeleting,
+    E::ExecutorError,
+    E::RuntimeAreaError,
+    E::RegistryError,
+];
+
 pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
     table
         .add(
@@ -47,6 +63,11 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Create a sandbox environment bound to the thread's scope (seed 003 §4.5 fields: {max_runtime_seconds?, resource_class?, backend_policy?, execution_mode?, shared_compute_eligible?, image_ref?, limits?, input_objects?, artifact_prefix?, default_output_paths?, budget_snapshot?})",
             post(create_environment),
         )
+        .doc(Doc::new()
+            .signed_body::<CreateParams>()
+            .ok::<EnvView>(200)
+            .errors(COMPUTE_ERRORS)
+            .errors(&[E::ImageNotAllowed, E::ComputeQuotaExceeded, E::InsufficientComputeBalance, E::UnknownPlan, E::AmountOutOfRange]))
         .add(
             "POST",
             "/tools/destroy_environment",
@@ -54,7 +75,13 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Destroy an environment ({environment_id, persist_outputs?, output_paths?, force_destroy?, artifact_prefix?}); its outputs become artifacts; again is harmless",
             post(destroy_environment),
         )
+        .doc(Doc::new()
+            .signed_body::<DestroyParams>()
+            .ok::<DestroyedView>(200)
+            .errors(COMPUTE_ERRORS)
+            .errors(&[E::ArtifactLimit, E::InvalidPath, E::QuotaExceeded, E::NoSpace, E::EngineError]))
         .add("POST", "/tools/list_environments", Auth::Signed, "The scope's environments", post(list_environments))
+        .doc(Doc::new().signed_body::<NoParams>().ok::<EnvListView>(200).errors(COMPUTE_ERRORS))
         .add(
             "POST",
             "/tools/get_environment_status",
@@ -62,6 +89,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "One environment's state, runtime and end reason ({environment_id})",
             post(get_environment_status),
         )
+        .doc(Doc::new().signed_body::<EnvParams>().ok::<EnvView>(200).errors(COMPUTE_ERRORS))
         .add(
             "POST",
             "/tools/execute_command",
@@ -69,6 +97,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Run a command in an environment ({environment_id, command, timeout_seconds?, max_output_bytes?})",
             post(execute_command),
         )
+        .doc(Doc::new().signed_body::<ExecParams>().ok::<ExecView>(200).errors(COMPUTE_ERRORS))
         .add(
             "POST",
             "/tools/start_process",
@@ -76,6 +105,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Start a background process ({command, environment_id?}); its log stays outside the workspace",
             post(start_process),
         )
+        .doc(Doc::new().signed_body::<StartParams>().ok::<ProcessRecord>(200).errors(COMPUTE_ERRORS))
         .add(
             "POST",
             "/tools/check_process",
@@ -83,6 +113,11 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "A background process's state, exit code and log tail ({process_id, tail_bytes?})",
             post(check_process),
         )
+        .doc(Doc::new()
+            .signed_body::<CheckParams>()
+            .ok::<CheckedView>(200)
+            .errors(COMPUTE_ERRORS)
+            .errors(&[E::ProcessNotFound]))
         .add(
             "POST",
             "/tools/stop_process",
@@ -90,6 +125,11 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Kill a background process ({process_id})",
             post(stop_process),
         )
+        .doc(Doc::new()
+            .signed_body::<ProcParams>()
+            .ok::<ProcessRecord>(200)
+            .errors(COMPUTE_ERRORS)
+            .errors(&[E::ProcessNotFound]))
         .add(
             "POST",
             "/tools/list_processes",
@@ -97,6 +137,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "The scope's background processes ({environment_id?})",
             post(list_processes),
         )
+        .doc(Doc::new().signed_body::<ListProcParams>().ok::<ProcListView>(200).errors(COMPUTE_ERRORS))
 }
 
 /// The calling thread, as far as environments are concerned.
@@ -169,7 +210,7 @@ fn permit_id<T>(svc: &ComputeService, req: &SignedRequest<T>, env_id: &str, what
 
 /// An environment as a caller sees it: the registry row (without its container) and `status`
 /// (its state's name); another user's `owner_id`, `user_id` and `thread_id` are left out.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct EnvView {
     environment_id: String,
     scope_id: ScopeId,
@@ -236,7 +277,7 @@ impl EnvView {
 }
 
 /// What destroy_environment answers.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct DestroyedView {
     #[serde(flatten)]
     env: EnvView,
@@ -252,12 +293,12 @@ struct DestroyedView {
     outputs_not_recorded: Vec<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct EnvListView {
     environments: Vec<EnvView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct ExecView {
     environment_id: String,
     stdout: String,
@@ -292,7 +333,7 @@ impl ExecView {
 }
 
 /// What check_process answers: the process and the tail of its log.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct CheckedView {
     #[serde(flatten)]
     process: ProcessRecord,
@@ -301,7 +342,7 @@ struct CheckedView {
     log_truncated: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct ProcListView {
     processes: Vec<ProcessRecord>,
 }
@@ -334,7 +375,7 @@ async fn create_environment(
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct EnvParams {
     environment_id: String,
@@ -365,7 +406,7 @@ async fn destroy_environment(
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NoParams {}
 
@@ -403,7 +444,7 @@ async fn get_environment_status(
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ExecParams {
     environment_id: String,
@@ -438,7 +479,7 @@ async fn execute_command(State(st): State<AppState>, req: SignedRequest<ExecPara
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct StartParams {
     command: String,
@@ -477,7 +518,7 @@ async fn start_process(
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CheckParams {
     process_id: String,
@@ -496,7 +537,7 @@ async fn check_process(
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ProcParams {
     process_id: String,
@@ -517,7 +558,7 @@ async fn stop_process(
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ListProcParams {
     environment_id: Option<String>,
@@ -536,152 +577,4 @@ async fn list_processes(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use scopefs::registry::environments::ProcessState;
-    use serde_json::json;
-
-    fn env(user: &str, thread: &str, read_only: bool) -> EnvironmentRecord {
-        EnvironmentRecord {
-            environment_id: "env_1".into(),
-            scope_id: ScopeId::generate(),
-            owner_id: format!("owner-of-{thread}"),
-            user_id: user.into(),
-            thread_id: thread.into(),
-            container_id: None,
-            read_only,
-            state: EnvironmentState::Running,
-            revision: 1,
-            requested_max_runtime_seconds: None,
-            effective_max_runtime_seconds: 60,
-            created_at: 0,
-            started_at: Some(0),
-            ended_at: None,
-            runtime_seconds: None,
-            end_reason: None,
-        }
-    }
-
-    fn who(user: &str, thread: &str, may_write: bool) -> Who {
-        Who { user_id: user.into(), thread_id: thread.into(), may_write }
-    }
-
-    fn code(r: Result<(), ApiError>) -> Option<(u16, &'static str)> {
-        r.err().map(|e| (e.status.as_u16(), e.code))
-    }
-
-    /// Review M4: a memory worker (may not write) runs only in read-only environments it created;
-    /// ending an environment or its processes is for the creating thread only.
-    #[test]
-    fn read_only_callers_use_only_their_read_only_environments() {
-        let primary = who("u1", "thr-a", true);
-        let worker = who("u1", "mw-1", false);
-        let primary_rw = env("u1", "thr-a", false);
-        let worker_ro = env("u1", "mw-1", true);
-        let worker_rw = env("u1", "mw-1", false);
-        assert_eq!(code(permit(&worker, &primary_rw, Use::Run)), Some((403, "read_only")));
-        assert_eq!(code(permit(&worker, &worker_rw, Use::Run)), Some((403, "read_only")));
-        assert_eq!(code(permit(&worker, &env("u1", "thr-a", true), Use::Run)), Some((403, "read_only")));
-        assert_eq!(code(permit(&worker, &worker_ro, Use::Run)), None);
-        assert_eq!(code(permit(&primary, &primary_rw, Use::Run)), None);
-        assert_eq!(code(permit(&primary, &worker_ro, Use::Run)), None, "a writer may run anywhere in its scope");
-
-        assert_eq!(code(permit(&worker, &primary_rw, Use::End)), Some((403, "not_owner")));
-        assert_eq!(code(permit(&primary, &worker_ro, Use::End)), Some((403, "not_owner")));
-        assert_eq!(code(permit(&who("u2", "thr-a", true), &primary_rw, Use::End)), Some((403, "not_owner")));
-        assert_eq!(code(permit(&worker, &worker_ro, Use::End)), None);
-        assert_eq!(code(permit(&primary, &primary_rw, Use::End)), None);
-    }
-
-    /// Review L12: another user's environment is listed without its identities.
-    #[test]
-    fn other_users_identities_are_not_listed() {
-        let view = |e: EnvironmentRecord, w: Who| {
-            serde_json::to_value(EnvView::seen_by(e, &w, Execution::standard())).unwrap()
-        };
-        let mine = view(env("u1", "thr-a", false), who("u1", "thr-b", true));
-        assert_eq!((mine["user_id"].as_str(), mine["thread_id"].as_str()), (Some("u1"), Some("thr-a")));
-        let theirs = view(env("u2", "thr-x", false), who("u1", "thr-a", true));
-        for k in ["user_id", "thread_id", "owner_id"] {
-            assert!(theirs.get(k).is_none(), "{k} leaked: {theirs}");
-        }
-        assert_eq!((theirs["environment_id"].as_str(), theirs["status"].as_str()), (Some("env_1"), Some("running")));
-    }
-
-    /// The typed answers are the JSON the former `json!` bodies built (compared as JSON values).
-    #[test]
-    fn typed_answers_serialize_as_the_former_json_bodies() {
-        let record = env("u1", "thr-a", false);
-        // Former `env_json`: the record's serialization plus `status`.
-        let mut former = serde_json::to_value(&record).unwrap();
-        former["status"] = json!(record.state.as_str());
-        // Plus the seed's response fields (003 §5).
-        former["execution_mode"] = json!("standard");
-        former["backend_type"] = json!("docker");
-        former["resource_ref"] = json!("docker/dedicated/env_1");
-        assert_eq!(serde_json::to_value(EnvView::of(record.clone(), true, Execution::standard())).unwrap(), former);
-        // Former destroy_environment of another user's environment: identities removed, two keys added.
-        let mut theirs = former.clone();
-        for k in ["user_id", "thread_id", "owner_id"] {
-            theirs.as_object_mut().unwrap().remove(k);
-        }
-        theirs["already_ended"] = json!(true);
-        theirs["artifacts"] = json!([]);
-        theirs["artifacts_lost"] = json!(false);
-        let env = EnvView::seen_by(record.clone(), &who("u2", "thr-b", true), Execution::standard());
-        let destroyed = DestroyedView {
-            env,
-            already_ended: true,
-            artifacts: Vec::new(),
-            artifacts_lost: false,
-            outputs_not_recorded: Vec::new(),
-        };
-        assert_eq!(serde_json::to_value(destroyed).unwrap(), theirs);
-        // A shared-pool environment answers the seed's shared fields (003 §5), no container named.
-        let shared = serde_json::to_value(EnvView::of(record, true, Execution::shared("simple"))).unwrap();
-        assert_eq!(
-            (&shared["execution_mode"], &shared["backend_type"], &shared["resource_ref"]),
-            (&json!("simple"), &json!("shared_compute"), &json!("shared-worker-pool/default"))
-        );
-
-        let out = ExecOutput {
-            stdout: b"out\xff".to_vec(),
-            stderr: b"err".to_vec(),
-            exit_code: Some(3),
-            truncated: true,
-            timed_out: false,
-        };
-        let former = json!({
-            "environment_id": "env_1",
-            "stdout": String::from_utf8_lossy(&out.stdout),
-            "stderr": String::from_utf8_lossy(&out.stderr),
-            "exit_code": out.exit_code,
-            "truncated": out.truncated,
-            "timed_out": out.timed_out,
-        });
-        assert_eq!(serde_json::to_value(ExecView::of("env_1".into(), out)).unwrap(), former);
-
-        let process = ProcessRecord {
-            process_id: "proc_1".into(),
-            scope_id: ScopeId::generate(),
-            environment_id: "env_1".into(),
-            owner_id: "owner".into(),
-            command: "sleep 1".into(),
-            exec_id: Some("exec".into()),
-            state: ProcessState::Running,
-            revision: 2,
-            exit_code: None,
-            created_at: 1,
-            started_at: Some(2),
-            ended_at: None,
-            end_reason: None,
-        };
-        // Former check_process: the record's serialization plus the log keys.
-        let mut former = serde_json::to_value(&process).unwrap();
-        former["log_tail"] = json!("tail");
-        former["log_bytes"] = json!(4);
-        former["log_truncated"] = json!(false);
-        let checked = CheckedView { process, log_tail: "tail".into(), log_bytes: 4, log_truncated: false };
-        assert_eq!(serde_json::to_value(checked).unwrap(), former);
-    }
-}
+mod tests;

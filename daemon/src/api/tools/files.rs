@@ -56,8 +56,9 @@ use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::time::UNIX_EPOCH;
 
+use super::super::error::ErrorCode as E;
 use super::super::held_answer::HeldAnswer;
-use super::super::routes::{Auth, RouteTable};
+use super::super::routes::{Auth, Doc, RouteTable};
 use super::super::{blocking_as, file_kind_name, ApiError, AppState};
 use super::auth::SignedRequest;
 use super::body_memory::json_string_len;
@@ -88,13 +89,59 @@ const MAX_SEARCH_ANSWER_BYTES: u64 = 2 << 20;
 const WORKSPACE: &str = "/workspace";
 
 /// Adds the file tool routes to the table.
+/// What every file tool can answer (besides the signed routes' own codes).
+const FILE_ERRORS: &[E] = &[
+    E::InvalidPath,
+    E::FileNotFound,
+    E::EnvironmentNotFound,
+    E::ObjectScopeDenied,
+    E::ScopeDeleting,
+    E::ScopeUnavailable,
+    E::ObjectStoreUnavailable,
+    E::EngineError,
+    E::RegistryError,
+];
+/// What a file tool that writes can answer besides.
+const WRITE_ERRORS: &[E] = &[
+    E::ReadOnly,
+    E::TooLarge,
+    E::IsADirectory,
+    E::NotADirectory,
+    E::FileExists,
+    E::FileChanged,
+    E::NotPermitted,
+    E::QuotaExceeded,
+    E::NoSpace,
+];
+
 pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
     let s = Auth::Signed;
     table
         .add("POST", "/tools/read_file", s, "Read a text file of the workspace", post(super::reads::read_file))
+        .doc(
+            Doc::new()
+                .signed_body::<super::reads::PathParams>()
+                .ok::<super::reads::ReadView>(200)
+                .errors(FILE_ERRORS)
+                .errors(&[E::IsADirectory, E::NotUtf8, E::TooLarge]),
+        )
         .add("POST", "/tools/write_file", s, "Write a text file (atomic replace, creates parents)", post(write_file))
+        .doc(Doc::new().signed_body::<WriteParams>().ok::<WrittenView>(200).errors(FILE_ERRORS).errors(WRITE_ERRORS))
         .add("POST", "/tools/edit_file", s, "Replace a unique old_string (or all with replace_all)", post(edit_file))
+        .doc(
+            Doc::new()
+                .signed_body::<EditParams>()
+                .ok::<EditView>(200)
+                .errors(FILE_ERRORS)
+                .errors(WRITE_ERRORS)
+                .errors(&[E::NotUtf8, E::OldStringNotFound, E::OldStringNotUnique]),
+        )
         .add("POST", "/tools/list_dir", s, "List one directory (bounded)", post(list_dir))
+        .doc(Doc::new().signed_body::<DirParams>().ok::<DirView>(200).errors(FILE_ERRORS).errors(&[
+            E::NotADirectory,
+            E::TooManyEntries,
+            E::ListingTooLarge,
+        ]))
         .add(
             "POST",
             "/tools/grep_files",
@@ -102,14 +149,41 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Regular-expression search (Rust regex syntax) in files below a directory (bounded)",
             post(grep_files),
         )
+        .doc(Doc::new().signed_body::<GrepParams>().ok::<GrepView>(200).errors(FILE_ERRORS).errors(&[
+            E::InvalidPattern,
+            E::NotADirectory,
+            E::TooManyEntries,
+            E::ListingTooLarge,
+        ]))
         .add("POST", "/tools/glob_files", s, "Paths matching a glob pattern (bounded)", post(glob_files))
+        .doc(Doc::new().signed_body::<GlobParams>().ok::<GlobView>(200).errors(FILE_ERRORS).errors(&[
+            E::InvalidPattern,
+            E::NotADirectory,
+            E::TooManyEntries,
+            E::ListingTooLarge,
+        ]))
         .add("POST", "/tools/upload_file", s, "Write base64 content checked against its sha256", post(upload_file))
+        .doc(
+            Doc::new()
+                .signed_body::<UploadParams>()
+                .ok::<WrittenView>(200)
+                .errors(FILE_ERRORS)
+                .errors(WRITE_ERRORS)
+                .errors(&[E::InvalidBase64, E::Sha256Mismatch]),
+        )
         .add(
             "POST",
             "/tools/download_file",
             s,
             "A file's content as base64 with its sha256",
             post(super::reads::download_file),
+        )
+        .doc(
+            Doc::new()
+                .signed_body::<super::reads::DownloadParams>()
+                .ok::<super::reads::DownloadView>(200)
+                .errors(FILE_ERRORS)
+                .errors(&[E::IsADirectory, E::TooLarge]),
         )
 }
 
@@ -211,7 +285,7 @@ pub(super) fn text(data: Vec<u8>) -> Result<String, ApiError> {
     String::from_utf8(data).map_err(|_| conflict("not_utf8", "the file is not UTF-8 text; use download_file"))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct WriteParams {
     #[serde(default)]
@@ -221,7 +295,7 @@ struct WriteParams {
 }
 
 /// What write_file and upload_file answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct WrittenView {
     path: String,
     size_bytes: u64,
@@ -263,7 +337,7 @@ fn text_content(p: &WriteParams, limit: u64) -> Content<'_> {
     (data.len() as u64 <= limit).then(|| (Cow::Borrowed(data), sha256_hex(data))).ok_or_else(ApiError::too_large)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct EditParams {
     #[serde(default)]
@@ -275,7 +349,7 @@ struct EditParams {
     replace_all: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct EditView {
     path: String,
     replacements: usize,
@@ -345,7 +419,7 @@ async fn edit_file(State(st): State<AppState>, req: SignedRequest<EditParams>) -
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DirParams {
     #[serde(default)]
@@ -359,7 +433,7 @@ fn workspace_root() -> String {
 }
 
 /// One entry of list_dir.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct DirEntryView {
     name: String,
     path: String,
@@ -382,7 +456,7 @@ impl DirEntryView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct DirView {
     path: String,
     entries: Vec<DirEntryView>,
@@ -414,7 +488,7 @@ fn below<'a>(base: &str, path: &'a str) -> &'a str {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GrepParams {
     #[serde(default)]
@@ -427,14 +501,14 @@ struct GrepParams {
 }
 
 /// One matching line of grep_files.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct GrepMatch {
     path: String,
     line_number: usize,
     line: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct GrepView {
     matches: Vec<GrepMatch>,
     files_searched: u64,
@@ -499,7 +573,7 @@ async fn grep_files(State(st): State<AppState>, req: SignedRequest<GrepParams>) 
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GlobParams {
     #[serde(default)]
@@ -509,7 +583,7 @@ struct GlobParams {
     path: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct GlobView {
     matches: Vec<String>,
     truncated: bool,
@@ -548,7 +622,7 @@ async fn glob_files(State(st): State<AppState>, req: SignedRequest<GlobParams>) 
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct UploadParams {
     #[serde(default)]
@@ -576,69 +650,4 @@ fn base64_content(p: &UploadParams, limit: u64) -> Content<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tool_paths_stay_in_the_workspace() {
-        assert_eq!(tool_path("/workspace/a/b.txt", false).unwrap(), "a/b.txt");
-        assert_eq!(tool_path("a//b.txt", false).unwrap(), "a/b.txt");
-        assert_eq!(tool_path("/workspace", true).unwrap(), "");
-        assert_eq!(tool_path(".", true).unwrap(), "");
-        for bad in ["/etc/passwd", "../x", "/workspace/../x", "a/../../x", "a\u{1}b", "/workspace", "", "/workspacex/a"]
-        {
-            assert_eq!(tool_path(bad, false).unwrap_err().status, StatusCode::BAD_REQUEST, "{bad:?}");
-        }
-        assert!(tool_path("/workspace/.control/x", false).is_err());
-    }
-
-    #[test]
-    fn base64_round_trips_and_is_strict() {
-        for data in [&b""[..], b"f", b"fo", b"foo", b"foob", b"fooba", b"foobar", &[0, 255, 128, 7]] {
-            assert_eq!(BASE64.decode(BASE64.encode(data)).unwrap(), data);
-        }
-        assert_eq!(BASE64.encode(b"foobar"), "Zm9vYmFy");
-        assert_eq!(BASE64.encode(b"fo"), "Zm8=");
-        // Padding required, canonical trailing bits, no whitespace (as the hand-written decoder was).
-        for bad in ["Zm8", "Zm9=", "Z===", "Zm8=Zm8=", "Zm 8"] {
-            assert!(BASE64.decode(bad).is_err(), "{bad}");
-        }
-    }
-
-    /// The typed answers are the JSON the former `json!` bodies built (compared as JSON values).
-    #[test]
-    fn typed_answers_serialize_as_the_former_json_bodies() {
-        use serde_json::json;
-        let attr = Attr {
-            ino: 7,
-            kind: FileKind::Dir,
-            perm: 0o755,
-            nlink: 2,
-            uid: 1000,
-            gid: 1000,
-            size: 4096,
-            atime: UNIX_EPOCH,
-            mtime: UNIX_EPOCH + std::time::Duration::from_millis(1500),
-            ctime: UNIX_EPOCH,
-            version: 1,
-            rdev: 0,
-        };
-        let entry = DirEntryView::of(shown("a/b"), &attr);
-        let listing = DirView { path: shown("a"), entries: vec![entry], truncated: false };
-        let former = json!({
-            "path": "/workspace/a",
-            "entries": [{ "name": "b", "path": "/workspace/a/b", "type": "directory", "size_bytes": 4096, "mtime": 1.5 }],
-            "truncated": false,
-        });
-        assert_eq!(serde_json::to_value(listing).unwrap(), former);
-
-        let found = GrepMatch { path: shown("f.txt"), line_number: 3, line: "x".into() };
-        let grep = GrepView { matches: vec![found], files_searched: 1, truncated: true };
-        let former = json!({
-            "matches": [{ "path": "/workspace/f.txt", "line_number": 3, "line": "x" }],
-            "files_searched": 1,
-            "truncated": true,
-        });
-        assert_eq!(serde_json::to_value(grep).unwrap(), former);
-    }
-}
+mod tests;

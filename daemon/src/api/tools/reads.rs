@@ -23,7 +23,7 @@ use crate::pools::RouteClass::Tools;
 /// Bytes of an answer besides its content (the path and the other fields, as JSON).
 const FIELDS: u64 = 512;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PathParams {
     #[serde(default)]
@@ -31,8 +31,8 @@ pub(super) struct PathParams {
     path: String,
 }
 
-#[derive(Debug, Serialize)]
-struct ReadView {
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub(super) struct ReadView {
     path: String,
     content: String,
     size_bytes: usize,
@@ -78,7 +78,7 @@ pub(super) async fn read_file(
     .await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct DownloadParams {
     #[serde(default)]
@@ -86,8 +86,8 @@ pub(super) struct DownloadParams {
     remote_path: String,
 }
 
-#[derive(Debug, Serialize)]
-struct DownloadView {
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub(super) struct DownloadView {
     path: String,
     content_base64: String,
     sha256: String,

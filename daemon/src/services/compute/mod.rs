@@ -410,6 +410,13 @@ impl ComputeService {
         Ok(self.registry.live_environments()?.iter().filter(|e| self.is_local(&e.scope_id)).count() as u64)
     }
 
+    /// Whether the executor answers (Docker's `/_ping`): the admin page's health.
+    pub fn executor_ping(&self) -> Result<(), ComputeError> {
+        let compute =
+            self.compute.as_ref().ok_or_else(|| ComputeError::Unavailable("no executor is configured".into()))?;
+        Ok(compute.executor.ping()?)
+    }
+
     /// The deployment's registry (environment and process rows for permission checks).
     pub fn registry(&self) -> &DeploymentRegistry {
         &self.registry

@@ -31,7 +31,7 @@ use crate::services::peers::{View, ViewGrant, GLOBAL_ROOT, THREADS_ROOT};
 const MAX_LABEL: usize = 256;
 
 /// `execution_mode` of seed 003 §4.5.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ExecutionMode {
     Simple,
@@ -41,7 +41,7 @@ pub enum ExecutionMode {
 }
 
 /// `limits` of seed 003 §5.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Seed 003 §15.2: live shared environments of the user (at most
@@ -55,7 +55,7 @@ pub struct Limits {
 }
 
 /// One `InputObject` (seed 003 §3.1).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InputObject {
     pub file_id: String,
@@ -67,7 +67,7 @@ pub struct InputObject {
 }
 
 /// The body of `create_environment`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {
     pub max_runtime_seconds: Option<u64>,
@@ -84,7 +84,7 @@ pub struct CreateParams {
 }
 
 /// The body of `destroy_environment`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DestroyParams {
     pub environment_id: String,
