@@ -71,12 +71,10 @@ fn the_typescript_client_suite_passes_against_a_live_daemon_with_fresh_types() {
 
     run(&pkg, "npm", &["run", "build"], &[]);
     let url = daemon.base.clone();
-    let report = run(
-        &pkg,
-        "node",
-        &["--test", "dist/test/"],
-        &[("SCOPEFS_URL", url.as_str()), ("SCOPEFS_SERVICE_TOKEN", TOKEN)],
-    );
+    // The secret the daemon generated on its first start (the signer's live test signs with it).
+    let secret = std::fs::read_to_string(tmp.path().join("data/control/hmac-secret")).unwrap();
+    let env = [("SCOPEFS_URL", url.as_str()), ("SCOPEFS_SERVICE_TOKEN", TOKEN), ("SCOPEFS_HMAC_SECRET", secret.trim())];
+    let report = run(&pkg, "node", &["--test", "dist/test/"], &env);
     let count = |key: &str| -> u32 {
         report
             .lines()
@@ -86,7 +84,7 @@ fn the_typescript_client_suite_passes_against_a_live_daemon_with_fresh_types() {
     };
     let (passed, failed) = (count("pass"), count("fail"));
     assert_eq!(failed, 0, "{report}");
-    assert!(passed >= 4, "the suite ran {passed} tests:\n{report}");
+    assert!(passed >= 9, "the suite ran {passed} tests:\n{report}");
 
     // The README quickstart's step 4: the example lists a thread's files.
     let thread = "quickstart-ts";

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { test } from "node:test";
 
-import { ScopefsClient, ScopefsError, ScopefsUnreachable } from "../src/index.js";
+import { ScopefsClient, ScopefsError, ScopefsUnreachable, signedBody } from "../src/index.js";
 
 function env(name: string): string {
   const v = process.env[name];
@@ -175,4 +175,22 @@ test("a run reservation is idempotent and activates the draft; a snapshot is lis
   const old = await bytesOf((await client.readFile(threadId, "kept.txt", { snapshotId })).body);
   assert.equal(Buffer.from(old).toString(), "before");
   assert.equal(await client.readText(threadId, "kept.txt"), "after");
+});
+
+test("a body signed by this package's signer is accepted by the daemon; a changed one is refused", async () => {
+  const { threadId } = await provisioned();
+  const secret = env("SCOPEFS_HMAC_SECRET");
+  const who = { user_id: "ts-user", thread_id: threadId };
+  const post = (body: unknown) =>
+    fetch(`${env("SCOPEFS_URL")}/tools/list_dir`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  const ok = await post(signedBody(secret, "/tools/list_dir", { path: "/workspace" }, who));
+  assert.equal(ok.status, 200, await ok.clone().text());
+  const changed = signedBody(secret, "/tools/list_dir", { path: "/workspace" }, who);
+  changed.path = "/workspace/.";
+  const refused = await post(changed);
+  assert.equal(refused.status, 401);
 });
