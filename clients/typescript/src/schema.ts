@@ -9688,6 +9688,7 @@ export interface components {
             state: string;
             virtual_path: string;
         };
+        /** @description What one import copied (both routes show it). */
         ImportView: {
             idempotency_key: string;
             /**

@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use scopefs::registry::imports::ImportRequest;
+use scopefs::registry::imports::{ImportRecord, ImportRequest};
 use scopefs::vpath;
 use serde::{Deserialize, Serialize};
 
@@ -29,8 +29,9 @@ pub(super) struct ImportBody {
     overwrite: bool,
 }
 
+/// What one import copied (both routes show it).
 #[derive(Debug, Serialize, schemars::JsonSchema)]
-pub(super) struct ImportView {
+pub(super) struct ImportedFile {
     idempotency_key: String,
     source_path: String,
     path: String,
@@ -39,6 +40,26 @@ pub(super) struct ImportView {
     sha256: String,
     /// Unix milliseconds.
     imported_at: i64,
+}
+
+impl ImportedFile {
+    fn of(rec: ImportRecord) -> ImportedFile {
+        ImportedFile {
+            idempotency_key: rec.request.idempotency_key,
+            source_path: rec.request.source_path,
+            virtual_path: vpath::virtual_path(&rec.request.target_path),
+            path: rec.request.target_path,
+            size: rec.size_bytes.unwrap_or(0),
+            sha256: rec.sha256.unwrap_or_default(),
+            imported_at: rec.completed_at.unwrap_or(rec.created_at),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub(super) struct ImportView {
+    #[serde(flatten)]
+    file: ImportedFile,
     /// Whether an earlier request with this key did the copy.
     replayed: bool,
 }
@@ -64,17 +85,7 @@ pub(super) async fn import(
     };
     let service = st.files.clone();
     let outcome = run(of(&thread), move || service.import_legacy(&thread, req)).await?;
-    let rec = outcome.record;
-    let view = ImportView {
-        idempotency_key: rec.request.idempotency_key,
-        source_path: rec.request.source_path,
-        virtual_path: vpath::virtual_path(&rec.request.target_path),
-        path: rec.request.target_path,
-        size: rec.size_bytes.unwrap_or(0),
-        sha256: rec.sha256.unwrap_or_default(),
-        imported_at: rec.completed_at.unwrap_or(rec.created_at),
-        replayed: outcome.replayed,
-    };
+    let view = ImportView { file: ImportedFile::of(outcome.record), replayed: outcome.replayed };
     let status = if outcome.replayed { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(view)))
 }
@@ -85,14 +96,8 @@ const MAX_IMPORTS_PAGE: usize = 500;
 /// One legacy import of the thread.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub(super) struct ImportRecordView {
-    idempotency_key: String,
-    source_path: String,
-    virtual_path: String,
-    path: String,
-    size: u64,
-    sha256: String,
-    /// Unix milliseconds.
-    imported_at: i64,
+    #[serde(flatten)]
+    file: ImportedFile,
     /// `applying` or `completed`.
     state: &'static str,
 }
@@ -122,15 +127,9 @@ pub(super) async fn imports(
     let next_after = (records.len() == limit).then(|| records.last().map(|r| r.request.idempotency_key.clone()));
     let imports = records
         .into_iter()
-        .map(|rec| ImportRecordView {
-            idempotency_key: rec.request.idempotency_key,
-            source_path: rec.request.source_path,
-            virtual_path: vpath::virtual_path(&rec.request.target_path),
-            path: rec.request.target_path,
-            size: rec.size_bytes.unwrap_or(0),
-            sha256: rec.sha256.unwrap_or_default(),
-            imported_at: rec.completed_at.unwrap_or(rec.created_at),
-            state: rec.state.as_str(),
+        .map(|rec| {
+            let state = rec.state.as_str();
+            ImportRecordView { file: ImportedFile::of(rec), state }
         })
         .collect();
     Ok(Json(ImportsPage { imports, next_after: next_after.flatten() }))
