@@ -46,15 +46,15 @@ impl Micros {
 
     /// `self * n`, or `None` when the result leaves the NUMERIC(12,6) range.
     pub fn checked_mul(self, n: i64) -> Option<Micros> {
-        self.0.checked_mul(n).filter(|v| v.abs() <= MAX_MICROS).map(Micros)
+        self.0.checked_mul(n).and_then(in_range)
     }
 
     pub fn checked_add(self, other: Micros) -> Option<Micros> {
-        self.0.checked_add(other.0).filter(|v| v.abs() <= MAX_MICROS).map(Micros)
+        self.0.checked_add(other.0).and_then(in_range)
     }
 
     pub fn checked_sub(self, other: Micros) -> Option<Micros> {
-        self.0.checked_sub(other.0).filter(|v| v.abs() <= MAX_MICROS).map(Micros)
+        self.0.checked_sub(other.0).and_then(in_range)
     }
 
     /// Parses `-?digits(.digits{1,6})?` exactly: no exponent, no sign `+`, no spaces, no excess precision.
@@ -140,9 +140,24 @@ impl<'de> Deserialize<'de> for Micros {
     }
 }
 
+/// `v` as money when it is within the NUMERIC(12,6) range (`unsigned_abs`: `i64::MIN` has no `abs`).
+fn in_range(v: i64) -> Option<Micros> {
+    (v.unsigned_abs() <= MAX_MICROS.unsigned_abs()).then_some(Micros(v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arithmetic_leaving_the_range_is_none_even_at_i64_min() {
+        // -2^39 * 2^24 is exactly i64::MIN, whose absolute value does not exist.
+        assert_eq!(Micros(-(1 << 39)).checked_mul(1 << 24), None);
+        assert_eq!(Micros(MAX_MICROS).checked_add(Micros(1)), None);
+        assert_eq!(Micros(-MAX_MICROS).checked_sub(Micros(1)), None);
+        assert_eq!(Micros(-MAX_MICROS).checked_mul(1), Some(Micros(-MAX_MICROS)));
+        assert_eq!(Micros(3).checked_mul(-2), Some(Micros(-6)));
+    }
 
     #[test]
     fn parses_and_formats_exactly() {

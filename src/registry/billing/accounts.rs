@@ -109,7 +109,8 @@ impl Registry {
         minutes: i64,
     ) -> Result<Account, BillingError> {
         validate_key("user_id", user)?;
-        if minutes.abs() > MAX_QUOTA_ADJUSTMENT {
+        // `unsigned_abs`: `i64::MIN` has no `abs` (a panic in a debug build, itself in release).
+        if minutes.unsigned_abs() > MAX_QUOTA_ADJUSTMENT.unsigned_abs() {
             let reason = format!("must be within ±{MAX_QUOTA_ADJUSTMENT} minutes");
             return Err(BillingError::Invalid { field: "minutes", reason });
         }
