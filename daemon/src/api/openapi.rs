@@ -145,7 +145,8 @@ impl Doc {
         self
     }
 
-    /// A success answer without a body.
+    /// A success answer without a body (a 204, or a redirect: an admin UI form's post, or its page
+    /// asked for without a session).
     pub fn ok_empty(mut self, status: u16) -> Doc {
         self.answers.push((status, Content::Empty));
         self
@@ -173,13 +174,6 @@ impl Doc {
     pub fn html_page(mut self, codes: &[ErrorCode]) -> Doc {
         self.html_errors = true;
         self.errors(codes)
-    }
-
-    /// A redirect answer (`Location` names where to go): a form post's success, or a page asked
-    /// for without a session (to the login form).
-    pub fn redirect(mut self, status: u16) -> Doc {
-        self.answers.push((status, Content::Empty));
-        self
     }
 
     /// The error codes the route answers (besides those of its authentication class).

@@ -126,7 +126,7 @@ pub fn scope(st: &AppState, scope: &ScopeId, dir: &str) -> Result<ScopeView, Api
                 .into_iter()
                 .take(MAX_ROWS)
                 .map(|e| FileRow {
-                    name: e.path.rsplit('/').next().unwrap_or(&e.path).to_owned(),
+                    name: scopefs::vpath::file_name(&e.path).to_owned(),
                     path: format!("/{}", e.path.trim_start_matches('/')),
                     kind: crate::api::file_kind_name(e.attr.kind),
                     size: e.attr.size,
@@ -222,10 +222,11 @@ pub struct Check {
 /// registry, the Docker engine, open scopes and live environments. Failures are logged with their
 /// detail; the page says only that they failed (an error may name a host path or socket).
 pub fn health(st: &AppState) -> Vec<Check> {
+    let ready = st.scopes.is_ready();
     let mut out = vec![Check {
         name: "ready",
-        ok: st.scopes.is_ready(),
-        detail: if st.scopes.is_ready() { "mounts and recovery done" } else { "starting or stopping" }.into(),
+        ok: ready,
+        detail: if ready { "mounts and recovery done" } else { "starting or stopping" }.into(),
     }];
     let reg = &st.billing.registry;
     let registry = st.scopes.registry().nodes();

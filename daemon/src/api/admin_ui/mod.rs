@@ -39,10 +39,10 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
     let form_limit = || DefaultBodyLimit::max(MAX_FORM_BYTES);
     const FORM: &str = "application/x-www-form-urlencoded";
     // A page: HTML, or without a session a 303 to the login form; a failure is an HTML page too.
-    let page = |codes: &[E]| Doc::new().ok_media(200, "text/html").redirect(303).html_page(codes);
+    let page = |codes: &[E]| Doc::new().ok_media(200, "text/html").ok_empty(303).html_page(codes);
     table
         .add("GET", "/admin/ui/login", Auth::Public, "Admin page: the login form (HTML)", get(login_form))
-        .doc(Doc::new().ok_media(200, "text/html").redirect(303).html_page(&[]))
+        .doc(page(&[]))
         .add(
             "POST",
             "/admin/ui/login",
@@ -51,7 +51,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
              (HttpOnly, SameSite=Strict) and redirects to /admin/ui; a cross-site post is 403 csrf_refused",
             post(login).layer(form_limit()),
         )
-        .doc(Doc::new().body_media(FORM).redirect(303).html_page(&[
+        .doc(Doc::new().body_media(FORM).ok_empty(303).html_page(&[
             E::Unauthorized,
             E::CsrfRefused,
             E::AdminSessionsFull,
@@ -66,7 +66,7 @@ pub fn add_routes(table: RouteTable<AppState>) -> RouteTable<AppState> {
             "Admin page: end the session (form body csrf=<the session's CSRF token>; without it 403 csrf_refused)",
             post(logout).layer(form_limit()),
         )
-        .doc(Doc::new().body_media(FORM).redirect(303).html_page(&[E::CsrfRefused]))
+        .doc(Doc::new().body_media(FORM).ok_empty(303).html_page(&[E::CsrfRefused]))
         .add("GET", "/admin/ui", Auth::AdminSession, "Admin page: scopes by state, usage, quota, node", get(scopes))
         .doc(page(&[E::TaskFailed]))
         .add(
