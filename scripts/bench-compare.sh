@@ -84,22 +84,26 @@ bucket() { # a fresh bucket for one target
     timeout 60 "$GARAGE" -c "$GARAGE_CFG" bucket allow --read --write --owner "$b" --key "$KEY" >/dev/null
 }
 
-run_bench() { # name dir [pid of the daemon serving dir]
+run_bench() { # name dir [pid of the daemon serving dir] [pid of its object store's server]
     echo "== $1" >&2
     local pid=()
     [ -n "${3:-}" ] && pid=(--daemon-pid "$3")
+    # Each workload's CPU time of the daemon and of the store's server lands in the JSON report.
+    [ -n "${4:-}" ] && pid+=(--cpu-pid "$4")
     "$BIN" bench "$2" "${ARGS[@]}" --json --label "$1" "${pid[@]}" >"$RESULTS/$1.json"
 }
 
 # start_scopefs NAME [VAR=VALUE...]: starts `scopefs serve` under $BENCH_DIR/NAME with the given
 # environment, waits for /ready and provisions one scope. Sets DAEMON_PID (the supervisor),
-# WORKER_PID (the process serving the mounts) and SCOPE_MNT (the scope's mountpoint).
+# WORKER_PID (the process serving the mounts), SCOPE_MNT (the scope's mountpoint) and SCOPE_PORT
+# (its API's port).
 start_scopefs() {
     local name=$1
     shift
     local d="$BENCH_DIR/$name"
     fresh_dir "$d"
     local port
+    SCOPE_PORT=""
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     printf 'data_dir = "%s/data"\nmount_root = "%s/mnt"\nlisten = "127.0.0.1:%s"\nservice_token = "bench"\nquota_bytes = 68719476736\n[fuse]\n%s\n' \
         "$d" "$d" "$port" "${SCOPEFS_BENCH_FUSE:-}" >"$d/scopefs.toml"
@@ -118,6 +122,7 @@ start_scopefs() {
         "http://127.0.0.1:$port/internal/workspace-scopes/provision" | python3 -c 'import json,sys; print(json.load(sys.stdin)["scope_id"])') ||
         die "provisioning the bench scope of $name failed (log: $d/daemon.log)"
     SCOPE_MNT="$d/mnt/$scope"
+    SCOPE_PORT=$port
     mountpoint -q "$SCOPE_MNT" || die "$SCOPE_MNT is not mounted (log: $d/daemon.log)"
     # The kernel offers FUSE at most its default readahead (128 KiB) at init; more is a sysfs knob.
     if [ -n "${SCOPEFS_BENCH_READAHEAD_KB:-}" ]; then
@@ -130,6 +135,13 @@ start_scopefs() {
 daemon_ready() {
     kill -0 "$DAEMON_PID" 2>/dev/null || die "scopefs $1 exited before it was ready (log: $3)"
     curl -fs -o /dev/null "http://127.0.0.1:$2/ready"
+}
+
+# save_metrics NAME: keeps the daemon's /metrics after its run as $RESULTS/NAME.metrics (what it
+# shipped, snapshotted, committed: to explain a run's time).
+save_metrics() {
+    curl -fsS -H 'Authorization: Bearer bench' "http://127.0.0.1:$SCOPE_PORT/metrics" >"$RESULTS/$1.metrics" ||
+        echo "bench-compare: could not read the /metrics of $1" >&2
 }
 
 # stop_scopefs: stops the daemon of start_scopefs (which unmounts its scopes); a daemon that already
@@ -179,6 +191,7 @@ for t in $TARGETS; do
     scopefs-local)
         start_scopefs scopefs-local SCOPEFS_LOG=warn
         run_bench scopefs-local "$SCOPE_MNT" "$WORKER_PID"
+        save_metrics scopefs-local
         stop_scopefs
         ;;
     scopefs-garage)
@@ -186,7 +199,8 @@ for t in $TARGETS; do
         start_scopefs scopefs-garage SCOPEFS_LOG=warn SCOPEFS_S3_ENDPOINT="$ENDPOINT" SCOPEFS_S3_REGION=garage \
             SCOPEFS_S3_BUCKET=scopefs-bench SCOPEFS_S3_PREFIX="run-$(date +%s)" \
             SCOPEFS_S3_ACCESS_KEY_ID="$KEY" SCOPEFS_S3_SECRET_ACCESS_KEY="$SECRET"
-        run_bench scopefs-garage "$SCOPE_MNT" "$WORKER_PID"
+        run_bench scopefs-garage "$SCOPE_MNT" "$WORKER_PID" "$(pgrep -x garage | head -n1 || true)"
+        save_metrics scopefs-garage
         stop_scopefs
         ;;
     s3fs)

@@ -4,7 +4,9 @@
 #      (scripts/bench-compare.sh, same arguments), --rounds rounds of each, alternated (on first in
 #      odd rounds, off first in even ones), with the page cache written back and --settle seconds of
 #      quiet before each run (Garage digests the previous run's puts and deletes meanwhile); each step's median per setting, and
-#      the ratio on/off of the medians (time);
+#      the ratio on/off of the medians (time); and each workload's CPU seconds, the daemon's and
+#      Garage's (the cost shipping adds, which wall time on 2 cores blurs: both settings upload
+#      the same blocks in the background while the next workloads run);
 #   2. the metadata objects and bytes shipped per 1,000 files created (W3 into one scope of a fresh
 #      daemon: /metrics before and after, every batch shipped);
 #   3. the time `scopefs restore --scope ID` takes to rebuild that scope (its --files files) into an
@@ -60,8 +62,9 @@ done
 python3 - "$OUT" "$ROUNDS" <<'EOF'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-runs = {m: [json.load(open(f"{out}/{m}-{r}/scopefs-garage.json"))["rows"] for r in range(1, rounds + 1)]
-        for m in ("on", "off")}
+reports = {m: [json.load(open(f"{out}/{m}-{r}/scopefs-garage.json")) for r in range(1, rounds + 1)]
+           for m in ("on", "off")}
+runs = {m: [rep["rows"] for rep in reports[m]] for m in reports}
 print(f"medians of {rounds} alternated rounds")
 print("| step | shipping on (s) | off (s) | on/off |")
 print("| --- | --- | --- | --- |")
@@ -70,6 +73,20 @@ for i, row in enumerate(runs["on"][0]):
     off = statistics.median(r[i]["seconds"] for r in runs["off"])
     ratio = on / off if off > 0 else float("nan")
     print(f"| {row['workload']} {row['name']} | {on:.3f} | {off:.3f} | {ratio:.2f} |")
+# CPU seconds each workload cost the daemon and Garage (wall time on 2 cores also carries the
+# upload backlog both settings share; CPU time is the cost shipping adds).
+if all(rep.get("cpu") for m in reports for rep in reports[m]):
+    print()
+    print(f"CPU seconds, medians of {rounds} rounds: daemon + Garage (daemon, Garage)")
+    print("| workload | shipping on | off | on/off |")
+    print("| --- | --- | --- | --- |")
+    for i, w in enumerate(reports["on"][0]["cpu"]):
+        cost = {m: [rep["cpu"][i]["seconds"] for rep in reports[m]] for m in reports}
+        med = {m: [statistics.median(c[k] for c in cost[m]) for k in range(len(cost[m][0]))] for m in cost}
+        total = {m: statistics.median(sum(c) for c in cost[m]) for m in cost}
+        parts = {m: ", ".join(f"{x:.2f}" for x in med[m]) for m in med}
+        ratio = total["on"] / total["off"] if total["off"] > 0 else float("nan")
+        print(f"| {w['workload']} | {total['on']:.2f} ({parts['on']}) | {total['off']:.2f} ({parts['off']}) | {ratio:.2f} |")
 EOF
 
 # 2. and 3.: one daemon, one scope, W3 into it; then its data directory goes and restore rebuilds it.

@@ -189,9 +189,10 @@ fn snapshot_sizes(h: &Harness, scope: &ScopeId) -> Vec<usize> {
         .collect()
 }
 
-/// 60 KB of `seed`'s bytes: an extended attribute's value, which batches carry whole.
+/// 60 KB of `seed`'s bytes, incompressible (objects are put compressed): an extended attribute's
+/// value, which batches carry whole.
 fn big_value(seed: u8) -> Vec<u8> {
-    pattern(60_000, seed)
+    unique(60_000, u64::from(seed))
 }
 
 #[test]

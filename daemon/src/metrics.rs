@@ -326,15 +326,27 @@ fn node_families(t: &mut Text, registry: &DeploymentRegistry) -> Result<(), Regi
 
 /// What metadata shipping put in the object store, and what of the registry it has yet to.
 fn shipping_families(t: &mut Text) {
-    let (objects, bytes) = scopefs::engine::shipped_totals();
+    let shipped = scopefs::engine::shipped_totals();
     t.family(
         "scopefs_metadata_shipped_objects_total",
         "counter",
         "Metadata objects (logs, snapshots) put in the object store.",
     );
-    t.sample("scopefs_metadata_shipped_objects_total", &[], objects);
+    t.sample("scopefs_metadata_shipped_objects_total", &[], shipped.objects);
     t.family("scopefs_metadata_shipped_bytes_total", "counter", "Bytes of metadata objects put in the object store.");
-    t.sample("scopefs_metadata_shipped_bytes_total", &[], bytes);
+    t.sample("scopefs_metadata_shipped_bytes_total", &[], shipped.bytes);
+    t.family(
+        "scopefs_metadata_snapshots_total",
+        "counter",
+        "Snapshots of a scope's database copied for shipping (the first of a generation, or a compaction).",
+    );
+    t.sample("scopefs_metadata_snapshots_total", &[], shipped.snapshots);
+    t.family(
+        "scopefs_metadata_snapshot_held_seconds_total",
+        "counter",
+        "Time snapshot copies held a scope's database (its operations wait meanwhile).",
+    );
+    t.sample("scopefs_metadata_snapshot_held_seconds_total", &[], shipped.snapshot_held_micros as f64 / 1e6);
     let (blocks, freed) = scopefs::engine::gc_totals();
     t.family("scopefs_gc_passes_total", "counter", "Online gc passes over the open scopes.");
     t.sample("scopefs_gc_passes_total", &[], GC_PASSES.load(Ordering::SeqCst));

@@ -47,7 +47,7 @@ pub use listing::{Listing, ListingMemory};
 pub use paths::{Change, ChangeObserver, PathEntry, WriteMode, WRITE_FILL_BYTES};
 pub use requests::RequestScope;
 pub use scope::{KernelProbe, ScopeEngine};
-pub use ship::shipped_totals;
+pub use ship::{shipped_totals, ShippedTotals};
 pub use storage::Storage;
 pub use types::*;
 pub use upkeep::FsckReport;

@@ -86,8 +86,10 @@ pub async fn restore_scope(
         })
         .collect();
     let snapshot = Shipped::Snapshot { gen, seq, state }.key(scope);
-    let bytes = retried(|| store.get(&snapshot)).await?;
+    let body = retried(|| store.get(&snapshot)).await?;
+    let bytes = ship::inflate(&body).ok_or(EngineError::Invalid("a shipped metadata snapshot is damaged"))?;
     let tmp = db_files::staged_copy(db_path, &bytes)?;
+    drop(bytes);
     let restored = match rebuild(store, scope, &tmp, &logs, seq).await {
         Ok(r) if recorded.is_some_and(|(_, s, _)| s != r.seq) => {
             let _ = db_files::remove_with(&tmp, &["", "-wal", "-shm"]);
@@ -120,7 +122,9 @@ async fn rebuild(
     while let Some(log) = logs.get(&(out.seq + 1)) {
         let key = log.key(scope);
         let body = retried(|| store.get(&key)).await?;
-        let batches = ship::decode_log(&body).ok_or(EngineError::Invalid("a shipped metadata log is damaged"))?;
+        let batches = ship::inflate(&body)
+            .and_then(|raw| ship::decode_log(&raw))
+            .ok_or(EngineError::Invalid("a shipped metadata log is damaged"))?;
         for b in &batches {
             if b.seq != out.seq + 1 {
                 return Err(EngineError::Invalid("a shipped metadata log does not follow its snapshot"));

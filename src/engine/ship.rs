@@ -22,10 +22,11 @@
 //! past `limits.metadata_queue_per_scope_bytes`, or one that would take the daemon's queues past
 //! `limits.metadata_queue_max_bytes`, is dropped for a snapshot, which covers it).
 //!
-//! A file's bytes reach the bucket only as its blocks: shipped batches and snapshots leave out the
-//! inline journal (the bytes of small blocks waiting for upload), so they are not put twice. A
-//! restore finds a block the store holds by its hash; one it does not hold (a file neither
-//! `fsync`ed nor uploaded before the host was lost) reads as damaged, as after a power loss.
+//! Every object is put compressed (`ship_objects::deflate`: 3–5× smaller). A file's bytes reach
+//! the bucket only as its blocks: shipped batches and snapshots leave out the inline journal (the
+//! bytes of small blocks waiting for upload), so they are not put twice. A restore finds a block
+//! the store holds by its hash; one it does not hold (a file neither `fsync`ed nor uploaded before
+//! the host was lost) reads as damaged, as after a power loss.
 //!
 //! With several nodes (a [`ShipFence`], `fence.rs`), generations carry their writer's epoch, a
 //! shipped object counts (and an `fsync` waiting for it returns) only once the registry recorded it
@@ -43,7 +44,7 @@ use parking_lot::{Condvar, Mutex};
 use super::error::{EngineError, EngineResult};
 use super::fence::{epoch_of, first_gen, Head};
 use super::scope::ScopeEngine;
-use super::ship_objects::{encode_log, prefix, Batch, Shipped};
+use super::ship_objects::{deflate, encode_log, prefix, Batch, Shipped};
 use super::storage::Storage;
 use crate::store::StoreError;
 
@@ -51,18 +52,39 @@ use crate::store::StoreError;
 static QUEUED_BYTES: AtomicU64 = AtomicU64::new(0);
 /// One snapshot is copied and put at a time in this process (it is held in memory while put).
 static SNAPSHOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
-/// Log bytes of a generation, past its last snapshot, that never trigger a compaction on their own.
-const COMPACT_MIN_BYTES: u64 = 4 << 20;
+/// Log bytes of a generation, past its last snapshot, that never trigger a compaction on their own
+/// (as put, compressed: about 4 MiB of records).
+const COMPACT_MIN_BYTES: u64 = 1 << 20;
 /// A compaction waits for the scope to be quiet (no batch for `metadata_sync_interval`: copying its
 /// database stalls its operations) until its logs outweigh this many times what started it.
 const COMPACT_DEFER_FACTOR: u64 = 4;
 /// Metadata objects put by this process, and their bytes (for `/metrics` and the cost benchmark).
 static OBJECTS_SHIPPED: AtomicU64 = AtomicU64::new(0);
 static BYTES_SHIPPED: AtomicU64 = AtomicU64::new(0);
+/// Snapshots copied by this process, and the microseconds their copies held a scope's database.
+static SNAPSHOTS_COPIED: AtomicU64 = AtomicU64::new(0);
+static SNAPSHOT_HELD_MICROS: AtomicU64 = AtomicU64::new(0);
 
-/// Metadata objects this process put in the object store, and their bytes.
-pub fn shipped_totals() -> (u64, u64) {
-    (OBJECTS_SHIPPED.load(Ordering::Relaxed), BYTES_SHIPPED.load(Ordering::Relaxed))
+/// What metadata shipping did in this process (for `/metrics` and the cost benchmark).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShippedTotals {
+    /// Metadata objects (logs, snapshots) put in the object store, and their bytes.
+    pub objects: u64,
+    pub bytes: u64,
+    /// Snapshots copied from a scope's database, and the microseconds those copies held it (its
+    /// operations wait meanwhile).
+    pub snapshots: u64,
+    pub snapshot_held_micros: u64,
+}
+
+/// What metadata shipping did in this process so far.
+pub fn shipped_totals() -> ShippedTotals {
+    ShippedTotals {
+        objects: OBJECTS_SHIPPED.load(Ordering::Relaxed),
+        bytes: BYTES_SHIPPED.load(Ordering::Relaxed),
+        snapshots: SNAPSHOTS_COPIED.load(Ordering::Relaxed),
+        snapshot_held_micros: SNAPSHOT_HELD_MICROS.load(Ordering::Relaxed),
+    }
 }
 
 /// The shipper of one scope: the batches committed and not yet in the store, and where its chain
@@ -418,14 +440,19 @@ impl MetaShip {
         let _one_at_a_time = SNAPSHOTS.acquire().await.map_err(|e| EngineError::Io(std::io::Error::other(e)))?;
         let engine = engine.upgrade().ok_or(EngineError::Invalid("scope engine is closing"))?;
         let path = self.storage.scope_meta_dir(&self.scope).join("meta.sqlite3-ship");
-        let copied = tokio::task::spawn_blocking(move || -> EngineResult<(u64, u64, Vec<u8>)> {
+        let copied = tokio::task::spawn_blocking(move || -> EngineResult<(u64, u64, Vec<u8>, u64)> {
+            let held = Instant::now();
             let (seq, state) = engine.meta.lock()?.scratch_snapshot_to(&path)?;
+            let held = u64::try_from(held.elapsed().as_micros()).unwrap_or(u64::MAX);
             drop(engine);
             let bytes = super::meta::shipped::compact_copy(&path).and_then(|()| Ok(std::fs::read(&path)?));
             let _ = crate::db_files::remove_with(&path, &["", "-wal", "-shm"]);
-            Ok((seq, state, bytes?))
+            Ok((seq, state, deflate(&bytes?), held))
         });
-        let (seq, state, bytes) = copied.await.map_err(|e| EngineError::Io(std::io::Error::other(e)))??;
+        let (seq, state, bytes, held) = copied.await.map_err(|e| EngineError::Io(std::io::Error::other(e)))??;
+        SNAPSHOTS_COPIED.fetch_add(1, Ordering::Relaxed);
+        SNAPSHOT_HELD_MICROS.fetch_add(held, Ordering::Relaxed);
+        tracing::info!(held_us = held, bytes = bytes.len(), seq, "copied a scope's metadata snapshot for shipping");
         let gen = self.state.lock().gen.unwrap_or(1);
         let object = Shipped::Snapshot { gen, seq, state };
         let key = object.key(&self.scope);
@@ -466,7 +493,19 @@ impl MetaShip {
         let gen = self.state.lock().gen.unwrap_or(1);
         let object = Shipped::Log { gen, first, last: last.0, state: last.1 };
         let key = object.key(&self.scope);
-        let body = encode_log(&batches);
+        // Compressed off the runtime's threads (a queue's worth takes tens of milliseconds).
+        let compressed = tokio::task::spawn_blocking(move || {
+            let body = deflate(&encode_log(&batches));
+            (batches, body)
+        });
+        let (batches, body) = match compressed.await {
+            Ok(done) => done,
+            Err(e) => {
+                // The batches went with the task: a snapshot covers them.
+                self.state.lock().need_snapshot = true;
+                return Err(EngineError::Io(std::io::Error::other(e)));
+            }
+        };
         let size = body.len() as u64;
         let shipped = match self.put(&key, Bytes::from(body)).await {
             Ok(()) => self.record((gen, last.0, last.1)).await,

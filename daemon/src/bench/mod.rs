@@ -26,6 +26,7 @@ use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 
 mod compare;
+mod cpu;
 mod scopes;
 mod workloads;
 
@@ -71,6 +72,10 @@ pub struct BenchArgs {
     /// `/proc/PID/status`) after the run is recorded in the report.
     #[arg(long)]
     pub daemon_pid: Option<u32>,
+    /// Pid of another process (the object store's server, say) whose CPU time each workload is
+    /// charged with in the JSON report, beside the daemon's (repeatable).
+    #[arg(long = "cpu-pid")]
+    pub cpu_pids: Vec<u32>,
     /// Instead of the workloads: start a daemon, provision N idle scopes and report its RSS and
     /// threads per scope, provisioning and restart-to-ready times (`bench/scopes.rs`).
     #[arg(long, value_name = "N")]
@@ -159,6 +164,11 @@ struct Report<'a> {
     rows: Vec<JsonRow<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     daemon_peak_rss_kib: Option<u64>,
+    /// CPU seconds of `cpu_pids` (the daemon's first) during each workload.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    cpu_pids: &'a [u32],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    cpu: &'a [cpu::WorkloadCpu],
     notes: &'a [String],
 }
 
@@ -196,6 +206,8 @@ fn run_workloads(args: BenchArgs) -> Result<()> {
         notes: Vec::new(),
         big_written: false,
         small_written: false,
+        cpu_pids: args.daemon_pid.into_iter().chain(args.cpu_pids.iter().copied()).collect(),
+        cpu: Vec::new(),
     };
     let outcome = bench.run_all(&selected);
     if !selected.contains(&Workload::W6) && bench.work.exists() {
@@ -230,6 +242,8 @@ fn run_workloads(args: BenchArgs) -> Result<()> {
             files: args.files,
             rows,
             daemon_peak_rss_kib: peak_rss,
+            cpu_pids: &bench.cpu_pids,
+            cpu: &bench.cpu,
             notes: &bench.notes,
         };
         println!("{}", serde_json::to_string_pretty(&report)?);

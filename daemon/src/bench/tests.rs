@@ -37,6 +37,8 @@ fn parses_workload_list_and_sizes() {
     }
     let labelled = Cli::try_parse_from(["bench", "/d", "--label", "bindfs", "--daemon-pid", "42"]).expect("label");
     assert_eq!((labelled.bench.label.as_deref(), labelled.bench.daemon_pid), (Some("bindfs"), Some(42)));
+    let watched = Cli::try_parse_from(["bench", "/d", "--cpu-pid", "7", "--cpu-pid", "9"]).expect("cpu pids");
+    assert_eq!(watched.bench.cpu_pids, vec![7, 9]);
 }
 
 #[test]
@@ -101,6 +103,7 @@ fn small_run_creates_measures_and_removes() {
         keep: false,
         label: Some("native".into()),
         daemon_pid: Some(std::process::id()),
+        cpu_pids: vec![std::process::id()],
         scopes: None,
     };
     run(args).expect("bench run");
@@ -137,8 +140,12 @@ fn parallel_writers_write_their_share_and_leave_nothing() {
         notes: Vec::new(),
         big_written: false,
         small_written: false,
+        cpu_pids: vec![std::process::id()],
+        cpu: Vec::new(),
     };
     bench.run_all(&[Workload::W7]).expect("W7");
+    let charged: Vec<(&str, usize)> = bench.cpu.iter().map(|c| (c.workload.as_str(), c.seconds.len())).collect();
+    assert_eq!(charged, vec![("W7", 1)], "each workload charged with each watched pid's CPU time");
     let row = &bench.rows[0];
     assert_eq!((row.workload.as_str(), row.ops, row.bytes), ("W7", 6, 6 * MIB));
     assert_eq!(row.name, "3 parallel sequential writes + fsync");

@@ -43,12 +43,16 @@ pub(super) struct Bench {
     pub(super) notes: Vec<String>,
     pub(super) big_written: bool,
     pub(super) small_written: bool,
+    /// Processes whose CPU time each workload is charged with, and what each workload spent.
+    pub(super) cpu_pids: Vec<u32>,
+    pub(super) cpu: Vec<super::cpu::WorkloadCpu>,
 }
 
 impl Bench {
     pub(super) fn run_all(&mut self, selected: &[Workload]) -> Result<()> {
         for w in selected {
             eprintln!("bench: running {w:?}");
+            let before = super::cpu::ticks(&self.cpu_pids)?;
             match w {
                 Workload::W1 => self.w1()?,
                 Workload::W2 => self.w2()?,
@@ -58,6 +62,10 @@ impl Bench {
                 Workload::W6 => self.w6()?,
                 Workload::W7 => self.w7()?,
                 Workload::W8 => self.w8()?,
+            }
+            let seconds = super::cpu::seconds_between(&before, &super::cpu::ticks(&self.cpu_pids)?);
+            if !self.cpu_pids.is_empty() {
+                self.cpu.push(super::cpu::WorkloadCpu { workload: format!("{w:?}"), seconds });
             }
         }
         Ok(())
