@@ -441,9 +441,12 @@ impl MetaShip {
         let engine = engine.upgrade().ok_or(EngineError::Invalid("scope engine is closing"))?;
         let path = self.storage.scope_meta_dir(&self.scope).join("meta.sqlite3-ship");
         let copied = tokio::task::spawn_blocking(move || -> EngineResult<(u64, u64, Vec<u8>, u64)> {
+            let mut meta = engine.meta.lock()?;
+            // From the lock's taking: waiting for it is not holding the scope's operations up.
             let held = Instant::now();
-            let (seq, state) = engine.meta.lock()?.scratch_snapshot_to(&path)?;
+            let (seq, state) = meta.scratch_snapshot_to(&path)?;
             let held = u64::try_from(held.elapsed().as_micros()).unwrap_or(u64::MAX);
+            drop(meta);
             drop(engine);
             let bytes = super::meta::shipped::compact_copy(&path).and_then(|()| Ok(std::fs::read(&path)?));
             let _ = crate::db_files::remove_with(&path, &["", "-wal", "-shm"]);
