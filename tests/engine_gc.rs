@@ -6,6 +6,8 @@
 //! store ends with exactly the blocks the files use, `fsck` is clean, and the bucket alone restores
 //! every file. A pass cut short leaves its objects logged for the next (rule 7), and a long pass
 //! lets another scope's upload have the host's slot between two of its pages (its fair share).
+//! The uploader's side (`src/engine/unneeded.rs`): a small file deleted before its upload is never
+//! stored; a block written again just after its drop, or named by a fork's copy, still is.
 
 pub mod engine_support;
 
@@ -62,29 +64,6 @@ fn assert_fsck_clean(e: &ScopeEngine) {
         report.damaged_files.is_empty() && report.orphan_objects.is_empty() && report.metadata_problems.is_empty(),
         "{report:?}"
     );
-}
-
-/// Runs `action` once, the first time `point` of `e`'s operations is reached, on a thread of its
-/// own (the point may be on one of the runtime's threads, where the engine's blocking calls may
-/// not run); what it returns is kept.
-fn once_at<T: Send + 'static>(
-    e: &Arc<ScopeEngine>,
-    point: &'static str,
-    action: impl Fn(&ScopeEngine) -> T + Send + Sync + 'static,
-) -> (scopefs::testhooks::Interleaving, Arc<Mutex<Option<T>>>) {
-    let out = Arc::new(Mutex::new(None));
-    let (ran, weak, kept) = (AtomicBool::new(false), Arc::downgrade(e), out.clone());
-    let action = Arc::new(action);
-    let hook = set_interleave(point, e.scope_id().as_str(), move || {
-        let Some(engine) = weak.upgrade() else { return };
-        if ran.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let action = action.clone();
-        let result = std::thread::spawn(move || action(&engine)).join().expect("the interleaved action panicked");
-        *kept.lock().unwrap() = Some(result);
-    });
-    (hook, out)
 }
 
 /// Rule 2: a writer seals a block whose old copy gc deletes between the seal and the commit. The
@@ -434,4 +413,135 @@ fn another_scopes_fsync_gets_the_upload_slot_between_two_pages_of_a_long_pass() 
     assert_eq!(read_file(&b, "mine").unwrap(), unique(BLOCK, 99));
     assert_fsck_clean(&a);
     assert_fsck_clean(&b);
+}
+
+/// Uploads no longer needed (`src/engine/unneeded.rs`): whether `data`'s block is in the store.
+fn stored(h: &Harness, e: &ScopeEngine, data: &[u8]) -> bool {
+    h.store.keys().contains(&key_of(e, data))
+}
+
+fn unlink(e: &ScopeEngine, path: &str) {
+    let (parent, name) = split(e, path).unwrap();
+    e.unlink(parent, name.as_bytes()).unwrap();
+}
+
+/// A small file deleted before its block's upload never reaches the store, and nothing a program
+/// still refers to is lost for it: staging's charge comes back to zero, and a restart and `fsck`
+/// find nothing wrong.
+#[test]
+fn small_files_deleted_before_their_upload_are_never_stored() {
+    let h = Harness::new(settings(false));
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    let gone: Vec<Vec<u8>> = (0..50).map(|i| unique(1000 + i * 7, i as u64)).collect();
+    let kept = unique(2 * 1024, 99);
+    for (i, data) in gone.iter().enumerate() {
+        write_file(&e, &format!("tmp-{i}"), data).unwrap();
+    }
+    write_file(&e, "kept", &kept).unwrap();
+    assert!(storage.staging_bytes() > 0, "the blocks wait in the inline journal");
+    for i in 0..gone.len() {
+        unlink(&e, &format!("tmp-{i}"));
+    }
+    let (dropped_before, _) = unneeded_upload_totals();
+    let puts = h.store.put_count();
+    assert!(e.wait_uploads(Duration::from_secs(10)), "the queue drained");
+    assert_eq!(h.store.put_count() - puts, 1, "only the file still there was put");
+    assert!(stored(&h, &e, &kept));
+    assert!(gone.iter().all(|d| !stored(&h, &e, d)), "no deleted file's block reached the store");
+    assert!(unneeded_upload_totals().0 - dropped_before >= gone.len() as u64);
+    assert_eq!(storage.staging_bytes(), 0, "every dropped block's staging charge came back");
+    assert_eq!(read_file(&e, "kept").unwrap(), kept);
+    assert_fsck_clean(&e);
+
+    // Killed now and restarted: nothing left to upload, nothing missing.
+    let copy = tempfile::tempdir().unwrap();
+    let storage = killed_now(&h, copy.path());
+    let e = storage.open_scope(e.scope_id(), big_quota()).unwrap();
+    assert_eq!(e.pending_uploads(), 0);
+    let puts = h.store.put_count();
+    assert!(e.wait_uploads(Duration::from_secs(10)));
+    assert_eq!(h.store.put_count(), puts);
+    assert_eq!(read_file(&e, "kept").unwrap(), kept);
+    assert_fsck_clean(&e);
+}
+
+/// The drop and a commit of the same bytes, interleaved: right after the drop lets go of the
+/// metadata lock, a new file with the dropped block's bytes is written. Its commit finds no row,
+/// journals the block anew and queues it; the uploader's end of the group must leave that new
+/// queue entry alone, so the block is stored before the queue counts as drained.
+#[test]
+fn a_block_written_again_just_after_its_drop_is_uploaded() {
+    let h = Harness::new(settings(false));
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    let x = unique(1500, 7);
+    write_file(&e, "a", &x).unwrap();
+    unlink(&e, "a");
+    let again = x.clone();
+    let (_hook, wrote) = once_at(&e, "upload.dropped", move |e: &ScopeEngine| write_file(e, "b", &again).is_ok());
+    assert!(e.wait_uploads(Duration::from_secs(10)));
+    assert_eq!(*wrote.lock().unwrap(), Some(true), "the writer ran between the drop and the group's end");
+    assert!(e.wait_uploads(Duration::from_secs(10)));
+    assert!(stored(&h, &e, &x), "the block written again was uploaded");
+    assert_eq!(read_file(&e, "b").unwrap(), x);
+    assert_eq!(storage.staging_bytes(), 0);
+    assert_fsck_clean(&e);
+
+    // Written again after the drop is over: the same.
+    let y = unique(900, 8);
+    write_file(&e, "c", &y).unwrap();
+    unlink(&e, "c");
+    assert!(e.wait_uploads(Duration::from_secs(10)));
+    assert!(!stored(&h, &e, &y));
+    write_file(&e, "d", &y).unwrap();
+    assert!(e.wait_uploads(Duration::from_secs(10)));
+    assert!(stored(&h, &e, &y));
+    assert_eq!(read_file(&e, "d").unwrap(), y);
+    assert_eq!(storage.staging_bytes(), 0);
+}
+
+/// A fork's copy names a block the parent committed after the fork's first sync; between the copy
+/// and the sync that stores what it names, the parent deletes the file and its uploader runs. The
+/// block must not be dropped: the fork reads the file from the parent's prefix.
+#[test]
+fn a_block_a_forks_copy_names_is_stored_though_the_parent_let_go_of_it() {
+    let h = Harness::new(settings(false));
+    let storage = h.storage();
+    let parent = new_scope(&storage);
+    let x = unique(1200, 11);
+    let written = x.clone();
+    let (_synced, _) = once_at(&parent, "fork.synced", move |e: &ScopeEngine| write_file(e, "a", &written).unwrap());
+    let (_copied, ran) = once_at(&parent, "fork.copied", |e: &ScopeEngine| {
+        unlink(e, "a");
+        e.wait_uploads(Duration::from_secs(10))
+    });
+    let child = ScopeId::generate();
+    storage.fork_scope(&parent, &child).unwrap();
+    assert_eq!(*ran.lock().unwrap(), Some(true), "the parent's uploader ran between the copy and the sync");
+    assert!(stored(&h, &parent, &x), "the block the copy names was stored");
+    let fork = storage.open_scope(&child, big_quota()).unwrap();
+    assert_eq!(read_file(&fork, "a").unwrap(), x);
+    assert!(matches!(read_file(&parent, "a"), Err(EngineError::NotFound)));
+}
+
+/// A commit that lists a block's hash as inline just before the uploader drops the old row of that
+/// block, then journals it anew: the new row's staging charge is released once it is uploaded
+/// (the charge follows the row, not the list of inline hashes the drop took the hash out of).
+#[test]
+fn a_block_dropped_while_a_commit_lists_it_again_leaves_no_staging_charge_behind() {
+    let h = Harness::new(settings(false));
+    let storage = h.storage();
+    let e = new_scope(&storage);
+    let x = unique(1700, 12);
+    write_file(&e, "a", &x).unwrap();
+    unlink(&e, "a");
+    let (_hook, ran) = once_at(&e, "inline.listed", |e: &ScopeEngine| e.wait_uploads(Duration::from_secs(10)));
+    write_file(&e, "b", &x).unwrap();
+    assert_eq!(*ran.lock().unwrap(), Some(true), "the uploader ran between the listing and the commit");
+    assert!(e.wait_uploads(Duration::from_secs(10)));
+    assert!(stored(&h, &e, &x));
+    assert_eq!(read_file(&e, "b").unwrap(), x);
+    assert_eq!(storage.staging_bytes(), 0, "no charge left behind");
+    assert_fsck_clean(&e);
 }

@@ -273,6 +273,15 @@ fn scope_families(t: &mut Text, scopes: &[ScopeRecord], engines: &[Arc<ScopeEngi
     }
     t.family("scopefs_upload_queue_blocks", "gauge", "Blocks written but not yet uploaded.");
     t.sample("scopefs_upload_queue_blocks", &[], upload_queue);
+    let (dropped, dropped_bytes) = scopefs::engine::unneeded_upload_totals();
+    t.family(
+        "scopefs_upload_unneeded_blocks_total",
+        "counter",
+        "Small blocks never uploaded: no file referred to them any more when their upload's turn came.",
+    );
+    t.sample("scopefs_upload_unneeded_blocks_total", &[], dropped);
+    t.family("scopefs_upload_unneeded_bytes_total", "counter", "Bytes of the blocks never uploaded as unneeded.");
+    t.sample("scopefs_upload_unneeded_bytes_total", &[], dropped_bytes);
     t.family(
         "scopefs_metadata_unshipped_batches",
         "gauge",

@@ -40,9 +40,14 @@ impl Storage {
             return Err(EngineError::Exists);
         }
         parent.sync()?;
+        crate::testhooks::interleave("fork.synced", parent.scope_id().as_str());
+        // The copy may name a block the parent lets go of before the next sync stores it: it
+        // must not be dropped unstored meanwhile (`unneeded.rs`).
+        let _stored_first = parent.hold_drops();
         let tmp = dir.join("meta.sqlite3-fork");
         let _ = crate::db_files::remove_with(&tmp, &["", "-wal", "-shm"]);
         parent.meta.lock()?.snapshot_to(&tmp)?;
+        crate::testhooks::interleave("fork.copied", parent.scope_id().as_str());
         // What the copy names and was still staged is in the store once this returns.
         parent.sync()?;
         let homed = super::meta::forked::prepare_copy(&tmp, parent.scope_id().as_str(), child.as_str())?;

@@ -34,6 +34,9 @@
 //! 8. With several nodes, a block is stored under a key of its owner's fencing epoch, and an owner
 //!    never reuses a row an earlier epoch left unreferenced (`meta/blocks.rs::add_ref`): a deposed
 //!    owner's pass deletes only keys the scope's state no longer names.
+//! 9. The uploader takes a row itself, without a pass, when it finds it unreferenced, staged and
+//!    journaled inline (no object, no journal file): in the same hold of the metadata lock, with
+//!    no put of it registered and no fork copying the database (`unneeded.rs`).
 //!
 //! A pass takes one of the scope's upload shares and one of the daemon's upload slots per page, so
 //! a scope's gc takes turns with every scope's uploads and never holds more than its share.
@@ -151,7 +154,7 @@ impl PutsInFlight {
         deleted.await;
     }
 
-    fn contains(&self, sha: &str) -> bool {
+    pub(crate) fn contains(&self, sha: &str) -> bool {
         self.by_sha.lock().contains_key(sha)
     }
 

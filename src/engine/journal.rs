@@ -55,6 +55,7 @@ impl ScopeEngine {
             let mut set = self.inline.shas.lock();
             inline.keys().filter(|sha| set.insert((*sha).clone())).collect()
         };
+        crate::testhooks::interleave("inline.listed", self.scope_id.as_str());
         match commit() {
             Ok(new) => {
                 let mut set = self.inline.shas.lock();
@@ -140,7 +141,10 @@ impl ScopeEngine {
     /// A block that left the inline journal (uploaded or collected): no longer read from the
     /// database, and no longer charged to staging when its row was there.
     pub(crate) fn forget_inline(&self, sha: &str, had_row: bool, len: u64) {
-        if self.inline.shas.lock().remove(sha) && had_row {
+        // The charge follows the row (charged when a commit wrote it), not the set: a commit may
+        // have listed the hash anew while the row went (`unneeded.rs`, gc).
+        self.inline.shas.lock().remove(sha);
+        if had_row {
             self.staging_sub(len);
         }
     }

@@ -1,7 +1,9 @@
-//! Shared helpers of the engine-level tests: a storage over an in-memory store, path resolution, whole-file I/O.
+//! Shared helpers of the engine-level tests: a storage over an in-memory store, path resolution,
+//! whole-file I/O, and an action run once at one of the engine's interleaving points.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use scopefs::engine::*;
@@ -157,4 +159,27 @@ pub fn next_second_after(t: u64) {
 
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// Runs `action` once, the first time `point` of `e`'s operations is reached, on a thread of its
+/// own (the point may be on one of the runtime's threads, where the engine's blocking calls may
+/// not run); what it returns is kept.
+pub fn once_at<T: Send + 'static>(
+    e: &Arc<ScopeEngine>,
+    point: &'static str,
+    action: impl Fn(&ScopeEngine) -> T + Send + Sync + 'static,
+) -> (scopefs::testhooks::Interleaving, Arc<Mutex<Option<T>>>) {
+    let out = Arc::new(Mutex::new(None));
+    let (ran, weak, kept) = (AtomicBool::new(false), Arc::downgrade(e), out.clone());
+    let action = Arc::new(action);
+    let hook = scopefs::testhooks::set_interleave(point, e.scope_id().as_str(), move || {
+        let Some(engine) = weak.upgrade() else { return };
+        if ran.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let action = action.clone();
+        let result = std::thread::spawn(move || action(&engine)).join().expect("the interleaved action panicked");
+        *kept.lock().unwrap() = Some(result);
+    });
+    (hook, out)
 }

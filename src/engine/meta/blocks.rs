@@ -75,13 +75,29 @@ impl MetaDb {
         Ok(data)
     }
 
-    /// What uploading block `sha` needs, in one query: the epoch of its key (0 without a row) and
-    /// its bytes when it is journaled inline.
-    pub fn staged_upload(&self, sha: &str) -> EngineResult<(u64, Option<Vec<u8>>)> {
+    /// What uploading block `sha` needs, in one query: the epoch of its key (0 without a row), its
+    /// bytes when it is journaled inline, and whether no upload is needed at all.
+    pub fn staged_upload(&self, sha: &str) -> EngineResult<StagedUpload> {
         let sql = "SELECT (SELECT key_epoch FROM blocks WHERE sha256 = ?1), \
-                          (SELECT data FROM staged_inline WHERE sha256 = ?1)";
-        let (epoch, data) = query_one(&self.conn, sql, [sha], |r| Ok((r.get::<_, Option<i64>>(0)?, r.get(1)?)))?;
-        Ok((epoch.unwrap_or(0) as u64, data))
+                          (SELECT data FROM staged_inline WHERE sha256 = ?1), \
+                          (SELECT len FROM blocks WHERE sha256 = ?1 AND refcount = 0 \
+                                                    AND state = 'staged' AND home IS NULL)";
+        let (epoch, inline, unreferenced) = query_one(&self.conn, sql, [sha], |r| {
+            Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<Vec<u8>>>(1)?, r.get::<_, Option<i64>>(2)?))
+        })?;
+        let epoch = epoch.unwrap_or(0) as u64;
+        let unneeded = match (&inline, unreferenced) {
+            (Some(_), Some(len)) => Some(Unreferenced {
+                sha256: sha.to_string(),
+                len: len as u64,
+                uploaded: false,
+                inline: false,
+                home: None,
+                key_epoch: epoch,
+            }),
+            _ => None,
+        };
+        Ok(StagedUpload { epoch, inline, unneeded })
     }
 
     /// Every block journaled inline: hash and length.
@@ -178,6 +194,17 @@ impl MetaDb {
 }
 
 /// A block row gc took: no file references it any more.
+/// What uploading one staged block needs (`MetaDb::staged_upload`).
+pub(crate) struct StagedUpload {
+    /// The fencing epoch of its key (0 without a row).
+    pub epoch: u64,
+    /// Its bytes, when it is journaled inline.
+    pub inline: Option<Vec<u8>>,
+    /// Set when no upload is needed: journaled inline, never stored, and no file refers to it (to
+    /// be taken out of the journal instead, `engine/unneeded.rs`).
+    pub unneeded: Option<Unreferenced>,
+}
+
 pub(crate) struct Unreferenced {
     pub sha256: String,
     pub len: u64,
