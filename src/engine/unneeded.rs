@@ -6,12 +6,14 @@
 //!
 //! Why that is safe (the uploader's side of `gc.rs`'s rules):
 //!
-//! - The row is taken under the metadata lock, in the same hold that found it unreferenced, staged
-//!   and inline, and only while no other put of the block is registered (rule 3): a commit that
-//!   refers to the block again runs wholly before (the block is referenced: it is uploaded) or
-//!   wholly after (it finds no row and journals the bytes it brings as a new block, queued anew).
-//! - Its queue entry (`pending`) goes in that same hold, so such a commit's new entry is never
-//!   swallowed by the old one.
+//! - Before a group is uploaded, its blocks are looked at a page at a time, each page under one
+//!   hold of the metadata lock: those unreferenced, staged and inline, with no other put of them
+//!   registered (rule 3), have their rows taken in that same hold, in one transaction. A commit
+//!   that refers to such a block again runs wholly before (the block is referenced: it is
+//!   uploaded) or wholly after (it finds no row and journals the bytes it brings as a new block,
+//!   queued anew).
+//! - Their queue entries (`pending`) go in that same hold, so such a commit's new entry is never
+//!   swallowed by the old one; the group goes on without them.
 //! - There is no object to delete and no journal file (an inline block has none): the row and its
 //!   bytes are all there is. Its removal need not be durable: a power loss that brings it back
 //!   brings it back unreferenced, and the uploader takes it again.
@@ -21,10 +23,10 @@
 //!   removal not shipped yet) and find it missing: a file that was never fsynced, the same state
 //!   as when the uploader had not reached the block yet; `fsck` names it.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::error::EngineResult;
-use super::meta::{MetaDb, Unreferenced};
 use super::scope::ScopeEngine;
 
 /// Blocks taken out of the journal without an upload in this process, and their bytes.
@@ -49,6 +51,10 @@ impl Drop for DropHold<'_> {
     }
 }
 
+/// Blocks looked at under one hold of the metadata lock (as gc's online pages: the longest a
+/// commit waits for it).
+const DROP_PAGE: usize = 32;
+
 impl ScopeEngine {
     /// Holds drops of unneeded uploads off until the guard goes (take it before the copy).
     pub(crate) fn hold_drops(&self) -> DropHold<'_> {
@@ -56,20 +62,52 @@ impl ScopeEngine {
         DropHold(&self.uploads.drop_holds)
     }
 
-    /// Takes `block` (found unneeded in `meta`'s current hold of the lock) out of the journal
-    /// unless a put of it is registered or a fork holds drops off; `true` when it went. Its queue
-    /// entry goes in the same hold; its staging charge after.
-    pub(crate) fn drop_unneeded(&self, meta: &mut MetaDb, block: Unreferenced) -> EngineResult<bool> {
-        if self.uploads.drop_holds.0.load(Ordering::SeqCst) > 0 || self.uploads.puts.contains(&block.sha256) {
-            return Ok(false);
+    /// Takes the unneeded blocks of an upload group out of the journal; returns the rest, to be
+    /// uploaded. A failure leaves the rest of the group to be uploaded as it would have been.
+    pub(crate) fn drop_unneeded(&self, group: Vec<String>) -> Vec<String> {
+        let mut dropped = HashSet::new();
+        for page in group.chunks(DROP_PAGE) {
+            match self.drop_page(page) {
+                Ok(shas) => dropped.extend(shas),
+                Err(e) => {
+                    tracing::debug!(scope = %self.scope_id, error = %e, "looking for unneeded uploads failed");
+                    break;
+                }
+            }
         }
-        let mut taken = vec![block];
-        meta.take_unreferenced(&mut taken)?;
-        let Some(block) = taken.pop() else { return Ok(false) };
-        self.uploads.pending.lock().remove(&block.sha256);
-        self.forget_inline(&block.sha256, block.inline, block.len);
-        BLOCKS_DROPPED.fetch_add(1, Ordering::Relaxed);
-        BYTES_DROPPED.fetch_add(block.len, Ordering::Relaxed);
-        Ok(true)
+        if dropped.is_empty() {
+            return group;
+        }
+        crate::testhooks::interleave("upload.dropped", self.scope_id.as_str());
+        group.into_iter().filter(|sha| !dropped.contains(sha)).collect()
+    }
+
+    /// One page: what it took out of the journal.
+    fn drop_page(&self, page: &[String]) -> EngineResult<Vec<String>> {
+        let mut meta = self.meta.lock()?;
+        // Read under the lock: a fork takes its hold before its copy takes the lock.
+        if self.uploads.drop_holds.0.load(Ordering::SeqCst) > 0 {
+            return Ok(Vec::new());
+        }
+        let mut blocks = meta.unneeded_among(page)?;
+        blocks.retain(|b| !self.uploads.puts.contains(&b.sha256));
+        if blocks.is_empty() {
+            return Ok(Vec::new());
+        }
+        meta.take_unreferenced(&mut blocks)?;
+        let mut pending = self.uploads.pending.lock();
+        for b in &blocks {
+            pending.remove(&b.sha256);
+        }
+        drop(pending);
+        drop(meta);
+        let mut shas = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            self.forget_inline(&b.sha256, b.inline, b.len);
+            BLOCKS_DROPPED.fetch_add(1, Ordering::Relaxed);
+            BYTES_DROPPED.fetch_add(b.len, Ordering::Relaxed);
+            shas.push(b.sha256);
+        }
+        Ok(shas)
     }
 }

@@ -60,22 +60,6 @@ const UPLOAD_GROUP: usize = 256;
 /// flush) and recorded.
 const LOCAL_CHUNK_BYTES: usize = 8 << 20;
 
-/// What the uploader's turn does with one queued block.
-enum Turn {
-    Upload(StagedBlock),
-    /// Nothing left to upload (stored already, collected): its queue entry goes.
-    Settled,
-    /// Taken out of the inline journal unneeded (`unneeded.rs`); its queue entry went with it.
-    Dropped,
-}
-
-/// How one block of a group ended.
-#[derive(Clone, Copy)]
-enum Done {
-    Settled,
-    Dropped,
-}
-
 /// A staged block on its way to the store.
 struct StagedBlock {
     key: String,
@@ -148,18 +132,18 @@ impl ScopeEngine {
                     continue;
                 }
             };
-            let outcomes = self.upload_group(&group, true).await;
+            // Small blocks no file refers to any more are not uploaded at all (`unneeded.rs`).
+            let group = self.drop_unneeded(group);
+            let outcomes = self.upload_group(&group).await;
             let mut failed = Vec::new();
             let mut first_error = None;
             {
                 let mut pending = self.uploads.pending.lock();
                 for (sha, outcome) in group.into_iter().zip(outcomes) {
                     match outcome {
-                        Ok(Done::Settled) => {
+                        Ok(()) => {
                             pending.remove(&sha);
                         }
-                        // A commit may have queued it anew since: that entry stays.
-                        Ok(Done::Dropped) => {}
                         Err(e) if !e.is_transient() => {
                             // Retrying cannot change it (a staged block lost, not in the store
                             // either): fsync of its files fails, fsck names them.
@@ -195,30 +179,27 @@ impl ScopeEngine {
     /// per block, each holding a slot from the read of its bytes to its answer, so the blocks in
     /// memory stay within `upload_parallelism`. A slot is taken after one of the scope's share
     /// (`upload_share`): one scope's backlog waits there, and other scopes take turns at the slots.
-    /// With `drop_unneeded` (the background uploader), an inline block no file refers to any more
-    /// is taken out of the journal instead (`unneeded.rs`).
-    async fn upload_group(&self, shas: &[String], drop_unneeded: bool) -> Vec<Result<Done, StoreError>> {
+    async fn upload_group(&self, shas: &[String]) -> Vec<Result<(), StoreError>> {
         if self.storage.store.reads_are_local() {
-            self.upload_chunked(shas, drop_unneeded).await
+            self.upload_chunked(shas).await
         } else {
-            self.upload_each(shas, drop_unneeded).await
+            self.upload_each(shas).await
         }
     }
 
-    async fn upload_chunked(&self, shas: &[String], drop_unneeded: bool) -> Vec<Result<Done, StoreError>> {
-        let mut outcomes: Vec<Result<Done, StoreError>> = shas.iter().map(|_| Ok(Done::Settled)).collect();
+    async fn upload_chunked(&self, shas: &[String]) -> Vec<Result<(), StoreError>> {
+        let mut outcomes: Vec<Result<(), StoreError>> = shas.iter().map(|_| Ok(())).collect();
         let _share = self.shares.upload.acquire().await;
         let _slot = self.storage.upload_slots.acquire().await;
         let mut chunk: Vec<(usize, StagedBlock)> = Vec::new();
         let mut bytes = 0;
         for (i, sha) in shas.iter().enumerate() {
-            match self.staged_block(sha, drop_unneeded).await {
-                Ok(Turn::Upload(block)) => {
+            match self.staged_block(sha).await {
+                Ok(Some(block)) => {
                     bytes += block.data.len();
                     chunk.push((i, block));
                 }
-                Ok(Turn::Settled) => {}
-                Ok(Turn::Dropped) => outcomes[i] = Ok(Done::Dropped),
+                Ok(None) => {}
                 Err(e) => outcomes[i] = Err(e),
             }
             if bytes >= LOCAL_CHUNK_BYTES || (i + 1 == shas.len() && !chunk.is_empty()) {
@@ -238,16 +219,12 @@ impl ScopeEngine {
         outcomes
     }
 
-    async fn upload_each(&self, shas: &[String], drop_unneeded: bool) -> Vec<Result<Done, StoreError>> {
-        let mut outcomes: Vec<Result<Done, StoreError>> = shas.iter().map(|_| Ok(Done::Settled)).collect();
+    async fn upload_each(&self, shas: &[String]) -> Vec<Result<(), StoreError>> {
+        let mut outcomes: Vec<Result<(), StoreError>> = shas.iter().map(|_| Ok(())).collect();
         let puts = shas.iter().enumerate().map(|(i, sha)| async move {
             let _share = self.shares.upload.acquire().await;
             let _slot = self.storage.upload_slots.acquire().await;
-            let block = match self.staged_block(sha, drop_unneeded).await? {
-                Turn::Upload(block) => block,
-                Turn::Settled => return Ok(None),
-                Turn::Dropped => return Ok(Some(Err(i))),
-            };
+            let Some(block) = self.staged_block(sha).await? else { return Ok(None) };
             crate::testhooks::interleave("upload.before_put", self.scope_id.as_str());
             let timeout = self.storage.settings.store_timeout;
             let put = self.storage.store.put_hashed(&block.key, block.data.clone(), sha);
@@ -255,13 +232,12 @@ impl ScopeEngine {
                 Ok(r) => r?,
                 Err(_) => return Err(StoreError::Timeout(timeout)),
             }
-            Ok(Some(Ok((i, block))))
+            Ok(Some((i, block)))
         });
         let mut results = Vec::new();
         for (i, r) in futures_util::future::join_all(puts).await.into_iter().enumerate() {
             match r {
-                Ok(Some(Ok((i, block)))) => results.push((i, Ok(block))),
-                Ok(Some(Err(dropped))) => outcomes[dropped] = Ok(Done::Dropped),
+                Ok(Some((i, block))) => results.push((i, Ok(block))),
                 Ok(None) => {}
                 Err(e) => results.push((i, Err(e))),
             }
@@ -286,24 +262,17 @@ impl ScopeEngine {
     /// (uploaded and moved by a foreground upload, collected, or found in the store already).
     /// Damaged bytes (their hash is not the block's) are never uploaded: `drop_damaged` decides.
     /// The store is given the block's hash with its bytes (`put_hashed`).
-    async fn staged_block(&self, sha: &str, drop_unneeded: bool) -> Result<Turn, StoreError> {
+    async fn staged_block(&self, sha: &str) -> Result<Option<StagedBlock>, StoreError> {
         let unavailable = |e: EngineError| StoreError::Unavailable(format!("reading the inline journal: {e}"));
         // Registered with the look at its row; while gc deletes an earlier copy, after that
-        // (`gc.rs`, rules 3 and 4). An unneeded one goes in that same look (`unneeded.rs`).
+        // (`gc.rs`, rules 3 and 4).
         let (row, epoch, put) = loop {
             let deleted = self.uploads.puts.until_deleted();
             {
-                let mut meta = self.meta.lock().map_err(unavailable)?;
-                let staged = meta.staged_upload(sha).map_err(unavailable)?;
-                if let Some(block) = staged.unneeded.filter(|_| drop_unneeded) {
-                    if self.drop_unneeded(&mut meta, block).map_err(unavailable)? {
-                        drop(meta);
-                        crate::testhooks::interleave("upload.dropped", self.scope_id.as_str());
-                        return Ok(Turn::Dropped);
-                    }
-                }
+                let meta = self.meta.lock().map_err(unavailable)?;
                 if let Some(put) = self.uploads.puts.begin(&meta, sha) {
-                    break (staged.inline, staged.epoch, put);
+                    let (epoch, inline) = meta.staged_upload(sha).map_err(unavailable)?;
+                    break (inline, epoch, put);
                 }
             }
             self.uploads.puts.wait_deleted(deleted).await;
@@ -316,26 +285,24 @@ impl ScopeEngine {
             Some(d) => (Bytes::from(d), false),
             None => match tokio::fs::read(self.blocks_dir.join(sha)).await {
                 Ok(d) => (Bytes::from(d), !self.unverified_staged.lock().contains(sha)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return self.missing_staged(sha, &key).await.map(|()| Turn::Settled)
-                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.missing_staged(sha, &key).await,
                 Err(e) => return Err(e.into()),
             },
         };
         if !trusted && hex::encode(Sha256::digest(&data)) != sha {
             self.drop_damaged(sha, &key).await?;
-            return Ok(Turn::Settled);
+            return Ok(None);
         }
-        Ok(Turn::Upload(StagedBlock { key, data, inline, _put: put }))
+        Ok(Some(StagedBlock { key, data, inline, _put: put }))
     }
 
     /// A staged block whose file is gone. Still marked staged, it is either in the store (its upload
     /// finished and the mark was lost to a power loss: marked now) or lost (`NotFound`: never
     /// counted as uploaded, so fsync of its files fails). Otherwise nothing is left to do.
-    async fn missing_staged(&self, sha: &str, key: &str) -> Result<(), StoreError> {
+    async fn missing_staged(&self, sha: &str, key: &str) -> Result<Option<StagedBlock>, StoreError> {
         let unavailable = |e: EngineError| StoreError::Unavailable(format!("reading the upload journal: {e}"));
         if self.meta.lock().and_then(|m| m.block_uploaded(sha)).map_err(unavailable)? != Some(false) {
-            return Ok(());
+            return Ok(None);
         }
         let timeout = self.storage.settings.store_timeout;
         let present = match tokio::time::timeout(timeout, self.storage.store.head(key)).await {
@@ -349,7 +316,7 @@ impl ScopeEngine {
             .lock()
             .and_then(|mut m| m.mark_uploaded(sha).map(drop))
             .map_err(|e| StoreError::Unavailable(format!("recording upload: {e}")))?;
-        Ok(())
+        Ok(None)
     }
 
     /// Records the stored blocks among `results` (index into `shas`, outcome) in one transaction;
@@ -358,7 +325,7 @@ impl ScopeEngine {
         &self,
         shas: &[String],
         results: Vec<(usize, Result<StagedBlock, StoreError>)>,
-        outcomes: &mut [Result<Done, StoreError>],
+        outcomes: &mut [Result<(), StoreError>],
     ) {
         let mut done: Vec<(usize, Option<u64>)> = Vec::new();
         // Each stays registered as a put in flight until its upload is recorded below.
@@ -514,7 +481,7 @@ impl ScopeEngine {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(100u64 << attempt.min(5)).min(Duration::from_secs(2))).await;
             }
-            let outcomes = self.upload_group(&todo, false).await;
+            let outcomes = self.upload_group(&todo).await;
             let mut failed = Vec::new();
             for (sha, outcome) in todo.into_iter().zip(outcomes) {
                 if let Err(e) = outcome {

@@ -75,29 +75,38 @@ impl MetaDb {
         Ok(data)
     }
 
-    /// What uploading block `sha` needs, in one query: the epoch of its key (0 without a row), its
-    /// bytes when it is journaled inline, and whether no upload is needed at all.
-    pub fn staged_upload(&self, sha: &str) -> EngineResult<StagedUpload> {
+    /// What uploading block `sha` needs, in one query: the epoch of its key (0 without a row) and
+    /// its bytes when it is journaled inline.
+    pub fn staged_upload(&self, sha: &str) -> EngineResult<(u64, Option<Vec<u8>>)> {
         let sql = "SELECT (SELECT key_epoch FROM blocks WHERE sha256 = ?1), \
-                          (SELECT data FROM staged_inline WHERE sha256 = ?1), \
-                          (SELECT len FROM blocks WHERE sha256 = ?1 AND refcount = 0 \
-                                                    AND state = 'staged' AND home IS NULL)";
-        let (epoch, inline, unreferenced) = query_one(&self.conn, sql, [sha], |r| {
-            Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<Vec<u8>>>(1)?, r.get::<_, Option<i64>>(2)?))
-        })?;
-        let epoch = epoch.unwrap_or(0) as u64;
-        let unneeded = match (&inline, unreferenced) {
-            (Some(_), Some(len)) => Some(Unreferenced {
-                sha256: sha.to_string(),
-                len: len as u64,
+                          (SELECT data FROM staged_inline WHERE sha256 = ?1)";
+        let (epoch, data) = query_one(&self.conn, sql, [sha], |r| Ok((r.get::<_, Option<i64>>(0)?, r.get(1)?)))?;
+        Ok((epoch.unwrap_or(0) as u64, data))
+    }
+
+    /// The blocks among `shas` no upload is needed for: journaled inline, never stored, and no
+    /// file refers to them (`engine/unneeded.rs`). One query.
+    pub fn unneeded_among(&self, shas: &[String]) -> EngineResult<Vec<Unreferenced>> {
+        if shas.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks = vec!["?"; shas.len()].join(",");
+        let sql = format!(
+            "SELECT b.sha256, b.len, b.key_epoch FROM blocks b JOIN staged_inline i ON i.sha256 = b.sha256 \
+             WHERE b.sha256 IN ({marks}) AND b.refcount = 0 AND b.state = 'staged' AND b.home IS NULL"
+        );
+        let mut st = self.conn.prepare_cached(&sql)?;
+        let rows = st.query_map(rusqlite::params_from_iter(shas), |r| {
+            Ok(Unreferenced {
+                sha256: r.get(0)?,
+                len: r.get::<_, i64>(1)? as u64,
                 uploaded: false,
                 inline: false,
                 home: None,
-                key_epoch: epoch,
-            }),
-            _ => None,
-        };
-        Ok(StagedUpload { epoch, inline, unneeded })
+                key_epoch: r.get::<_, i64>(2)? as u64,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
     /// Every block journaled inline: hash and length.
@@ -194,17 +203,6 @@ impl MetaDb {
 }
 
 /// A block row gc took: no file references it any more.
-/// What uploading one staged block needs (`MetaDb::staged_upload`).
-pub(crate) struct StagedUpload {
-    /// The fencing epoch of its key (0 without a row).
-    pub epoch: u64,
-    /// Its bytes, when it is journaled inline.
-    pub inline: Option<Vec<u8>>,
-    /// Set when no upload is needed: journaled inline, never stored, and no file refers to it (to
-    /// be taken out of the journal instead, `engine/unneeded.rs`).
-    pub unneeded: Option<Unreferenced>,
-}
-
 pub(crate) struct Unreferenced {
     pub sha256: String,
     pub len: u64,
