@@ -466,18 +466,25 @@ fn small_files_deleted_before_their_upload_are_never_stored() {
     assert_fsck_clean(&e);
 }
 
-/// The drop and a commit of the same bytes, interleaved: right after the drop lets go of the
-/// metadata lock, a new file with the dropped block's bytes is written. Its commit finds no row,
-/// journals the block anew and queues it; the uploader's end of the group must leave that new
-/// queue entry alone, so the block is stored before the queue counts as drained.
-#[test]
-fn a_block_written_again_just_after_its_drop_is_uploaded() {
+/// A scope (uploads held) with file `a` holding `data` written and deleted before its upload.
+fn deleted_before_upload(data: &[u8]) -> (Harness, Arc<Storage>, Arc<ScopeEngine>) {
     let h = Harness::new(settings(false));
     let storage = h.storage();
     let e = new_scope(&storage);
-    let x = unique(1500, 7);
-    write_file(&e, "a", &x).unwrap();
+    write_file(&e, "a", data).unwrap();
     unlink(&e, "a");
+    (h, storage, e)
+}
+
+/// The drop and a commit of the same bytes, interleaved: right after the drop lets go of the
+/// metadata lock, a new file with the dropped block's bytes is written. Its commit finds no row,
+/// journals the block anew and queues it. The drop took the old queue entry in the same hold as
+/// the row, so the new one is not swallowed: the block is stored before the queue counts as
+/// drained.
+#[test]
+fn a_block_written_again_just_after_its_drop_is_uploaded() {
+    let x = unique(1500, 7);
+    let (h, storage, e) = deleted_before_upload(&x);
     let again = x.clone();
     let (_hook, wrote) = once_at(&e, "upload.dropped", move |e: &ScopeEngine| write_file(e, "b", &again).is_ok());
     assert!(e.wait_uploads(Duration::from_secs(10)));
@@ -530,12 +537,8 @@ fn a_block_a_forks_copy_names_is_stored_though_the_parent_let_go_of_it() {
 /// (the charge follows the row, not the list of inline hashes the drop took the hash out of).
 #[test]
 fn a_block_dropped_while_a_commit_lists_it_again_leaves_no_staging_charge_behind() {
-    let h = Harness::new(settings(false));
-    let storage = h.storage();
-    let e = new_scope(&storage);
     let x = unique(1700, 12);
-    write_file(&e, "a", &x).unwrap();
-    unlink(&e, "a");
+    let (h, storage, e) = deleted_before_upload(&x);
     let (_hook, ran) = once_at(&e, "inline.listed", |e: &ScopeEngine| e.wait_uploads(Duration::from_secs(10)));
     write_file(&e, "b", &x).unwrap();
     assert_eq!(*ran.lock().unwrap(), Some(true), "the uploader ran between the listing and the commit");

@@ -355,8 +355,15 @@ fn inode_quota_is_enforced_on_create() {
     assert_eq!(e.usage().unwrap().inodes, 10);
     assert_eq!(errno_of(fs::create_dir(m.join("d2")), "mkdir over quota"), libc::EDQUOT);
     assert_eq!(errno_of(std::os::unix::fs::symlink("d", m.join("s")), "symlink over quota"), libc::EDQUOT);
-    // Deleting frees an inode.
+    // Deleting frees an inode: once its last handle is released. The kernel sends `release` after
+    // `close` returns, in the background, so it may still be on its way when the unlink arrives;
+    // until it is, the unlinked file is open and counts.
     fs::remove_file(m.join("d/f1")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while e.usage().unwrap().inodes > 9 {
+        assert!(std::time::Instant::now() < deadline, "the unlinked file's inode was never freed");
+        std::thread::yield_now();
+    }
     File::create(m.join("again")).unwrap();
 }
 
