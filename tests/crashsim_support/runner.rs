@@ -1,6 +1,8 @@
 //! Running a history through the rig and checking its crash states: one call per test case,
 //! totals across cases, and the proptest configuration of each depth.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use proptest::test_runner::{Config, FileFailurePersistence, RngSeed};
@@ -33,6 +35,10 @@ pub struct Case {
     /// Steps whose outcome differs from the model's (an engine bug outside any crash).
     pub mismatches: Vec<String>,
     pub scope: ScopeId,
+    /// Upload groups of the recorded run from which the uploader took unneeded blocks out of the
+    /// journal instead of putting them (`engine/unneeded.rs`): their crash points are among those
+    /// checked.
+    pub drop_groups: usize,
 }
 
 impl Case {
@@ -73,7 +79,14 @@ pub fn run_case_from(start: Start, steps: &[Step], settings: &StorageSettings, k
     let (models, outcomes) = prefixes(&all);
     let (models, outcomes) = (&models[before.len()..], &outcomes[before.len()..]);
     let scope = rig.scope.clone();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let counted = drops.clone();
+    let hook = scopefs::testhooks::set_interleave("upload.dropped", scope.as_str(), move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+    });
     let runs = rig.run(steps);
+    drop(hook);
+    let drop_groups = drops.load(Ordering::SeqCst);
     let mismatches = runs
         .iter()
         .zip(outcomes)
@@ -99,7 +112,7 @@ pub fn run_case_from(start: Start, steps: &[Step], settings: &StorageSettings, k
     } else {
         Tally::default()
     };
-    Case { recording, runs, kill9, power, host, mismatches, scope }
+    Case { recording, runs, kill9, power, host, mismatches, scope, drop_groups }
 }
 
 /// Totals across the cases of one test, printed as it goes.
@@ -108,6 +121,8 @@ pub struct Totals {
     pub started: Instant,
     pub cases: usize,
     pub ops: usize,
+    /// Cases whose recorded run dropped unneeded uploads.
+    pub dropping: usize,
     pub kill9: Tally,
     pub power: Tally,
     pub host: Tally,
@@ -116,18 +131,29 @@ pub struct Totals {
 impl Totals {
     pub fn new(name: &'static str) -> Totals {
         let none = Tally::default;
-        Totals { name, started: Instant::now(), cases: 0, ops: 0, kill9: none(), power: none(), host: none() }
+        Totals {
+            name,
+            started: Instant::now(),
+            cases: 0,
+            ops: 0,
+            dropping: 0,
+            kill9: none(),
+            power: none(),
+            host: none(),
+        }
     }
 
     /// Adds a case (its failures are kept by the caller) and prints its line.
     pub fn add(&mut self, config: &str, steps: usize, case: &Case) {
         self.cases += 1;
         self.ops += case.recording.log.len();
+        self.dropping += usize::from(case.drop_groups > 0);
         eprintln!(
-            "{} case {} ({config}): {steps} steps, {} ops; kill -9: {} states, {} held; power loss: {} crash points, {} states ({} distinct), {} held;{} {} failures",
+            "{} case {} ({config}): {steps} steps, {} ops, {} upload groups with drops; kill -9: {} states, {} held; power loss: {} crash points, {} states ({} distinct), {} held;{} {} failures",
             self.name,
             self.cases,
             case.recording.log.len(),
+            case.drop_groups,
             case.kill9.states,
             case.kill9.checks_held,
             case.power.crash_points,
@@ -144,9 +170,10 @@ impl Totals {
 
     pub fn print(&self) {
         eprintln!(
-            "{}: {} cases, {} ops recorded; kill -9: {} crash points, {} states ({} distinct), {} checks held; power loss: {} crash points, {} states ({} distinct), {} checks held;{} {:.1?}",
+            "{}: {} cases ({} dropping unneeded uploads), {} ops recorded; kill -9: {} crash points, {} states ({} distinct), {} checks held; power loss: {} crash points, {} states ({} distinct), {} checks held;{} {:.1?}",
             self.name,
             self.cases,
+            self.dropping,
             self.ops,
             self.kill9.crash_points,
             self.kill9.states,
