@@ -158,3 +158,34 @@ fn a_shared_block_is_deleted_only_once_neither_scope_refers_to_it() {
     assert!(!has_block(&h, &pid, &y), "the last holder of a purged scope's block deletes it");
     assert_eq!(blocks_under(&h, &pid), 0);
 }
+
+/// A fork is the parent's files as a program sees them: what a file held open was told was written
+/// (a small block kept in memory, a large one in staging) is in the copy, as it would be in the
+/// state a `kill -9` leaves; the program's handle goes on writing its own file afterwards.
+#[test]
+fn a_fork_holds_what_files_held_open_were_told_was_written() {
+    let h = harness();
+    let storage = h.storage();
+    storage.set_shared_blocks(Arc::new(Holds::default()));
+    let parent = new_scope(&storage);
+    write_file(&parent, "closed", b"closed before").unwrap();
+    let flags = OpenFlags { write: true, truncate: true, exclusive: false };
+    let (small, small_fh) = parent.create(ROOT_INO, b"small", 0o644, flags, OWNER).unwrap();
+    parent.write(small.ino, small_fh.fh, 0, b"written, not closed").unwrap();
+    let big = pattern(150_000, 7);
+    let (large, large_fh) = parent.create(ROOT_INO, b"large", 0o644, flags, OWNER).unwrap();
+    parent.write(large.ino, large_fh.fh, 0, &big).unwrap();
+
+    let child = ScopeId::generate();
+    storage.fork_scope(&parent, &child).unwrap();
+    parent.write(small.ino, small_fh.fh, 19, b", then more").unwrap();
+    parent.release(small.ino, small_fh.fh).unwrap();
+    parent.release(large.ino, large_fh.fh).unwrap();
+
+    let fork = storage.open_scope(&child, big_quota()).unwrap();
+    assert_eq!(read_file(&fork, "closed").unwrap(), b"closed before");
+    assert_eq!(read_file(&fork, "small").unwrap(), b"written, not closed", "the fork lacks a held file's write");
+    assert_eq!(read_file(&fork, "large").unwrap(), big);
+    assert_eq!(read_file(&parent, "small").unwrap(), b"written, not closed, then more");
+    assert_eq!(read_file(&parent, "large").unwrap(), big);
+}

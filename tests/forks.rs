@@ -225,6 +225,9 @@ fn snapshots_are_listed_read_through_the_api_and_restored() {
     let (scope, mnt) = provision(&http, &d, "snap-thread");
     std::fs::write(mnt.join("a.txt"), b"version one").unwrap();
     std::fs::write(mnt.join("b.txt"), b"kept").unwrap();
+    // A program holding a file open: what its write was answered for is in the snapshot.
+    let mut held = std::fs::File::create(mnt.join("held.txt")).unwrap();
+    held.write_all(b"written, still open").unwrap();
     syncfs(&mnt);
     let (status, snap) = call(
         &http,
@@ -264,6 +267,14 @@ fn snapshots_are_listed_read_through_the_api_and_restored() {
     };
     assert_eq!(read(Some("s1")), b"version one");
     assert_eq!(read(None), b"version two");
+    held.write_all(b"; more after the snapshot").unwrap();
+    drop(held);
+    let held_in = |snapshot: &str| {
+        let url = format!("{}/api/workspace/file?threadId=snap-thread&path=/held.txt&snapshotId={snapshot}", d.base);
+        http.get(url).bearer_auth(SERVICE).send().unwrap().bytes().unwrap().to_vec()
+    };
+    assert_eq!(held_in("s1"), b"written, still open", "a snapshot lacks a write to a file held open");
+    assert_eq!(std::fs::read(mnt.join("held.txt")).unwrap(), b"written, still open; more after the snapshot");
     let listing: Value = http
         .get(format!("{}/api/workspace?threadId=snap-thread&snapshotId=s1", d.base))
         .bearer_auth(SERVICE)

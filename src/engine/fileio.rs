@@ -538,13 +538,16 @@ impl ScopeEngine {
         self.commit_and_upload(ino, &file)
     }
 
-    /// The whole scope's `syncfs`: everything committed survives power loss and every staged
-    /// block is in the object store when it returns.
+    /// The whole scope's `syncfs`: what open files were told was written is committed first
+    /// (they stay open); everything committed survives power loss and every staged block is in
+    /// the object store when it returns.
     pub fn sync(&self) -> EngineResult<()> {
+        // A file whose commit fails keeps its changes logged; everything else is still synced.
+        let committed = self.commit_open_changes();
         let staged = self.meta.lock()?.staged_blocks()?;
         let uploaded = self.upload_now(&staged);
         self.flush_local()?;
-        uploaded
+        committed.and(uploaded)
     }
 
     /// Commits, uploads every still-staged block of the file in the foreground (what fails stays

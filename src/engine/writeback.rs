@@ -3,8 +3,8 @@
 //! the bound however long a program keeps it open), when a write finds staging full (the file is
 //! committed and the scope's staged blocks uploaded before the write gives up with `NoSpace`), when
 //! the open-file log passes its bound (each change is then committed at once instead of logged, and
-//! every open file is committed so the log can start over), and before a handover to the next
-//! process. A commit here is the one a close makes; the file's handles see no difference.
+//! every open file is committed so the log can start over), before a handover to the next process,
+//! and at a whole-scope sync (a fork's copy among its callers). A commit here is the one a close makes; the file's handles see no difference.
 //!
 //! A child module of `fileio` (declared there), so it works on the open-file state directly.
 
@@ -133,18 +133,26 @@ impl ScopeEngine {
     /// their uncommitted state. Returns the first commit error (the others are still tried).
     pub fn commit_open_files(&self) -> EngineResult<()> {
         self.commit_each_write.store(true, Ordering::SeqCst);
-        let files = self.open_file_states();
+        let result = self.commit_open_changes();
+        // Everything committed: the next process need not replay (nor open the scope at once).
+        if let Err(e) = self.open_log.empty_if_settled() {
+            tracing::warn!(scope = %self.scope_id, error = %e, "emptying the open-file log failed");
+        }
+        result
+    }
+
+    /// Commits what every open file's handles were told was written and is not committed yet (the
+    /// files stay open; a commit here is the one a close makes), so that it is the scope's state:
+    /// a whole-scope sync and a fork's copy hold every acknowledged write, as a `kill -9` image
+    /// does. Returns the first commit error (the other files are still committed).
+    pub fn commit_open_changes(&self) -> EngineResult<()> {
         let mut result = Ok(());
-        for (ino, file) in files {
+        for (ino, file) in self.open_file_states() {
             if let Err(e) = self.commit_locked(ino, &mut file.lock()) {
                 if result.is_ok() {
                     result = Err(e);
                 }
             }
-        }
-        // Everything committed: the next process need not replay (nor open the scope at once).
-        if let Err(e) = self.open_log.empty_if_settled() {
-            tracing::warn!(scope = %self.scope_id, error = %e, "emptying the open-file log failed");
         }
         result
     }
