@@ -12,8 +12,9 @@ use std::cell::RefCell;
 
 use crashsim_support::depth;
 use crashsim_support::harness::configs;
-use crashsim_support::model::{history, Step};
+use crashsim_support::model::{history, history_held, Step};
 use crashsim_support::runner::{proptest_config, run_case, Case, Kinds, Totals};
+use proptest::strategy::{BoxedStrategy, Strategy};
 use std::sync::Arc;
 
 use crashsim_support::check::{power_verdict, Bounds};
@@ -37,8 +38,13 @@ fn sizes(depth: u32) -> (u32, std::ops::Range<usize>) {
 /// with metadata `shipped` to the bucket, the lost-host state of every crash point); fails with
 /// the first failures of the (shrunk) history that failed.
 fn generated(name: &'static str, kinds: Kinds, salt: u64, shipped: bool) {
+    generated_from(name, kinds, salt, shipped, history(sizes(depth()).1).boxed());
+}
+
+/// `generated` over the histories `strategy` makes.
+fn generated_from(name: &'static str, kinds: Kinds, salt: u64, shipped: bool, strategy: BoxedStrategy<Vec<Step>>) {
     let depth = depth();
-    let (cases, len) = sizes(depth);
+    let (cases, _) = sizes(depth);
     let totals = RefCell::new(Totals::new(name));
     let mut runner = TestRunner::new(proptest_config(cases, salt));
     let mut configs = configs();
@@ -47,7 +53,7 @@ fn generated(name: &'static str, kinds: Kinds, salt: u64, shipped: bool) {
             settings.metadata_sync = Some(std::time::Duration::from_secs(3600));
         }
     }
-    let strategy = (history(len), 0..configs.len());
+    let strategy = (strategy, 0..configs.len());
     let result = runner.run(&strategy, |(steps, c)| {
         let (config, settings) = &configs[c];
         let case: Case = run_case(&steps, settings, kinds, depth);
@@ -67,6 +73,14 @@ fn generated(name: &'static str, kinds: Kinds, salt: u64, shipped: bool) {
 #[test]
 fn kill9_at_every_op_of_generated_histories() {
     generated("kill -9", Kinds::Kill9, 1, false);
+}
+
+/// Issue 21 acceptance c by enumeration: histories that write through handles kept open (what
+/// each write was answered for lives in the open-file log until a close commits it), killed at
+/// every op; every answered write reads back after each kill, whichever files were open.
+#[test]
+fn kill9_at_every_op_with_files_held_open() {
+    generated_from("kill -9, files held open", Kinds::Kill9, 4, false, history_held(sizes(depth()).1).boxed());
 }
 
 #[test]

@@ -14,7 +14,7 @@ use super::harness::{
     image_dir, open_and_observe, open_host_lost, open_rebooted, Observation, Observed, Seen, StepRun,
 };
 use super::image::{HashCache, Image};
-use super::model::{Model, Shown};
+use super::model::{Model, Shown, Step};
 use super::recorder::Recording;
 use super::states::{each_kill9_state, power_loss_family};
 
@@ -103,6 +103,8 @@ pub struct Tally {
     pub states: usize,
     pub distinct: usize,
     pub checks_held: usize,
+    /// Kill -9 states that held only as a write in flight cut short (`torn_write`).
+    pub torn: usize,
     pub failures: Vec<String>,
 }
 
@@ -125,6 +127,7 @@ impl Tally {
         self.states += other.states;
         self.distinct += other.distinct;
         self.checks_held += other.checks_held;
+        self.torn += other.torn;
         self.failures.extend(other.failures);
     }
 }
@@ -215,8 +218,37 @@ fn step_at(runs: &[StepRun], b: Bounds) -> String {
     }
 }
 
+/// A write in flight at the crash (never answered) may have reached part of its range, as a
+/// write cut short by a crash may on any file system: its file may show, inside the written range,
+/// old or new bytes, at its size before or after the write; every other byte, and everything else,
+/// exactly as the model has it. (A write to a file held open changes, in place, a block's working
+/// file that the open-file log names for the file's earlier answered writes.)
+fn torn_write(o: &Observed, runs: &[StepRun], models: &[Model], b: Bounds) -> Result<(), String> {
+    let step = runs.get(b.done).filter(|_| b.hi > b.done).map(|r| &r.step);
+    let Some(Step::Write(p, off, len, _) | Step::WriteHeld(p, off, len, _)) = step else {
+        return Err("no write in flight".into());
+    };
+    let (Some(old), Some(new)) = (models[b.done].content(p), models[b.hi].content(p)) else {
+        return Err(format!("{p}: not a file before and after the write"));
+    };
+    let Some(Seen::File { data: Ok(got), .. }) = o.tree.get(p) else {
+        return Err(format!("{p}: not a readable file"));
+    };
+    if got.len() != old.len() && got.len() != new.len() {
+        return Err(format!("{p}: {} bytes, neither the size before nor after the write", got.len()));
+    }
+    let range = *off as usize..(*off + *len) as usize;
+    let wrong = got.iter().enumerate().position(|(i, byte)| {
+        *byte != old.get(i).copied().unwrap_or(0) && !(range.contains(&i) && new.get(i) == Some(byte))
+    });
+    if let Some(i) = wrong {
+        return Err(format!("{p}: byte {i} is neither what it was nor, inside the write, what was written"));
+    }
+    compare(o, &models[b.hi].with_content(p, got.clone()), &|_| false, true)
+}
+
 /// Every kill -9 state of `rec`: must show the model after the steps completed, or after the
-/// step in flight, exactly, with a clean fsck.
+/// step in flight, exactly (a write in flight: or torn, `torn_write`), with a clean fsck.
 pub fn check_kill9(rec: &Recording, runs: &[StepRun], models: &[Model], opener: &mut Opener) -> Tally {
     let mut t = Tally::default();
     each_kill9_state(rec, |i, image| {
@@ -228,7 +260,11 @@ pub fn check_kill9(rec: &Recording, runs: &[StepRun], models: &[Model], opener: 
             Err(e) => Err(e.clone()),
             Ok(o) => {
                 let exact = |k: usize| compare(o, &models[k], &|_| false, true);
-                exact(b.done).or_else(|e| if b.hi > b.done { exact(b.hi) } else { Err(e) })
+                exact(b.done).or_else(|e| if b.hi > b.done { exact(b.hi) } else { Err(e) }).or_else(|e| {
+                    let torn = torn_write(o, runs, models, b).map_err(|torn| format!("{e} (torn: {torn})"));
+                    t.torn += usize::from(torn.is_ok());
+                    torn
+                })
             }
         };
         match verdict {

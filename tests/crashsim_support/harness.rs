@@ -82,6 +82,8 @@ pub struct Rig {
     dir: Option<tempfile::TempDir>,
     pub scope: ScopeId,
     pub settings: StorageSettings,
+    /// Handles `Step::WriteHeld` keeps open, by inode.
+    held: BTreeMap<Ino, Fh>,
 }
 
 impl Drop for Rig {
@@ -119,7 +121,15 @@ impl Rig {
         std::fs::create_dir(&mnt).unwrap();
         let recorder = Recorder::mount(&backing, &mnt);
         let scope = seed.map(|(_, s)| s.clone()).unwrap_or_else(ScopeId::generate);
-        Rig { engine: None, rt: None, recorder: Some(recorder), dir: Some(dir), scope, settings: settings.clone() }
+        Rig {
+            engine: None,
+            rt: None,
+            recorder: Some(recorder),
+            dir: Some(dir),
+            scope,
+            settings: settings.clone(),
+            held: BTreeMap::new(),
+        }
     }
 
     /// Opens a fresh storage and the scope on the mount (with its own runtime).
@@ -150,14 +160,51 @@ impl Rig {
     /// Runs one step (a restart here), noting the op counter around it.
     pub fn step(&mut self, step: &Step) -> StepRun {
         let begin = self.recorder().ops();
-        let outcome = if *step == Step::Restart {
-            self.close();
-            self.open();
-            Ok(())
-        } else {
-            run_step(self.engine(), step)
+        let outcome = match step {
+            Step::Restart => {
+                // A graceful restart: the kernel's handles would be adopted; here they are closed.
+                let closed = self.close_held();
+                self.close();
+                self.open();
+                closed
+            }
+            Step::WriteHeld(p, off, len, seed) => self.write_held(p, u64::from(*off), &model::pattern(*seed, *len)),
+            Step::CloseHeld => self.close_held(),
+            _ => run_step(self.engine(), step),
         };
         StepRun { step: step.clone(), begin, end: self.recorder().ops(), outcome }
+    }
+
+    /// Writes through the handle kept open on `path`'s file (opened now if none is).
+    fn write_held(&mut self, path: &str, offset: u64, data: &[u8]) -> Outcome {
+        let e = self.engine.clone().expect("engine open");
+        let r: EngineResult<()> = (|| {
+            let ino = resolve(&e, path)?;
+            let fh = match self.held.get(&ino) {
+                Some(fh) => *fh,
+                None => {
+                    let opened = e.open(ino, OpenFlags { write: true, ..Default::default() })?;
+                    self.held.insert(ino, opened.fh);
+                    opened.fh
+                }
+            };
+            e.write(ino, fh, offset, data).map(drop)
+        })();
+        r.map_err(|e| class(&e))
+    }
+
+    /// Flushes and closes every handle `write_held` keeps open; the first error.
+    fn close_held(&mut self) -> Outcome {
+        let held = std::mem::take(&mut self.held);
+        let Some(e) = self.engine.clone() else { return Ok(()) };
+        let mut first = Ok(());
+        for (ino, fh) in held {
+            let r = e.flush(ino, fh).and(e.release(ino, fh));
+            if let (Err(err), true) = (r, first.is_ok()) {
+                first = Err(class(&err));
+            }
+        }
+        first
     }
 
     /// Runs `steps` in order.
@@ -176,6 +223,7 @@ impl Rig {
     /// `finish`, telling whether the uploads drained (within `UPLOAD_WAIT`) instead of asserting.
     pub fn finish_draining(mut self) -> (Recording, tempfile::TempDir, bool) {
         let recording = self.recorder().recording();
+        let _ = self.close_held();
         let drained = self.engine.as_ref().is_none_or(|e| e.wait_uploads(UPLOAD_WAIT));
         self.close();
         self.recorder.take().expect("mounted").unmount();
@@ -282,7 +330,7 @@ pub fn run_step(e: &ScopeEngine, step: &Step) -> Outcome {
         }
         Step::Commit => e.commit_metadata(),
         Step::Gc => e.collect_garbage_online(Duration::ZERO, u64::MAX).map(drop),
-        Step::Restart => Err(EngineError::Invalid("a restart is the rig's step")),
+        Step::Restart | Step::WriteHeld(..) | Step::CloseHeld => Err(EngineError::Invalid("the rig's step")),
     })();
     r.map_err(|e| class(&e))
 }

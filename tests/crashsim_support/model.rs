@@ -16,6 +16,12 @@ pub enum Step {
     Mkdir(String),
     /// open, write `len` bytes of pattern `seed` at `offset`, flush, close.
     Write(String, u32, u32, u8),
+    /// Write `len` bytes of pattern `seed` at `offset` through a handle the rig keeps open on the
+    /// file (opened at its first such write; never flushed here): what the write was answered for
+    /// lives in the open-file log until a close or write-back commits it.
+    WriteHeld(String, u32, u32, u8),
+    /// Flush and close every handle `WriteHeld` keeps open (a restart does this first too).
+    CloseHeld,
     Truncate(String, u32),
     Rename(String, String),
     Unlink(String),
@@ -151,7 +157,7 @@ impl Model {
                 self.nodes.insert(p.clone(), node);
                 Ok(())
             }
-            Step::Write(p, off, len, seed) => {
+            Step::Write(p, off, len, seed) | Step::WriteHeld(p, off, len, seed) => {
                 let id = self.file_id(p)?;
                 if *len > 0 {
                     let f = self.contents.get_mut(&id).expect("contents");
@@ -196,7 +202,13 @@ impl Model {
                 Ok(())
             }
             Step::Fsync(p) => self.node(p).map(drop),
-            Step::FsyncDir | Step::Sync | Step::WaitUploads | Step::Commit | Step::Restart | Step::Gc => Ok(()),
+            Step::FsyncDir
+            | Step::Sync
+            | Step::WaitUploads
+            | Step::Commit
+            | Step::Restart
+            | Step::Gc
+            | Step::CloseHeld => Ok(()),
         }
     }
 
@@ -268,6 +280,23 @@ impl Model {
         by_id.into_values().filter(|s| s.len() > 1).collect()
     }
 
+    /// The bytes of the file at `path` (None: not a file).
+    pub fn content(&self, path: &str) -> Option<&[u8]> {
+        match self.nodes.get(path) {
+            Some(Node::File(id)) => self.contents.get(id).map(Vec::as_slice),
+            _ => None,
+        }
+    }
+
+    /// This model with the file at `path` holding `data` (under every name it has).
+    pub fn with_content(&self, path: &str, data: Vec<u8>) -> Model {
+        let mut m = self.clone();
+        if let Some(Node::File(id)) = m.nodes.get(path) {
+            m.contents.insert(*id, data);
+        }
+        m
+    }
+
     /// Step index of the last content change of the file at `path` (None: not a file).
     pub fn last_write(&self, path: &str) -> Option<usize> {
         match self.nodes.get(path) {
@@ -320,10 +349,30 @@ pub fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// One generated step of a history with files held open: `step()`'s, writes through handles kept
+/// open, and their closes. (Kill -9 only: a write to a file held open survives a kill, and a power
+/// loss only once a commit and a durability point cover it, which the prefix model does not say.)
+pub fn step_held() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => step(),
+        3 => (path(), 0u32..6000, 0u32..7000, any::<u8>()).prop_map(|(p, o, l, s)| Step::WriteHeld(p, o, l, s)),
+        1 => Just(Step::CloseHeld),
+    ]
+}
+
 /// A history: a few files and a directory up front (so that most generated steps find what they
 /// name), then generated steps.
 pub fn history(len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<Step>> {
-    proptest::collection::vec(step(), len).prop_map(|steps| {
+    prelude_then(proptest::collection::vec(step(), len))
+}
+
+/// `history` with files held open (`step_held`).
+pub fn history_held(len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<Step>> {
+    prelude_then(proptest::collection::vec(step_held(), len))
+}
+
+fn prelude_then(steps: impl Strategy<Value = Vec<Step>>) -> impl Strategy<Value = Vec<Step>> {
+    steps.prop_map(|steps| {
         let mut all = vec![
             Step::Create("a".into()),
             Step::Mkdir("x".into()),

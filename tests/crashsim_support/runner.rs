@@ -170,7 +170,7 @@ impl Totals {
 
     pub fn print(&self) {
         eprintln!(
-            "{}: {} cases ({} dropping unneeded uploads), {} ops recorded; kill -9: {} crash points, {} states ({} distinct), {} checks held; power loss: {} crash points, {} states ({} distinct), {} checks held;{} {:.1?}",
+            "{}: {} cases ({} dropping unneeded uploads), {} ops recorded; kill -9: {} crash points, {} states ({} distinct), {} checks held ({} as a write in flight cut short); power loss: {} crash points, {} states ({} distinct), {} checks held;{} {:.1?}",
             self.name,
             self.cases,
             self.dropping,
@@ -179,6 +179,7 @@ impl Totals {
             self.kill9.states,
             self.kill9.distinct,
             self.kill9.checks_held,
+            self.kill9.torn,
             self.power.crash_points,
             self.power.states,
             self.power.distinct,
