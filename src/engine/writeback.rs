@@ -4,7 +4,8 @@
 //! committed and the scope's staged blocks uploaded before the write gives up with `NoSpace`), when
 //! the open-file log passes its bound (each change is then committed at once instead of logged, and
 //! every open file is committed so the log can start over), before a handover to the next process,
-//! and at a whole-scope sync (a fork's copy among its callers). A commit here is the one a close makes; the file's handles see no difference.
+//! and at a whole-scope sync (a fork's copy among its callers). A commit here is the one a close
+//! makes; the file's handles see no difference.
 //!
 //! A child module of `fileio` (declared there), so it works on the open-file state directly.
 
