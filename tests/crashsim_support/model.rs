@@ -1,7 +1,8 @@
 //! The model the crash tests hold the engine to: a history of whole engine steps (create, mkdir,
-//! write, truncate, rename, unlink, rmdir, link, setxattr, fsync, fsync of the root, sync, waiting
-//! for uploads), the namespace, contents and `user.k` attributes each prefix of it leaves, and the
-//! proptest strategies that generate histories.
+//! write, a write through a handle kept open and the close of such handles, truncate, rename,
+//! unlink, rmdir, link, setxattr, fsync, fsync of the root, sync, waiting for uploads, a commit, a
+//! restart, a gc pass), the namespace, contents and `user.k` attributes each prefix of it leaves,
+//! and the proptest strategies that generate histories.
 
 use std::collections::{BTreeMap, BTreeSet};
 
