@@ -38,13 +38,19 @@ fn sizes(depth: u32) -> (u32, std::ops::Range<usize>) {
 /// with metadata `shipped` to the bucket, the lost-host state of every crash point); fails with
 /// the first failures of the (shrunk) history that failed.
 fn generated(name: &'static str, kinds: Kinds, salt: u64, shipped: bool) {
-    generated_from(name, kinds, salt, shipped, history(sizes(depth()).1).boxed());
+    generated_from(name, kinds, salt, shipped, |len| history(len).boxed());
 }
 
-/// `generated` over the histories `strategy` makes.
-fn generated_from(name: &'static str, kinds: Kinds, salt: u64, shipped: bool, strategy: BoxedStrategy<Vec<Step>>) {
+/// `generated` over the histories `histories` makes (of lengths in the range it is given).
+fn generated_from(
+    name: &'static str,
+    kinds: Kinds,
+    salt: u64,
+    shipped: bool,
+    histories: fn(std::ops::Range<usize>) -> BoxedStrategy<Vec<Step>>,
+) {
     let depth = depth();
-    let (cases, _) = sizes(depth);
+    let (cases, len) = sizes(depth);
     let totals = RefCell::new(Totals::new(name));
     let mut runner = TestRunner::new(proptest_config(cases, salt));
     let mut configs = configs();
@@ -53,7 +59,7 @@ fn generated_from(name: &'static str, kinds: Kinds, salt: u64, shipped: bool, st
             settings.metadata_sync = Some(std::time::Duration::from_secs(3600));
         }
     }
-    let strategy = (strategy, 0..configs.len());
+    let strategy = (histories(len), 0..configs.len());
     let result = runner.run(&strategy, |(steps, c)| {
         let (config, settings) = &configs[c];
         let case: Case = run_case(&steps, settings, kinds, depth);
@@ -80,7 +86,7 @@ fn kill9_at_every_op_of_generated_histories() {
 /// every op; every answered write reads back after each kill, whichever files were open.
 #[test]
 fn kill9_at_every_op_with_files_held_open() {
-    generated_from("kill -9, files held open", Kinds::Kill9, 4, false, history_held(sizes(depth()).1).boxed());
+    generated_from("kill -9, files held open", Kinds::Kill9, 4, false, |len| history_held(len).boxed());
 }
 
 #[test]
