@@ -491,3 +491,33 @@ fn a_directory_fsync_puts_every_committed_block_in_the_bucket() {
     check_all(&restored, &written);
     assert!(restored.fsck(false).unwrap().damaged_files.is_empty());
 }
+
+/// A restart mounts every scope, and a scope nobody uses keeps its database closed (issue 10): its
+/// shipper, which does not know where that database stands, neither looks at the bucket nor starts
+/// a new generation over the chain (it once took a whole snapshot of every idle scope a tick after
+/// a restart, opening each database to copy it). The chain goes on once the scope is used.
+#[test]
+fn a_scope_nobody_uses_after_a_restart_keeps_its_chain_and_its_database_closed() {
+    let h = harness();
+    let id = ScopeId::generate();
+    let first = {
+        let e = h.storage().open_scope(&id, big_quota()).unwrap();
+        write_all(&e, &files(3, 1));
+        e.sync().unwrap();
+        Arc::downgrade(&e)
+    };
+    // The last reference may be a task of the first process finishing its pass on the runtime.
+    eventually("the first process's engine gone", || first.upgrade().is_none());
+    let before = shipped(&h, &id);
+    let storage = h.storage();
+    let e = storage.open_scope(&id, big_quota()).unwrap();
+    assert!(e.usage_if_open().unwrap().is_none(), "an idle scope opens lazily");
+    let passes = e.metadata_shipper_passes();
+    eventually("three passes of the shipper", || e.metadata_shipper_passes() >= passes + 3);
+    assert!(e.usage_if_open().unwrap().is_none(), "the shipper opened the idle scope's database");
+    assert_eq!(shipped(&h, &id), before, "the shipper wrote over an idle scope's chain");
+    write_file(&e, "d/after", b"used again").unwrap();
+    e.sync().unwrap();
+    let gens: std::collections::BTreeSet<String> = shipped(&h, &id).into_iter().map(|(g, _)| g).collect();
+    assert_eq!(gens, ["g0000000000000001".to_string()].into(), "{:?}", shipped(&h, &id));
+}

@@ -270,6 +270,13 @@ impl ScopeEngine {
         self.meta.lock()?.usage()
     }
 
+    /// Opens the scope's metadata database now (creating it, or restoring it from the bucket): a
+    /// scope just provisioned has one, and its shipper's first snapshot, before any program uses
+    /// it, so a restart finds its usage and root noted and answers its mount without opening it.
+    pub fn open_database(&self) -> EngineResult<()> {
+        self.meta.lock().map(drop)
+    }
+
     /// The scope's usage without opening its database: the open database's, else what the closed
     /// database noted when it closed (`note.rs`); `None` for a database never opened since its
     /// note was lost (a killed process) or never written.

@@ -13,14 +13,16 @@
 //! - `scopes/<id>/meta/g<gen>/s<seq>-<state>`: the database at batch `seq` (its state id `state`);
 //! - `scopes/<id>/meta/g<gen>/l<first>-<last>-<state>`: batches `first..=last`, `state` the last's.
 //!
-//! A **generation** is one unbroken chain of batches. A process continues the newest generation
-//! in the bucket only when that generation ends exactly at the state its database opened at;
-//! otherwise (batches committed and never shipped before a crash, a power loss that rolled the
-//! database back behind the bucket, a restore elsewhere) it starts generation `newest + 1` with a
-//! snapshot, so no object is ever written twice and a restore follows one chain. Nothing on the
-//! create/write/close path waits for the network: a commit only queues its records (a scope's queue
-//! past `limits.metadata_queue_per_scope_bytes`, or one that would take the daemon's queues past
-//! `limits.metadata_queue_max_bytes`, is dropped for a snapshot, which covers it).
+//! A **generation** is one unbroken chain of batches. A process looks at the bucket once the
+//! scope's database is opened (a mounted scope nobody uses is left alone: its chain, and its
+//! database closed), and continues the newest generation there only when it ends exactly at the
+//! state the database opened at; otherwise (batches committed and never shipped before a crash, a
+//! power loss that rolled the database back behind the bucket, a restore elsewhere) it starts
+//! generation `newest + 1` with a snapshot, so no object is ever written twice and a restore
+//! follows one chain. Nothing on the create/write/close path waits for the network: a commit only
+//! queues its records (a scope's queue past `limits.metadata_queue_per_scope_bytes`, or one that
+//! would take the daemon's queues past `limits.metadata_queue_max_bytes`, is dropped for a
+//! snapshot, which covers it).
 //!
 //! Every object is put compressed (`ship_objects::deflate`: 3–5× smaller). A file's bytes reach
 //! the bucket only as its blocks: shipped batches and snapshots leave out the inline journal (the
@@ -98,10 +100,16 @@ pub(crate) struct MetaShip {
     state: Mutex<ShipState>,
     shipped_cv: Condvar,
     wake: tokio::sync::Notify,
+    /// Passes the shipping task made (each ships what was due then).
+    passes: AtomicU64,
 }
 
 #[derive(Default)]
 struct ShipState {
+    /// The database was opened in this process (`opened`): until then `base` is unknown, and
+    /// nothing is looked at or shipped (a mounted scope nobody used keeps its chain and its
+    /// database closed).
+    open: bool,
     /// The database's state when the queue's first batch was committed on it: (seq, state id).
     base: (u64, u64),
     queue: VecDeque<Batch>,
@@ -208,13 +216,23 @@ impl MetaShip {
             state: Mutex::new(ShipState::default()),
             shipped_cv: Condvar::new(),
             wake: tokio::sync::Notify::new(),
+            passes: AtomicU64::new(0),
         })
     }
 
     /// The scope's database opened at batch `seq`, state `state`: a state the shipper did not see
-    /// committed (a replay at open) is shipped as a snapshot.
+    /// committed (a replay at open) is shipped as a snapshot. The first opening wakes the shipper:
+    /// a new generation's snapshot is then taken while the database is as small as it gets.
     pub fn opened(&self, seq: u64, state: u64) {
         let mut st = self.state.lock();
+        if !st.open {
+            st.open = true;
+            st.base = (seq, state);
+            if st.gen.is_none() {
+                self.wake.notify_one();
+            }
+            return;
+        }
         let head = st.queue.back().map_or(st.base, |b| (b.seq, b.state));
         if head == (seq, state) {
             return;
@@ -279,6 +297,11 @@ impl MetaShip {
         st.queue.len() as u64 + u64::from(st.need_snapshot)
     }
 
+    /// Passes the shipping task has made.
+    pub fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
+    }
+
     /// Starts the scope's shipping task: every `interval`, or at once when woken, it ships what is
     /// queued; it ends with the engine.
     pub fn start(self: &Arc<Self>, engine: Weak<ScopeEngine>, interval: Duration) {
@@ -292,7 +315,9 @@ impl MetaShip {
                 if engine.strong_count() == 0 {
                     break;
                 }
-                if let Err(e) = ship.ship_pending(&engine).await {
+                let shipped = ship.ship_pending(&engine).await;
+                ship.passes.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = shipped {
                     tracing::warn!(error = %e, "shipping a scope's metadata to the object store failed; it is retried");
                     {
                         let mut st = ship.state.lock();
@@ -314,6 +339,9 @@ impl MetaShip {
                 let mut st = self.state.lock();
                 if st.deposed {
                     return Err(deposed());
+                }
+                if !st.open {
+                    return Ok(());
                 }
                 if st.compact_due && st.last_batch.is_none_or(|t| t.elapsed() >= quiet) {
                     st.need_snapshot = true;

@@ -647,6 +647,11 @@ impl ScopeEngine {
     pub fn pending_metadata_batches(&self) -> u64 {
         self.ship.as_ref().map_or(0, |s| s.pending())
     }
+
+    /// Passes this scope's metadata shipper has made (0 when not shipped).
+    pub fn metadata_shipper_passes(&self) -> u64 {
+        self.ship.as_ref().map_or(0, |s| s.passes())
+    }
 }
 
 /// Whether a metadata durability point failed at its flush (SQLite's fsync of the WAL or of its

@@ -128,7 +128,7 @@ impl Scopes {
             return self.finish_fork(rec, &parent);
         }
         let _one_at_a_time = self.provisioning.lock();
-        let mounted = self.open.mount(rec);
+        let mounted = self.open.mount(rec).and_then(|_| Ok(self.open.engine(rec)?.open_database()?));
         if mounted.is_ok() {
             failpoint("provision_after_mount");
         }
@@ -393,7 +393,7 @@ pub fn create_unmounted(
     thread: &ThreadId,
 ) -> Result<ScopeRecord, ServiceError> {
     let rec = registry.create_scope(thread, None)?;
-    storage.open_scope(&rec.scope_id, rec.quota_or(default_quota))?;
+    storage.open_scope(&rec.scope_id, rec.quota_or(default_quota))?.open_database()?;
     Ok(registry.complete_provision(&rec.scope_id)?)
 }
 

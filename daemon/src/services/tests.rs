@@ -24,6 +24,7 @@ use super::{ComputeService, LifecycleSettings, Scopes, ServiceError, Services, W
 use crate::executor::fake::FakeExecutor;
 
 mod peers;
+mod provisioned;
 mod runtime_limits;
 
 /// Everything a service test needs; `tmp` holds the data directory, the fake mounts and the
@@ -41,12 +42,15 @@ struct Harness {
 }
 
 fn harness(limits: LimitsConfig) -> Harness {
+    harness_with(limits, StorageSettings::default())
+}
+
+fn harness_with(limits: LimitsConfig, settings: StorageSettings) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let tmp = dir.path().to_path_buf();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let store = Arc::new(MemoryStore::new());
-    let storage =
-        Storage::new(store.clone(), StorageSettings::default(), &tmp.join("data"), rt.handle().clone()).unwrap();
+    let storage = Storage::new(store.clone(), settings, &tmp.join("data"), rt.handle().clone()).unwrap();
     let clock = Arc::new(ManualClock::starting_now());
     let registry = Arc::new(Registry::open_for_tests().unwrap().with_clock(clock.clone())).deployment("d");
     let mounter = Arc::new(FakeMounter::new(&tmp.join("mnt")));
