@@ -226,11 +226,10 @@ impl MetaShip {
     pub fn opened(&self, seq: u64, state: u64) {
         let mut st = self.state.lock();
         if !st.open {
+            // Nothing looked at the bucket before this (`ship_pending` waits for the opening).
             st.open = true;
             st.base = (seq, state);
-            if st.gen.is_none() {
-                self.wake.notify_one();
-            }
+            self.wake.notify_one();
             return;
         }
         let head = st.queue.back().map_or(st.base, |b| (b.seq, b.state));
