@@ -1,7 +1,8 @@
 //! Engine bounds and accounting from the security review: staging counted per file on disk and per
 //! scope (H1), quota arithmetic at extreme sizes (L2), symlink targets in the byte quota (L4), path
 //! depth/length at creation and iterative deep walks (M2), private data directories (L5), and API
-//! paths naming exactly the listed entry (L8).
+//! paths naming exactly the listed entry (L8); a create at the inode quota waits for a closed,
+//! unlinked file's release (which the kernel sends after `close()` returns).
 
 pub mod engine_support;
 
@@ -159,6 +160,40 @@ fn concurrent_writers_never_commit_past_the_byte_quota() {
         }
     });
     assert!(e.usage().unwrap().bytes <= quota.bytes);
+    assert!(e.consistency_problems().unwrap().is_empty());
+}
+
+#[test]
+fn a_create_at_the_inode_quota_waits_for_an_unlinked_files_release() {
+    let h = Harness::small_blocks();
+    let storage = h.storage();
+    let e = storage.open_scope(&ScopeId::generate(), Quota { bytes: 1 << 20, inodes: 1 }).unwrap();
+    let flags = OpenFlags { write: true, truncate: false, exclusive: false };
+    // A program closed `a` and unlinked it; the kernel's release of its handle is still on its way.
+    let (a, a_fh) = e.create(ROOT_INO, b"a", 0o644, flags, OWNER).unwrap();
+    e.write(a.ino, a_fh.fh, 0, b"x").unwrap();
+    e.flush(a.ino, a_fh.fh).unwrap();
+    e.unlink(ROOT_INO, b"a").unwrap();
+    std::thread::scope(|s| {
+        let creator = s.spawn(|| e.create(ROOT_INO, b"b", 0o644, flags, OWNER));
+        while e.inode_quota_waits() == 0 && !creator.is_finished() {
+            std::thread::yield_now();
+        }
+        e.release(a.ino, a_fh.fh).unwrap();
+        let (b, b_fh) = creator.join().unwrap().expect("the create goes on once the release deleted the inode");
+        e.release(b.ino, b_fh.fh).unwrap();
+    });
+    assert_eq!(e.inode_quota_waits(), 1, "the create waited for the release");
+    // An unlinked file held open for good still counts: a create is refused once the grace is over.
+    let b = e.lookup(ROOT_INO, b"b").unwrap().ino;
+    let b_fh = e.open(b, flags).unwrap();
+    e.unlink(ROOT_INO, b"b").unwrap();
+    assert!(matches!(e.create(ROOT_INO, b"c", 0o644, flags, OWNER), Err(EngineError::QuotaExceeded("inodes"))));
+    assert_eq!(e.inode_quota_waits(), 2);
+    e.release(b, b_fh.fh).unwrap();
+    let (c, c_fh) = e.create(ROOT_INO, b"c", 0o644, flags, OWNER).unwrap();
+    e.release(c.ino, c_fh.fh).unwrap();
+    assert_eq!(e.inode_quota_waits(), 2, "nothing unlinked was open: refused or not, nobody waited");
     assert!(e.consistency_problems().unwrap().is_empty());
 }
 

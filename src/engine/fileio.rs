@@ -633,8 +633,9 @@ impl ScopeEngine {
         // On a resumed mount the kernel may hold other handles of an earlier process: kept until
         // it lets go (`forget`).
         if entry.detached && !self.kernel_unknown.load(Ordering::Acquire) {
-            if let Err(e) = self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
-                tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");
+            match self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
+                Ok(()) => self.releases.deleted(),
+                Err(e) => tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed"),
             }
         }
     }

@@ -242,7 +242,8 @@ impl ScopeEngine {
             return Err(EngineError::Exists);
         }
         let max_inodes = self.quota().inodes;
-        let row = self.meta.lock()?.insert_detached(0o644, owner.uid, owner.gid, max_inodes)?;
+        let row =
+            self.within_inode_quota(|| self.meta.lock()?.insert_detached(0o644, owner.uid, owner.gid, max_inodes))?;
         let ino = row.ino;
         let opened = match self.open(ino, OpenFlags { write: true, ..Default::default() }) {
             Ok(o) => o,

@@ -183,12 +183,14 @@ impl crate::engine::ScopeEngine {
             return;
         }
         let deleted = self.meta.lock().and_then(|mut m| match m.inode(ino) {
-            Ok(row) if row.nlink == 0 && row.parent.is_none() => m.delete_detached(ino),
-            Ok(_) | Err(crate::engine::EngineError::NotFound) => Ok(()),
+            Ok(row) if row.nlink == 0 && row.parent.is_none() => m.delete_detached(ino).map(|()| true),
+            Ok(_) | Err(crate::engine::EngineError::NotFound) => Ok(false),
             Err(e) => Err(e),
         });
-        if let Err(e) = deleted {
-            tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a forgotten inode failed");
+        match deleted {
+            Ok(true) => self.releases.deleted(),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a forgotten inode failed"),
         }
     }
 

@@ -79,6 +79,8 @@ pub struct ScopeEngine {
     /// says (a failed fsync's pages may be gone). Every later durability point fails until the scope
     /// is opened again.
     pub(crate) durability_failed: AtomicBool,
+    /// Unlinked inodes deleted, for creates waiting at the inode quota (`release_wait.rs`).
+    pub(crate) releases: super::release_wait::Releases,
     /// Errors that may have lost data of open files, each reported to each handle once.
     pub(crate) errors: super::errseq::ErrSeq,
     /// Ships the scope's committed metadata to the object store (`None`: not shipped).
@@ -105,8 +107,7 @@ impl ScopeEngine {
         resumed: bool,
     ) -> EngineResult<Arc<ScopeEngine>> {
         let id = scope_id.as_str().to_string();
-        let meta_dir = storage.scope_meta_dir(&id);
-        let staging = storage.scope_staging_dir(&id);
+        let (meta_dir, staging) = (storage.scope_meta_dir(&id), storage.scope_staging_dir(&id));
         let (blocks_dir, open_dir) = (staging.join("blocks"), staging.join("open"));
         let db_path = meta_dir.join("meta.sqlite3");
         let mut db_exists = db_path.exists();
@@ -169,6 +170,7 @@ impl ScopeEngine {
             answers,
             open_log: super::openlog::OpenLog::new(),
             durability_failed: AtomicBool::new(false),
+            releases: Default::default(),
             errors: Default::default(),
             ship,
         });
@@ -380,6 +382,10 @@ impl ScopeEngine {
     }
 
     fn insert_row(&self, parent: Ino, name: &[u8], node: NewNode<'_>, owner: Owner) -> EngineResult<InodeRow> {
+        self.within_inode_quota(|| self.insert_row_once(parent, name, node, owner))
+    }
+
+    fn insert_row_once(&self, parent: Ino, name: &[u8], node: NewNode<'_>, owner: Owner) -> EngineResult<InodeRow> {
         if let Some(ino) = self.resent_answer() {
             return self.meta.lock()?.inode(ino);
         }
@@ -464,14 +470,14 @@ impl ScopeEngine {
         }
         self.check_writable()?;
         let max_inodes = self.quota().inodes;
-        let row = {
+        let row = self.within_inode_quota(|| {
             let mut meta = self.meta.lock()?;
             let dir = meta.inode(parent)?;
             if dir.kind != FileKind::Dir {
                 return Err(EngineError::NotDir);
             }
-            meta.insert_detached(perm, owner.uid, owner.gid, max_inodes)?
-        };
+            meta.insert_detached(perm, owner.uid, owner.gid, max_inodes)
+        })?;
         self.tmpfiles.lock().insert(row.ino);
         let opened = match self.open(row.ino, flags) {
             Ok(opened) => opened,
@@ -631,8 +637,9 @@ impl ScopeEngine {
                     return;
                 }
             }
-            if let Err(e) = self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
-                tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed");
+            match self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
+                Ok(()) => self.releases.deleted(),
+                Err(e) => tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed"),
             }
         }
     }
