@@ -16,7 +16,7 @@ use super::{EngineError, EngineResult, ScopeEngine};
 pub(crate) const RELEASE_GRACE: Duration = Duration::from_millis(100);
 
 /// Unlinked inodes deleted since the scope was opened, a wake for whoever waits on them, and how
-/// many creates waited.
+/// many times a create waited (once per release it waited for).
 #[derive(Default)]
 pub(crate) struct Releases {
     deleted: Mutex<u64>,
@@ -71,7 +71,8 @@ impl ScopeEngine {
         self.open_files.lock().values().any(|e| e.detached)
     }
 
-    /// Creates that waited at the inode quota for an unlinked file's release.
+    /// Times a create at the inode quota waited for an unlinked file's release (a create still
+    /// refused after one release waits again, within the same grace).
     pub fn inode_quota_waits(&self) -> u64 {
         self.releases.waits.load(Ordering::Relaxed)
     }
