@@ -351,3 +351,40 @@ fn zero_range_zeros_and_may_grow() {
     assert_eq!(e.usage().unwrap().bytes, 150);
     assert_consistent(&e);
 }
+
+#[test]
+fn unprivileged_writes_and_flagged_setattrs_clear_set_id_bits() {
+    let h = Harness::small_blocks();
+    let e = new_scope(&h.storage());
+    let ino = file(&e, "f", b"data");
+    let perm = |e: &ScopeEngine| e.getattr(ino).unwrap().perm;
+    let chmod = |mode: u32| e.setattr(ino, &SetAttr { perm: Some(mode), ..Default::default() }).unwrap();
+    chmod(0o6775);
+    let flags = OpenFlags { write: true, truncate: false, exclusive: false };
+    let h1 = e.open(ino, flags).unwrap();
+    // A privileged write keeps the bits; an unprivileged one takes both (group-executable).
+    e.write(ino, h1.fh, 0, b"D").unwrap();
+    assert_eq!(perm(&e), 0o6775);
+    e.write_unprivileged(ino, h1.fh, 1, b"A").unwrap();
+    assert_eq!(perm(&e), 0o0775);
+    // Set again while open: the handle's next unprivileged write looks again.
+    chmod(0o4775);
+    e.write_unprivileged(ino, h1.fh, 2, b"T").unwrap();
+    assert_eq!(perm(&e), 0o0775);
+    // Set-group-ID without group execute marks mandatory locking: it stays.
+    chmod(0o6765);
+    e.write_unprivileged(ino, h1.fh, 3, b"A").unwrap();
+    assert_eq!(perm(&e), 0o2765);
+    e.release(ino, h1.fh).unwrap();
+    assert_eq!(read_file(&e, "f").unwrap(), b"DATA");
+    // A setattr the kernel flags (a truncate without CAP_FSETID, a chown) clears after its changes.
+    chmod(0o6775);
+    let attr = e.setattr(ino, &SetAttr { size: Some(2), kill_suidgid: true, ..Default::default() }).unwrap();
+    assert_eq!((attr.perm, attr.size), (0o0775, 2));
+    // A directory keeps them.
+    e.mkdir(ROOT_INO, b"d", 0o2775, OWNER).unwrap();
+    let d = resolve(&e, "d").unwrap();
+    let attr = e.setattr(d, &SetAttr { uid: Some(7), kill_suidgid: true, ..Default::default() }).unwrap();
+    assert_eq!(attr.perm, 0o2775);
+    assert_consistent(&e);
+}

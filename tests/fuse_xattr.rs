@@ -6,7 +6,7 @@ pub mod harness;
 
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
@@ -278,4 +278,76 @@ fn o_tmpfile_makes_an_unnamed_file_that_linkat_names() {
     // The kernel sends RELEASE after close(2) returns.
     wait_until("the unnamed file's release", || engine.usage().unwrap().inodes == inodes + 1);
     assert!(engine.consistency_problems().unwrap().is_empty());
+}
+
+/// Runs `f` on a thread whose filesystem user and group are `nobody` (65534): Linux takes
+/// `CAP_FSETID` and the other file capabilities off a thread whose filesystem uid leaves 0.
+fn as_nobody<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: plain system calls on the calling thread's credentials only.
+            unsafe {
+                libc::setfsgid(65534);
+                libc::setfsuid(65534);
+            }
+            f()
+        })
+        .join()
+        .expect("the unprivileged thread panicked")
+    })
+}
+
+#[test]
+fn writes_truncates_and_chowns_clear_set_id_bits_as_linux_does() {
+    use std::os::unix::fs::PermissionsExt;
+    let h = harness();
+    let (engine, m) = h.scope(big_quota());
+    let file = |name: &str, mode: u32| {
+        let p = m.join(name);
+        fs::write(&p, b"x").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+        p
+    };
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    // A write by a caller without CAP_FSETID: both bits go (the file is group-executable).
+    let w = file("w", 0o6777);
+    let f = OpenOptions::new().append(true).open(&w).unwrap();
+    as_nobody(|| (&f).write_all(b"more")).unwrap();
+    assert_eq!(mode(&w), 0o0777);
+    // Set again while the file is open: the next unprivileged write clears them again.
+    fs::set_permissions(&w, fs::Permissions::from_mode(0o4777)).unwrap();
+    as_nobody(|| (&f).write_all(b"!")).unwrap();
+    drop(f);
+    assert_eq!(mode(&w), 0o0777);
+    assert_eq!(fs::read(&w).unwrap(), b"xmore!");
+    // An unprivileged truncate clears them too.
+    let t = file("t", 0o4777);
+    let f = OpenOptions::new().write(true).open(&t).unwrap();
+    as_nobody(|| f.set_len(0)).unwrap();
+    drop(f);
+    assert_eq!(mode(&t), 0o0777);
+    // A caller with CAP_FSETID keeps them.
+    let r = file("r", 0o6777);
+    fs::write(&r, b"root").unwrap();
+    assert_eq!(mode(&r), 0o6777);
+    // A chown takes set-user-ID away, whoever makes it.
+    let c = file("c", 0o4755);
+    std::os::unix::fs::chown(&c, Some(65534), None).unwrap();
+    assert_eq!(mode(&c), 0o0755);
+    assert!(engine.consistency_problems().unwrap().is_empty());
+}
+
+#[test]
+fn the_kernel_asks_for_file_capabilities_once_per_file_not_before_every_write() {
+    let h = harness();
+    let (engine, m) = h.scope(big_quota());
+    let mut f = fs::File::create(m.join("many-writes")).unwrap();
+    let before = engine.privileged_attribute_reads();
+    for _ in 0..20 {
+        f.write_all(&[7; 4096]).unwrap();
+    }
+    drop(f);
+    let asked = engine.privileged_attribute_reads() - before;
+    assert!(asked <= 1, "security.capability was asked for {asked} times in 20 writes");
+    assert_eq!(fs::metadata(m.join("many-writes")).unwrap().len(), 20 * 4096);
 }

@@ -215,6 +215,9 @@ impl Filesystem for ScopeFs {
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_CACHE_SYMLINKS,
+            // The engine clears set-user/group-ID bits on the requests the kernel flags
+            // (`privs.rs`), so the kernel stops asking for `security.capability` before each write.
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ];
         // Without it a quota error (EDQUOT) surfaces on write(); with it, on close() or fsync().
         if self.fast.writeback_cache {
@@ -272,6 +275,7 @@ impl Filesystem for ScopeFs {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
+        kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         let changes = SetAttr {
@@ -281,6 +285,7 @@ impl Filesystem for ScopeFs {
             size,
             atime: atime.map(time_set),
             mtime: mtime.map(time_set),
+            kill_suidgid,
         };
         match call("setattr", || self.engine.setattr(ino.0, &changes)) {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
@@ -393,12 +398,18 @@ impl Filesystem for ScopeFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: fuser::OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match call("write", || self.engine.write(ino.0, fh.0, offset, data)) {
+        // `FUSE_HANDLE_KILLPRIV_V2`: the caller lacks CAP_FSETID, so set-user/group-ID bits go.
+        let written = if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            call("write", || self.engine.write_unprivileged(ino.0, fh.0, offset, data))
+        } else {
+            call("write", || self.engine.write(ino.0, fh.0, offset, data))
+        };
+        match written {
             Ok(written) => reply.written(written),
             Err(e) => reply.error(e),
         }

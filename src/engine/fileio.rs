@@ -52,6 +52,8 @@ pub(crate) struct OpenFile {
     last_read_block: Option<u64>,
     /// The committed version the state builds on (what its logged changes name).
     version: u64,
+    /// The inode was seen without set-user-ID and set-group-ID bits to clear (`privs.rs`).
+    pub(super) privs_clear: bool,
 }
 
 /// Where the bytes of one piece of a read come from.
@@ -114,6 +116,7 @@ impl ScopeEngine {
             mtime_ns: row.mtime_ns,
             last_read_block: None,
             version: row.version,
+            privs_clear: false,
         }));
         let mut map = self.open_files.lock();
         let e = map.entry(row.ino).or_insert(OpenEntry { handles: 0, file: fresh, detached: row.parent.is_none() });
@@ -136,7 +139,7 @@ impl ScopeEngine {
         self.new_handle(row.ino, write)
     }
 
-    fn file_of(&self, ino: Ino, fh: Fh, write: bool) -> EngineResult<Arc<Mutex<OpenFile>>> {
+    pub(super) fn file_of(&self, ino: Ino, fh: Fh, write: bool) -> EngineResult<Arc<Mutex<OpenFile>>> {
         let known = self.handles.lock().get(&fh).copied();
         let h = match known {
             Some(h) => h,
@@ -633,10 +636,7 @@ impl ScopeEngine {
         // On a resumed mount the kernel may hold other handles of an earlier process: kept until
         // it lets go (`forget`).
         if entry.detached && !self.kernel_unknown.load(Ordering::Acquire) {
-            match self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
-                Ok(()) => self.releases.deleted(),
-                Err(e) => tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed"),
-            }
+            self.delete_unlinked(ino);
         }
     }
 }

@@ -484,16 +484,19 @@ impl MetaDb {
         Ok(dropped)
     }
 
-    /// Deletes an inode that has no name any more (after its last release, or an orphan at startup).
-    pub fn delete_detached(&mut self, ino: Ino) -> EngineResult<()> {
+    /// Deletes an inode that has no name any more (after its last release, or an orphan at startup);
+    /// whether it did (an inode that is gone or has a name is left alone).
+    pub fn delete_detached(&mut self, ino: Ino) -> EngineResult<bool> {
         let tx = self.tx()?;
+        let mut deleted = false;
         if let Some(row) = inode_in(&tx, ino)? {
             if row.nlink == 0 && row.parent.is_none() && ino != ROOT_INO {
                 delete_inode(&tx, &row)?;
+                deleted = true;
             }
         }
         tx.commit()?;
-        Ok(())
+        Ok(deleted)
     }
 
     /// Inodes without a name (unlinked while open when the daemon stopped).

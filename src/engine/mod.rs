@@ -27,6 +27,7 @@ mod meta;
 mod note;
 mod openlog;
 mod paths;
+mod privs;
 mod release_wait;
 mod requests;
 pub mod restore;

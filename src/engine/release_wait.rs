@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{EngineError, EngineResult, ScopeEngine};
+use super::{EngineError, EngineResult, Ino, ScopeEngine};
 
 /// Longest a create at the inode quota waits for releases of unlinked files.
 pub(crate) const RELEASE_GRACE: Duration = Duration::from_millis(100);
@@ -63,6 +63,17 @@ impl ScopeEngine {
                 }
                 result => return result,
             }
+        }
+    }
+
+    /// Deletes `ino` if it still has no name (its last holder let go of it) and wakes the creates
+    /// waiting at the inode quota. A failure is logged: the inode stays, counted, until the next
+    /// start of the scope on a fresh mount collects it.
+    pub(crate) fn delete_unlinked(&self, ino: Ino) {
+        match self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
+            Ok(true) => self.releases.deleted(),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting an unlinked inode failed"),
         }
     }
 

@@ -182,16 +182,7 @@ impl crate::engine::ScopeEngine {
         {
             return;
         }
-        let deleted = self.meta.lock().and_then(|mut m| match m.inode(ino) {
-            Ok(row) if row.nlink == 0 && row.parent.is_none() => m.delete_detached(ino).map(|()| true),
-            Ok(_) | Err(crate::engine::EngineError::NotFound) => Ok(false),
-            Err(e) => Err(e),
-        });
-        match deleted {
-            Ok(true) => self.releases.deleted(),
-            Ok(false) => {}
-            Err(e) => tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a forgotten inode failed"),
-        }
+        self.delete_unlinked(ino);
     }
 
     /// Starts one request that the kernel may hand a later process again (see `requests.rs`): its

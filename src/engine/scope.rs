@@ -83,6 +83,8 @@ pub struct ScopeEngine {
     pub(crate) releases: super::release_wait::Releases,
     /// Errors that may have lost data of open files, each reported to each handle once.
     pub(crate) errors: super::errseq::ErrSeq,
+    /// Reads of attributes outside `user.*` (which scopes never hold; `privs.rs`).
+    pub(crate) privileged_attribute_reads: AtomicU64,
     /// Ships the scope's committed metadata to the object store (`None`: not shipped).
     pub(crate) ship: Option<Arc<super::ship::MetaShip>>,
 }
@@ -120,10 +122,8 @@ impl ScopeEngine {
             (&blocks_dir, census.blocks_dir),
             (&open_dir, census.open_dir),
         ];
-        for (d, exists) in dirs {
-            if !exists {
-                super::storage::private_dir(d)?;
-            }
+        for (d, _) in dirs.into_iter().filter(|&(_, exists)| !exists) {
+            super::storage::private_dir(d)?;
         }
         // No local database: the bucket may hold the scope's (a lost disk, another host's); it is
         // restored at the first use (`LazyMeta::lock`), at once only when staging needs recovery.
@@ -172,6 +172,7 @@ impl ScopeEngine {
             durability_failed: AtomicBool::new(false),
             releases: Default::default(),
             errors: Default::default(),
+            privileged_attribute_reads: AtomicU64::new(0),
             ship,
         });
         super::ship::MetaShip::start_for(&engine);
@@ -364,6 +365,12 @@ impl ScopeEngine {
             if changes.mtime.is_some() {
                 self.override_open_mtime(ino, row.mtime_ns);
             }
+            if ch.perm.is_some() || ch.uid.is_some() || ch.gid.is_some() {
+                self.forget_privs_clear(ino);
+            }
+        }
+        if changes.kill_suidgid {
+            self.clear_privs(ino)?;
         }
         self.getattr(ino)
     }
@@ -637,10 +644,7 @@ impl ScopeEngine {
                     return;
                 }
             }
-            match self.meta.lock().and_then(|mut m| m.delete_detached(ino)) {
-                Ok(()) => self.releases.deleted(),
-                Err(e) => tracing::warn!(scope = %self.scope_id, ino, error = %e, "deleting a released inode failed"),
-            }
+            self.delete_unlinked(ino);
         }
     }
 }

@@ -97,6 +97,9 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<TimeSet>,
     pub mtime: Option<TimeSet>,
+    /// Clear the set-user-ID bit and a group-executable file's set-group-ID bit (after the other
+    /// changes): the caller is a truncate without `CAP_FSETID`, or a chown (`privs.rs`).
+    pub kill_suidgid: bool,
 }
 
 /// How a file is opened.

@@ -92,8 +92,11 @@ impl ScopeEngine {
         match namespace(name)? {
             Namespace::User => self.meta.lock()?.xattr(ino, name),
             // Answered without the metadata lock: the kernel asks for `security.capability`
-            // before writes (to drop file capabilities), on inodes it knows exist.
-            other => Err(not_stored(other, true)),
+            // before a file's first write (to drop file capabilities), on inodes it knows exist.
+            other => {
+                self.privileged_attribute_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Err(not_stored(other, true))
+            }
         }
     }
 

@@ -62,6 +62,7 @@ impl fuser::Filesystem for RecordingFs {
         _chgtime: Option<std::time::SystemTime>,
         _bkuptime: Option<std::time::SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
+        _kill_suidgid: bool,
         reply: fuser::ReplyAttr,
     ) {
         let fh = fh.map(|f| f.0);

@@ -441,7 +441,10 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// Set file attributes.
+    /// Set file attributes. scopefs patch: `kill_suidgid` is the kernel asking the filesystem to
+    /// clear the set-user-ID bit and a group-executable file's set-group-ID bit (sent only when
+    /// `FUSE_HANDLE_KILLPRIV_V2` was negotiated: a truncate by a caller without `CAP_FSETID`, a
+    /// chown of anything but a directory).
     fn setattr(
         &self,
         _req: &Request,
@@ -458,6 +461,7 @@ pub trait Filesystem: Send + Sync + 'static {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         flags: Option<BsdFileFlags>,
+        _kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         warn!(

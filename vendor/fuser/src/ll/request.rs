@@ -352,6 +352,11 @@ mod op {
         fn valid(&self) -> FattrFlags {
             FattrFlags::from_bits_retain(self.arg.valid)
         }
+        /// scopefs patch: the kernel asks the filesystem to clear the set-user-ID and set-group-ID
+        /// bits (`FUSE_HANDLE_KILLPRIV_V2`: a truncate by a caller without `CAP_FSETID`, a chown).
+        pub(crate) fn kill_suidgid(&self) -> bool {
+            self.valid().contains(FattrFlags::FATTR_KILL_SUIDGID)
+        }
         pub(crate) fn mode(&self) -> Option<u32> {
             if self.valid().contains(FattrFlags::FATTR_MODE) {
                 Some(self.arg.mode)
