@@ -381,6 +381,10 @@ fn unprivileged_writes_and_flagged_setattrs_clear_set_id_bits() {
     chmod(0o6775);
     let attr = e.setattr(ino, &SetAttr { size: Some(2), kill_suidgid: true, ..Default::default() }).unwrap();
     assert_eq!((attr.perm, attr.size), (0o0775, 2));
+    // With other changes (a chown) they go in the same update.
+    chmod(0o4775);
+    let attr = e.setattr(ino, &SetAttr { uid: Some(7), kill_suidgid: true, ..Default::default() }).unwrap();
+    assert_eq!((attr.perm, attr.uid), (0o0775, 7));
     // A directory keeps them.
     e.mkdir(ROOT_INO, b"d", 0o2775, OWNER).unwrap();
     let d = resolve(&e, "d").unwrap();

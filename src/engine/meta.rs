@@ -102,6 +102,9 @@ pub(crate) struct AttrChanges {
     pub gid: Option<u32>,
     pub atime: Option<TimeSet>,
     pub mtime: Option<TimeSet>,
+    /// After the other changes, take away the bits an unprivileged write, truncate or chown takes
+    /// (`privs.rs`; a directory keeps them).
+    pub kill_suidgid: bool,
 }
 
 /// Runs one writing statement of a mutation (one of `statements.rs`) through the connection's
@@ -321,6 +324,9 @@ impl MetaDb {
         }
         if let Some(g) = ch.gid {
             row.gid = g;
+        }
+        if ch.kill_suidgid && row.kind != FileKind::Dir {
+            row.perm = super::privs::without_privs(row.perm);
         }
         if let Some(t) = ch.atime {
             row.atime_ns = resolve(t);

@@ -47,9 +47,8 @@ impl ScopeEngine {
     pub(crate) fn clear_privs(&self, ino: Ino) -> EngineResult<()> {
         let mut meta = self.meta.lock()?;
         let row = meta.inode(ino)?;
-        let perm = without_privs(row.perm);
-        if row.kind != FileKind::Dir && perm != row.perm {
-            meta.set_attrs(ino, &AttrChanges { perm: Some(perm), ..AttrChanges::default() })?;
+        if row.kind != FileKind::Dir && without_privs(row.perm) != row.perm {
+            meta.set_attrs(ino, &AttrChanges { kill_suidgid: true, ..AttrChanges::default() })?;
         }
         Ok(())
     }

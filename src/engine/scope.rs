@@ -357,6 +357,7 @@ impl ScopeEngine {
             gid: changes.gid,
             atime: changes.atime,
             mtime: changes.mtime,
+            kill_suidgid: changes.kill_suidgid,
         };
         let touches =
             ch.perm.is_some() || ch.uid.is_some() || ch.gid.is_some() || ch.atime.is_some() || ch.mtime.is_some();
@@ -368,8 +369,8 @@ impl ScopeEngine {
             if ch.perm.is_some() || ch.uid.is_some() || ch.gid.is_some() {
                 self.forget_privs_clear(ino);
             }
-        }
-        if changes.kill_suidgid {
+        } else if changes.kill_suidgid {
+            // Only the bits to clear (a truncate): nothing is written when there are none.
             self.clear_privs(ino)?;
         }
         self.getattr(ino)
